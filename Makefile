@@ -1,0 +1,37 @@
+# One command sets everything up and runs: `make demo` (the main demo) and `make test` (the suite).
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test test-core test-spark bench verify check-java clean
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+
+$(STAMP): $(PY) pyproject.toml
+	$(PY) -m pip install -q -e ".[test]"
+	touch $(STAMP)
+
+check-java:
+	@command -v java >/dev/null 2>&1 || { echo "Java 17+ is required for Spark: install a JDK (e.g. apt-get install openjdk-17-jre-headless)"; exit 1; }
+	@java -version 2>&1 | awk -F'"' '/version/ { split($$2, v, "."); if (v[1] < 17) { print "Java 17+ is required for Spark; found " $$2; exit 1 } }'
+
+demo: $(STAMP) check-java
+	$(VENV)/bin/serialake demo
+
+test: $(STAMP) check-java
+	$(PY) -m pytest -q -p no:cacheprovider
+
+test-core: $(STAMP)
+	$(PY) -m pytest -q -m "not spark and not slow"
+
+bench: $(STAMP) check-java
+	$(PY) -m bench.run
+
+verify: $(STAMP)
+	$(VENV)/bin/serialake verify --processes 8 --txns 500
+
+clean:
+	rm -rf $(VENV) .pytest_cache

@@ -1,0 +1,50 @@
+"""serialake: ACID Delta Lake tables for PySpark with Delta's concurrency control, in Python.
+
+The core (``serialake.core``) is pure Python; the Spark entry points below are imported
+lazily so that ``import serialake`` never starts or needs Spark.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from serialake.exceptions import (
+    ConcurrentAppendException,
+    ConcurrentDeleteDeleteException,
+    ConcurrentDeleteReadException,
+    ConcurrentTransactionException,
+    DeltaConcurrentModificationException,
+    MetadataChangedException,
+    ProtocolChangedException,
+)
+
+__version__ = "0.1.0"
+
+_LAZY = {
+    "spark_session": ("serialake.spark.session", "spark_session"),
+    "write": ("serialake.spark.write", "write"),
+    "read": ("serialake.spark.read", "read"),
+    "DeltaTable": ("serialake.spark.table", "DeltaTable"),
+    "sql": ("serialake.sql", "sql"),
+    "register": ("serialake.sql", "register"),
+}
+
+__all__ = [
+    "ConcurrentAppendException",
+    "ConcurrentDeleteDeleteException",
+    "ConcurrentDeleteReadException",
+    "ConcurrentTransactionException",
+    "DeltaConcurrentModificationException",
+    "MetadataChangedException",
+    "ProtocolChangedException",
+    *_LAZY,
+]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        module, attr = _LAZY[name]
+        return getattr(importlib.import_module(module), attr)
+    raise AttributeError(f"module 'serialake' has no attribute {name!r}")

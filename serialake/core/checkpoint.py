@@ -1,0 +1,221 @@
+"""Checkpoints: write classic Parquet checkpoints; read classic, multi-part and v2 ones.
+
+A checkpoint holds the reconciled state at one version: protocol, metadata, live adds,
+unexpired removes (without stats), txns and domain metadata; never commitInfo or cdc.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+from typing import Any, Iterable, Iterator
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from serialake.core.actions import (
+    Action,
+    AddFile,
+    DomainMetadata,
+    Metadata,
+    Protocol,
+    RemoveFile,
+    SetTransaction,
+    action_from_dict,
+)
+from serialake.core.logfiles import LAST_CHECKPOINT, CheckpointRef, checkpoint_name
+from serialake.exceptions import CorruptLogError
+from serialake.storage.base import LogStore
+
+_STR_MAP = pa.map_(pa.string(), pa.string())
+_DV = pa.struct(
+    [
+        ("storageType", pa.string()),
+        ("pathOrInlineDv", pa.string()),
+        ("offset", pa.int32()),
+        ("sizeInBytes", pa.int32()),
+        ("cardinality", pa.int64()),
+    ]
+)
+
+CHECKPOINT_SCHEMA = pa.schema(
+    [
+        ("txn", pa.struct([("appId", pa.string()), ("version", pa.int64()), ("lastUpdated", pa.int64())])),
+        (
+            "add",
+            pa.struct(
+                [
+                    ("path", pa.string()),
+                    ("partitionValues", _STR_MAP),
+                    ("size", pa.int64()),
+                    ("modificationTime", pa.int64()),
+                    ("dataChange", pa.bool_()),
+                    ("stats", pa.string()),
+                    ("tags", _STR_MAP),
+                    ("deletionVector", _DV),
+                    ("baseRowId", pa.int64()),
+                    ("defaultRowCommitVersion", pa.int64()),
+                    ("clusteringProvider", pa.string()),
+                ]
+            ),
+        ),
+        (
+            "remove",
+            pa.struct(
+                [
+                    ("path", pa.string()),
+                    ("deletionTimestamp", pa.int64()),
+                    ("dataChange", pa.bool_()),
+                    ("extendedFileMetadata", pa.bool_()),
+                    ("partitionValues", _STR_MAP),
+                    ("size", pa.int64()),
+                    ("tags", _STR_MAP),
+                    ("deletionVector", _DV),
+                    ("baseRowId", pa.int64()),
+                    ("defaultRowCommitVersion", pa.int64()),
+                ]
+            ),
+        ),
+        (
+            "metaData",
+            pa.struct(
+                [
+                    ("id", pa.string()),
+                    ("name", pa.string()),
+                    ("description", pa.string()),
+                    ("format", pa.struct([("provider", pa.string()), ("options", _STR_MAP)])),
+                    ("schemaString", pa.string()),
+                    ("partitionColumns", pa.list_(pa.string())),
+                    ("configuration", _STR_MAP),
+                    ("createdTime", pa.int64()),
+                ]
+            ),
+        ),
+        (
+            "protocol",
+            pa.struct(
+                [
+                    ("minReaderVersion", pa.int32()),
+                    ("minWriterVersion", pa.int32()),
+                    ("readerFeatures", pa.list_(pa.string())),
+                    ("writerFeatures", pa.list_(pa.string())),
+                ]
+            ),
+        ),
+        (
+            "domainMetadata",
+            pa.struct([("domain", pa.string()), ("configuration", pa.string()), ("removed", pa.bool_())]),
+        ),
+    ]
+)
+
+_MAP_FIELDS = {"partitionValues", "tags", "configuration", "options"}
+
+
+def _to_arrow_value(obj: Any, key: str | None = None) -> Any:
+    if isinstance(obj, dict):
+        if key in _MAP_FIELDS:
+            return list(obj.items())
+        return {k: _to_arrow_value(v, k) for k, v in obj.items()}
+    return obj
+
+
+def _from_arrow_value(obj: Any, key: str | None = None) -> Any:
+    if key in _MAP_FIELDS and isinstance(obj, list):
+        return {k: v for k, v in obj}
+    if isinstance(obj, dict):
+        return {k: _from_arrow_value(v, k) for k, v in obj.items() if v is not None}
+    return obj
+
+
+def _row(action: Action) -> dict[str, Any]:
+    key, body = next(iter(action.to_dict().items()))
+    if key in ("add", "remove"):
+        # Keep only the columns of the checkpoint schema.
+        allowed = set(CHECKPOINT_SCHEMA.field(key).type.names)
+        body = {k: v for k, v in body.items() if k in allowed}
+    return {key: _to_arrow_value(body)}
+
+
+def write_checkpoint(
+    store: LogStore, log_path: str, version: int, actions: Iterable[Action], num_add_files: int
+) -> dict[str, Any]:
+    """Write ``<version>.checkpoint.parquet`` then ``_last_checkpoint``; returns the latter's content."""
+    rows = [_row(a) for a in actions]
+    table = pa.Table.from_pylist(rows, schema=CHECKPOINT_SCHEMA)
+    buf = io.BytesIO()
+    pq.write_table(table, buf, compression="snappy")
+    data = buf.getvalue()
+    store.write(os.path.join(log_path, checkpoint_name(version)), data)
+    last = {"version": version, "size": len(rows), "sizeInBytes": len(data), "numOfAddFiles": num_add_files}
+    store.write(os.path.join(log_path, LAST_CHECKPOINT), json.dumps(last).encode())
+    return last
+
+
+_ACTION_COLUMNS = ("protocol", "metaData", "txn", "domainMetadata", "add", "remove")
+
+
+def _parquet_actions(data: bytes, name: str) -> Iterator[Action]:
+    try:
+        pf = pq.ParquetFile(io.BytesIO(data))
+        present = [c for c in _ACTION_COLUMNS if c in pf.schema_arrow.names]
+        table = pf.read(columns=present)
+    except (pa.ArrowException, OSError) as e:
+        raise CorruptLogError(f"Cannot read checkpoint file {name}: {e}") from e
+    for col in present:
+        arr = table.column(col)
+        for value in arr.to_pylist():
+            if value is None:
+                continue
+            body = _from_arrow_value(value)
+            if col in ("add", "remove") and not body.get("path"):
+                continue
+            action = action_from_dict({col: body})
+            if action is not None:
+                yield action
+
+
+def _json_actions(data: bytes, name: str) -> Iterator[dict[str, Any]]:
+    for i, line in enumerate(data.decode("utf-8").splitlines()):
+        if not line.strip():
+            continue
+        try:
+            yield json.loads(line)
+        except ValueError as e:
+            raise CorruptLogError(f"Checkpoint file {name} line {i + 1} is not valid JSON: {e}") from e
+
+
+def read_checkpoint(store: LogStore, log_path: str, ref: CheckpointRef) -> list[Action]:
+    """All actions of a checkpoint, following v2 sidecars."""
+    out: list[Action] = []
+    for st in ref.files:
+        path = os.path.join(log_path, st.name)
+        data = store.read(path)
+        if ref.kind == "v2" and st.name.endswith(".json"):
+            sidecars: list[str] = []
+            for obj in _json_actions(data, st.name):
+                if "sidecar" in obj:
+                    sidecars.append(obj["sidecar"]["path"])
+                    continue
+                action = action_from_dict(obj)
+                if action is not None:
+                    out.append(action)
+        else:
+            out.extend(_parquet_actions(data, st.name))
+            sidecars = _sidecar_paths(data) if ref.kind == "v2" else []
+        for sc in sidecars:
+            sc_path = sc if os.path.isabs(sc) else os.path.join(log_path, "_sidecars", sc)
+            try:
+                sc_data = store.read(sc_path)
+            except FileNotFoundError:
+                raise CorruptLogError(f"Checkpoint {st.name} refers to missing sidecar {sc_path}") from None
+            out.extend(_parquet_actions(sc_data, os.path.basename(sc_path)))
+    return out
+
+
+def _sidecar_paths(data: bytes) -> list[str]:
+    pf = pq.ParquetFile(io.BytesIO(data))
+    if "sidecar" not in pf.schema_arrow.names:
+        return []
+    return [v["path"] for v in pf.read(columns=["sidecar"]).column("sidecar").to_pylist() if v]

@@ -1,0 +1,187 @@
+"""Table features and protocol versions: what a table needs and what we support.
+
+Legacy protocols (reader < 3, writer < 7) imply features by version number; newer ones
+list them. A table that needs a reader feature we cannot read, or (for writes) a writer
+feature we cannot honour, fails with an error naming the feature.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Mapping
+
+from serialake.core.actions import Metadata, Protocol
+from serialake.core import properties as props
+from serialake.exceptions import UnsupportedFeatureError
+
+READER_WRITER_FEATURES = frozenset(
+    {
+        "columnMapping",
+        "deletionVectors",
+        "timestampNtz",
+        "v2Checkpoint",
+        "vacuumProtocolCheck",
+        "typeWidening",
+        "typeWidening-preview",
+        "variantType",
+        "variantType-preview",
+        "variantShredding-preview",
+        "catalogManaged",
+        "catalogOwned-preview",
+    }
+)
+
+# Features whose presence does not change how we read (or that we implement on read).
+SUPPORTED_READER_FEATURES = frozenset(
+    {
+        "columnMapping",
+        "deletionVectors",
+        "timestampNtz",
+        "v2Checkpoint",
+        "vacuumProtocolCheck",
+        "typeWidening",
+        "typeWidening-preview",
+        "variantType",
+        "variantType-preview",
+    }
+)
+
+# Writer features we honour on every write.
+SUPPORTED_WRITER_FEATURES = frozenset(
+    {
+        "appendOnly",
+        "invariants",
+        "checkConstraints",
+        "deletionVectors",
+        "timestampNtz",
+        "domainMetadata",
+        "vacuumProtocolCheck",
+        "v2Checkpoint",
+        "columnMapping",
+        "changeDataFeed",
+        "generatedColumns",
+        "inCommitTimestamp",
+        "typeWidening",
+        "typeWidening-preview",
+        "variantType",
+        "variantType-preview",
+    }
+)
+
+_LEGACY_WRITER = {
+    2: ("appendOnly", "invariants"),
+    3: ("appendOnly", "invariants", "checkConstraints"),
+    4: ("appendOnly", "invariants", "checkConstraints", "changeDataFeed", "generatedColumns"),
+    5: ("appendOnly", "invariants", "checkConstraints", "changeDataFeed", "generatedColumns", "columnMapping"),
+    6: (
+        "appendOnly",
+        "invariants",
+        "checkConstraints",
+        "changeDataFeed",
+        "generatedColumns",
+        "columnMapping",
+        "identityColumns",
+    ),
+}
+
+# Table property that turns a feature on, when the table has it.
+FEATURE_PROPERTY = {
+    "deletionVectors": props.ENABLE_DELETION_VECTORS,
+    "appendOnly": props.APPEND_ONLY,
+    "changeDataFeed": props.ENABLE_CDF,
+    "inCommitTimestamp": props.ENABLE_ICT,
+}
+
+
+def reader_features(protocol: Protocol) -> frozenset[str]:
+    """Reader features a protocol requires (legacy reader 2 means columnMapping)."""
+    if protocol.min_reader_version >= 3:
+        return frozenset(protocol.reader_features or ())
+    return frozenset({"columnMapping"}) if protocol.min_reader_version == 2 else frozenset()
+
+
+def writer_features(protocol: Protocol) -> frozenset[str]:
+    """Writer features a protocol lists or implies."""
+    if protocol.min_writer_version >= 7:
+        return frozenset(protocol.writer_features or ())
+    return frozenset(_LEGACY_WRITER.get(protocol.min_writer_version, ()))
+
+
+def has_feature(protocol: Protocol, feature: str) -> bool:
+    return feature in writer_features(protocol) or feature in reader_features(protocol)
+
+
+def check_readable(protocol: Protocol, table: str) -> None:
+    """Fail, naming the features, if we cannot read a table with this protocol."""
+    if protocol.min_reader_version > 3:
+        raise UnsupportedFeatureError(
+            f"Table {table} requires reader version {protocol.min_reader_version}; "
+            "this library reads protocol versions up to 3. Upgrade serialake."
+        )
+    missing = sorted(reader_features(protocol) - SUPPORTED_READER_FEATURES)
+    if missing:
+        raise UnsupportedFeatureError(
+            f"Table {table} requires reader feature(s) {', '.join(missing)}, which serialake does not support."
+        )
+
+
+def check_writable(protocol: Protocol, metadata: Metadata | None, table: str) -> None:
+    """Fail, naming the features, if we cannot write a table with this protocol and metadata."""
+    check_readable(protocol, table)
+    if protocol.min_writer_version > 7:
+        raise UnsupportedFeatureError(
+            f"Table {table} requires writer version {protocol.min_writer_version}; "
+            "this library writes protocol versions up to 7."
+        )
+    missing = sorted(writer_features(protocol) - SUPPORTED_WRITER_FEATURES)
+    if missing:
+        raise UnsupportedFeatureError(
+            f"Table {table} requires writer feature(s) {', '.join(missing)}, which serialake does not support "
+            "for writing. Reading the table works."
+        )
+
+
+def required_protocol(
+    configuration: Mapping[str, str],
+    features: Iterable[str] = (),
+    base: Protocol | None = None,
+) -> Protocol:
+    """The smallest protocol that supports ``base`` plus the features the properties turn on.
+
+    Without features beyond the legacy set the protocol stays at (1, 2); any named
+    feature moves the table to (3, 7) with explicit feature lists.
+    """
+    wanted: set[str] = set(features)
+    conf_lower = {k.lower(): v for k, v in configuration.items()}
+    for feature, key in FEATURE_PROPERTY.items():
+        if conf_lower.get(key.lower(), "").lower() == "true":
+            wanted.add(feature)
+    for key, value in configuration.items():
+        if key.lower().startswith(props.FEATURE_PREFIX) and value.lower() in ("supported", "enabled"):
+            wanted.add(key[len(props.FEATURE_PREFIX):])
+    if any(k.lower().startswith("delta.constraints.") for k in configuration):
+        wanted.add("checkConstraints")
+    if conf_lower.get(props.COLUMN_MAPPING_MODE.lower(), "none").lower() != "none":
+        wanted.add("columnMapping")
+
+    base = base or Protocol(1, 2)
+    base_readers = reader_features(base)
+    base_writers = writer_features(base)
+    if wanted <= base_writers:
+        return base
+    all_writers = sorted(base_writers | wanted)
+    rw = sorted(base_readers | {f for f in wanted if f in READER_WRITER_FEATURES})
+    needs_reader_features = bool(rw)
+    return Protocol(
+        min_reader_version=3 if needs_reader_features else max(1, base.min_reader_version),
+        min_writer_version=7,
+        reader_features=tuple(rw) if needs_reader_features else None,
+        writer_features=tuple(all_writers),
+    )
+
+
+def active_unsupported_write_properties(metadata: Metadata) -> list[str]:
+    """Properties of a table we can write only partly (e.g. CDF on DML); named in errors."""
+    out = []
+    if props.get(metadata.configuration, props.ENABLE_CDF):
+        out.append(props.ENABLE_CDF)
+    return out

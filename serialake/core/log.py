@@ -1,0 +1,341 @@
+"""``DeltaLog``: one table's transaction log, its snapshots and its commits.
+
+One ``DeltaLog`` per table path per process (``DeltaLog.for_table`` caches it). It keeps
+the latest snapshot and refreshes it incrementally: new commits are found by probing
+the next version numbers, never by replaying from version 0 when state is at hand.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import os
+import threading
+import time
+from collections import OrderedDict
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from serialake.core import properties as props
+from serialake.core.actions import Action, CommitInfo, now_ms
+from serialake.core.checkpoint import read_checkpoint, write_checkpoint
+from serialake.core.logfiles import (
+    LOG_DIR,
+    LogSegment,
+    build_segment,
+    commit_name,
+    list_log,
+    version_of,
+)
+from serialake.core.snapshot import Snapshot, TableState, commit_timestamp, parse_commit
+from serialake.exceptions import (
+    CorruptLogError,
+    DeltaIllegalArgumentException,
+    DeltaTableNotFoundError,
+)
+from serialake.storage import LogStore, normalize_table_path, store_for
+
+if TYPE_CHECKING:
+    from serialake.core.transaction import OptimisticTransaction
+
+log = logging.getLogger("serialake")
+
+
+@dataclass(frozen=True)
+class CommitEntry:
+    """One commit as read from the log: its actions and timestamp."""
+
+    version: int
+    actions: tuple[Action, ...]
+    timestamp: int
+
+    @property
+    def commit_info(self) -> CommitInfo | None:
+        for a in self.actions:
+            if isinstance(a, CommitInfo):
+                return a
+        return None
+
+
+class DeltaLog:
+    """Access to one table's ``_delta_log``."""
+
+    _instances: dict[tuple[str, int], DeltaLog] = {}
+    _instances_lock = threading.Lock()
+    _COMMIT_CACHE = 512
+
+    def __init__(self, table_path: str, store: LogStore | None = None) -> None:
+        self.table_path = normalize_table_path(table_path)
+        self.log_path = os.path.join(self.table_path, LOG_DIR)
+        self.store = store or store_for(self.table_path)
+        self._lock = threading.RLock()
+        self._snapshot: Snapshot | None = None
+        self._commits: OrderedDict[int, CommitEntry] = OrderedDict()
+        self._commits_lock = threading.Lock()
+        self._checkpointer: ThreadPoolExecutor | None = None
+        self._pending_checkpoint: Future | None = None
+        self.last_checkpoint_error: BaseException | None = None
+
+    # -- construction -----------------------------------------------------------
+    @classmethod
+    def for_table(cls, path: str, store: LogStore | None = None) -> DeltaLog:
+        """The (process-wide cached) log of the table at ``path``."""
+        key = (normalize_table_path(path), id(store) if store is not None else 0)
+        with cls._instances_lock:
+            inst = cls._instances.get(key)
+            if inst is None:
+                inst = cls(path, store)
+                cls._instances[key] = inst
+            return inst
+
+    @classmethod
+    def clear_cache(cls) -> None:
+        with cls._instances_lock:
+            cls._instances.clear()
+
+    def __repr__(self) -> str:
+        return f"DeltaLog({self.table_path!r})"
+
+    # -- files ------------------------------------------------------------------
+    def commit_path(self, version: int) -> str:
+        return os.path.join(self.log_path, commit_name(version))
+
+    def table_exists(self) -> bool:
+        """Whether the path holds a Delta table (a commit or checkpoint in ``_delta_log``)."""
+        try:
+            self._latest_segment()
+        except DeltaTableNotFoundError:
+            return False
+        return True
+
+    def read_commit(self, version: int) -> CommitEntry:
+        """Commit ``version`` (cached); ``FileNotFoundError`` when it does not exist."""
+        with self._commits_lock:
+            entry = self._commits.get(version)
+        if entry is not None:
+            return entry
+        path = self.commit_path(version)
+        data = self.store.read(path)
+        actions = parse_commit(data, self.table_path, version)
+        try:
+            mtime = int(os.stat(path).st_mtime * 1000) if os.path.exists(path) else 0
+        except OSError:
+            mtime = 0
+        entry = CommitEntry(version, tuple(actions), commit_timestamp(actions, mtime))
+        self._remember(entry)
+        return entry
+
+    def remember_commit(self, version: int, actions: list[Action]) -> None:
+        """Cache a commit this process just wrote, so refreshing does not read it back."""
+        self._remember(CommitEntry(version, tuple(actions), commit_timestamp(actions, now_ms())))
+
+    def _remember(self, entry: CommitEntry) -> None:
+        with self._commits_lock:
+            self._commits[entry.version] = entry
+            while len(self._commits) > self._COMMIT_CACHE:
+                self._commits.popitem(last=False)
+
+    def commits_after(self, version: int, limit: int | None = None) -> list[CommitEntry]:
+        """Commits ``version+1, version+2, ...`` that exist now, found by probing names."""
+        out: list[CommitEntry] = []
+        v = version + 1
+        while limit is None or len(out) < limit:
+            try:
+                out.append(self.read_commit(v))
+            except FileNotFoundError:
+                break
+            v += 1
+        return out
+
+    # -- snapshots --------------------------------------------------------------
+    def _latest_segment(self, version: int | None = None) -> LogSegment:
+        return build_segment(self.store, self.table_path, self.log_path, version)
+
+    def _load(self, segment: LogSegment) -> Snapshot:
+        state = TableState()
+        ts = 0
+        if segment.checkpoint is not None:
+            state.apply(read_checkpoint(self.store, self.log_path, segment.checkpoint))
+            ts = segment.checkpoint.files[0].modification_time
+        for v, st in segment.commits:
+            entry = self._entry_from_listing(v, st.modification_time)
+            state.apply(entry.actions)
+            ts = entry.timestamp
+        return Snapshot(self.table_path, segment.version, state, segment, ts)
+
+    def _entry_from_listing(self, version: int, mtime: int) -> CommitEntry:
+        with self._commits_lock:
+            entry = self._commits.get(version)
+        if entry is not None:
+            return entry
+        try:
+            data = self.store.read(self.commit_path(version))
+        except FileNotFoundError:
+            raise CorruptLogError(
+                f"Table {self.table_path}: commit version {version} disappeared while loading"
+            ) from None
+        actions = parse_commit(data, self.table_path, version)
+        entry = CommitEntry(version, tuple(actions), commit_timestamp(actions, mtime))
+        self._remember(entry)
+        return entry
+
+    def update(self) -> Snapshot:
+        """The latest snapshot, refreshed by reading only commits newer than the cached one."""
+        with self._lock:
+            snap = self._snapshot
+            if snap is None:
+                snap = self._load(self._latest_segment())
+            else:
+                new = self.commits_after(snap.version)
+                if new:
+                    snap = snap.with_commits([(e.version, list(e.actions), e.timestamp) for e in new])
+            self._snapshot = snap
+            return snap
+
+    def snapshot(self, version: int | None = None, timestamp: Any = None) -> Snapshot:
+        """The table at ``version``, at a ``timestamp`` (ms, datetime or ISO string), or latest."""
+        if version is not None and timestamp is not None:
+            raise DeltaIllegalArgumentException("Give a version or a timestamp, not both")
+        if timestamp is not None:
+            version = self.version_at_timestamp(timestamp)
+        if version is None:
+            return self.update()
+        if version < 0:
+            raise DeltaIllegalArgumentException(f"Table {self.table_path}: version {version} is negative")
+        cached = self._snapshot
+        if cached is not None and cached.version == version:
+            return cached
+        if cached is not None and cached.version < version:
+            # Incremental from the cached state when the target is ahead of it.
+            latest = self.update()
+            if latest.version == version:
+                return latest
+        return self._load(self._latest_segment(version))
+
+    def commit_timestamps(self) -> list[tuple[int, int]]:
+        """``(version, timestamp_ms)`` of every commit still in the log, made non-decreasing."""
+        out: list[tuple[int, int]] = []
+        last = -1
+        for st in list_log(self.store, self.log_path):
+            v = version_of(st.name)
+            if v is None:
+                continue
+            ts = st.modification_time
+            with self._commits_lock:
+                entry = self._commits.get(v)
+            if entry is not None:
+                ts = entry.timestamp
+            ts = max(ts, last + 1) if last >= 0 else ts
+            out.append((v, ts))
+            last = ts
+        return out
+
+    def version_at_timestamp(self, timestamp: Any) -> int:
+        """The latest version committed at or before ``timestamp``."""
+        ts = to_millis(timestamp)
+        stamps = self.commit_timestamps()
+        if not stamps:
+            raise DeltaTableNotFoundError(f"{self.table_path} is not a Delta table")
+        times = [t for _, t in stamps]
+        i = bisect.bisect_right(times, ts)
+        if i == 0:
+            raise DeltaIllegalArgumentException(
+                f"Table {self.table_path}: timestamp {format_ms(ts)} is before the earliest available "
+                f"version {stamps[0][0]} ({format_ms(stamps[0][1])})"
+            )
+        return stamps[i - 1][0]
+
+    # -- transactions -----------------------------------------------------------
+    def start_transaction(
+        self, snapshot: Snapshot | None = None, *, isolation_level: str | None = None, **options: Any
+    ) -> OptimisticTransaction:
+        """A transaction pinned to ``snapshot`` (the latest when None; none for a new table)."""
+        from serialake.core.transaction import OptimisticTransaction
+
+        if snapshot is None:
+            try:
+                snapshot = self.update()
+            except DeltaTableNotFoundError:
+                snapshot = None
+        return OptimisticTransaction(self, snapshot, isolation_level=isolation_level, **options)
+
+    def history(self, limit: int | None = None) -> list[tuple[int, CommitEntry]]:
+        """Newest-first commits with their commitInfo (as many as are still in the log)."""
+        latest = self.update().version
+        out = []
+        v = latest
+        while v >= 0 and (limit is None or len(out) < limit):
+            try:
+                out.append((v, self.read_commit(v)))
+            except FileNotFoundError:
+                break
+            v -= 1
+        return out
+
+    # -- checkpoints ------------------------------------------------------------
+    def checkpoint(self, version: int | None = None) -> dict[str, Any]:
+        """Write a classic checkpoint at ``version`` (latest when None); returns ``_last_checkpoint``."""
+        snap = self.snapshot(version)
+        retention = props.get(snap.configuration, props.DELETED_FILE_RETENTION)
+        cutoff = int(time.time() * 1000) - retention
+        actions = snap.checkpoint_actions(cutoff)
+        return write_checkpoint(self.store, self.log_path, snap.version, actions, snap.num_files)
+
+    def maybe_checkpoint_async(self, version: int, configuration: dict[str, str]) -> None:
+        """Schedule a checkpoint after committing ``version`` if the interval says so.
+
+        Runs on a background thread; a failure is logged and kept in
+        ``last_checkpoint_error``, never raised into the commit that triggered it.
+        """
+        interval = props.get(configuration, props.CHECKPOINT_INTERVAL)
+        if version == 0 or version % interval != 0:
+            return
+        with self._lock:
+            if self._checkpointer is None:
+                self._checkpointer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="serialake-checkpoint")
+            self._pending_checkpoint = self._checkpointer.submit(self._checkpoint_quietly, version)
+
+    def _checkpoint_quietly(self, version: int) -> None:
+        try:
+            self.checkpoint(version)
+        except BaseException as e:  # noqa: BLE001 - a checkpoint must never fail a commit
+            self.last_checkpoint_error = e
+            log.warning("checkpoint of %s at version %d failed: %s", self.table_path, version, e)
+
+    def wait_for_checkpoints(self) -> None:
+        """Block until a scheduled checkpoint finished (tests and short-lived tools)."""
+        fut = self._pending_checkpoint
+        if fut is not None:
+            fut.result()
+
+
+def to_millis(ts: Any) -> int:
+    """Milliseconds since the epoch from ms, seconds-float, datetime, date or an ISO string."""
+    import datetime as dt
+
+    if isinstance(ts, bool):
+        raise DeltaIllegalArgumentException(f"Not a timestamp: {ts!r}")
+    if isinstance(ts, int):
+        return ts
+    if isinstance(ts, float):
+        return int(ts * 1000)
+    if isinstance(ts, str):
+        text = ts.strip().replace("Z", "+00:00")
+        try:
+            ts = dt.datetime.fromisoformat(text)
+        except ValueError:
+            raise DeltaIllegalArgumentException(f"Cannot parse timestamp '{ts}'") from None
+    if isinstance(ts, dt.datetime):
+        if ts.tzinfo is None:
+            ts = ts.replace(tzinfo=dt.timezone.utc)
+        return int(ts.timestamp() * 1000)
+    if isinstance(ts, dt.date):
+        return int(dt.datetime(ts.year, ts.month, ts.day, tzinfo=dt.timezone.utc).timestamp() * 1000)
+    raise DeltaIllegalArgumentException(f"Not a timestamp: {ts!r}")
+
+
+def format_ms(ms: int) -> str:
+    import datetime as dt
+
+    return dt.datetime.fromtimestamp(ms / 1000, dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + " UTC"

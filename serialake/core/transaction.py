@@ -1,0 +1,470 @@
+"""Optimistic transactions: record what was read, then validate and commit.
+
+A transaction is pinned to the snapshot it started from. It records its reads
+(``filter_files``, ``read_whole_table``, ``txn_version``), and ``commit`` writes the next
+version with put-if-absent. When another writer won that version, the winners are read
+(only the new commit files, by their summary) and checked in order by
+``serialake.core.conflicts``; with no conflict the commit is retried at the next version.
+A commit whose outcome was lost is recognised on retry by its ``txnId``.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+import uuid
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
+
+from serialake.core import features
+from serialake.core import properties as props
+from serialake.core.actions import (
+    Action,
+    AddCDCFile,
+    AddFile,
+    CommitInfo,
+    DomainMetadata,
+    FileAction,
+    Metadata,
+    Protocol,
+    RemoveFile,
+    SetTransaction,
+    actions_to_jsonl,
+    now_ms,
+)
+from serialake.core.conflicts import ReadPredicate, TransactionInfo, WinnerSummary, check_winner
+from serialake.exceptions import (
+    CommitFailedError,
+    DeltaAnalysisException,
+    DeltaIllegalArgumentException,
+    FileAlreadyExistsError,
+    InvalidPropertyError,
+)
+
+if TYPE_CHECKING:
+    from serialake.core.log import DeltaLog
+    from serialake.core.snapshot import Snapshot
+
+VERSION = "serialake"
+
+COMMIT_MAX_ATTEMPTS = "commit.max-attempts"
+COMMIT_MAX_ATTEMPTS_DEFAULT = 10_000
+COMMIT_MAX_DURATION_S = "commit.max-duration-s"
+COMMIT_MAX_DURATION_S_DEFAULT = 600.0
+COMMIT_BACKOFF_BASE_S = "commit.backoff-base-s"
+COMMIT_BACKOFF_BASE_S_DEFAULT = 0.0005
+COMMIT_BACKOFF_MAX_S = "commit.backoff-max-s"
+COMMIT_BACKOFF_MAX_S_DEFAULT = 0.05
+
+
+@dataclass(frozen=True)
+class CommitOptions:
+    """Retry policy of the commit loop."""
+
+    max_attempts: int = COMMIT_MAX_ATTEMPTS_DEFAULT
+    max_duration_s: float = COMMIT_MAX_DURATION_S_DEFAULT
+    backoff_base_s: float = COMMIT_BACKOFF_BASE_S_DEFAULT
+    backoff_max_s: float = COMMIT_BACKOFF_MAX_S_DEFAULT
+
+
+@dataclass(frozen=True)
+class CommitResult:
+    """What a successful commit did: its version, attempts, and the winners it rebased over."""
+
+    version: int
+    attempts: int
+    winners_checked: int
+    duration_s: float
+
+
+class OptimisticTransaction:
+    """One write to a table (see module docstring)."""
+
+    def __init__(
+        self,
+        delta_log: DeltaLog,
+        snapshot: Snapshot | None,
+        *,
+        isolation_level: str | None = None,
+        options: CommitOptions | None = None,
+    ) -> None:
+        self.delta_log = delta_log
+        self.snapshot = snapshot
+        self.read_version = snapshot.version if snapshot is not None else -1
+        self.txn_id = str(uuid.uuid4())
+        self.options = options or CommitOptions()
+        self._isolation_override = _parse_level(isolation_level) if isolation_level else None
+        self._new_metadata: Metadata | None = None
+        self._new_protocol: Protocol | None = None
+        self.read_predicates: list[ReadPredicate] = []
+        self.read_files: dict[str, AddFile] = {}
+        self.read_whole = False
+        self.read_app_ids: set[str] = set()
+        self.committed: CommitResult | None = None
+        self.start_time = time.monotonic()
+        self.resolve_delete_delete: Any = None
+
+    # -- what the transaction sees -----------------------------------------------
+    @property
+    def table_path(self) -> str:
+        return self.delta_log.table_path
+
+    @property
+    def metadata(self) -> Metadata | None:
+        """The metadata as this transaction will commit it."""
+        return self._new_metadata or (self.snapshot.metadata if self.snapshot else None)
+
+    @property
+    def protocol(self) -> Protocol | None:
+        return self._new_protocol or (self.snapshot.protocol if self.snapshot else None)
+
+    @property
+    def is_new_table(self) -> bool:
+        return self.snapshot is None
+
+    def update_metadata(self, metadata: Metadata) -> None:
+        """Replace the table metadata in this commit (schema, partitioning, properties)."""
+        if self.committed:
+            raise DeltaIllegalArgumentException("Transaction already committed")
+        conf = props.validate_properties(metadata.configuration, table=self.table_path)
+        if self.snapshot is not None and metadata.id != self.snapshot.metadata.id:
+            # A metadata update keeps the table identity unless the caller replaces the table.
+            metadata = replace(metadata, id=self.snapshot.metadata.id)
+        metadata = replace(metadata, configuration=conf)
+        from serialake.core.schema import StructType
+
+        schema = StructType.from_json(metadata.schema_string)
+        names = {f.name.lower() for f in schema.fields}
+        for col in metadata.partition_columns:
+            if col.lower() not in names:
+                raise DeltaAnalysisException(
+                    f"Partition column '{col}' is not in the schema of table {self.table_path} "
+                    f"(columns: {', '.join(f.name for f in schema.fields)})"
+                )
+        self._new_metadata = metadata
+        base = self.protocol
+        needed = features.required_protocol(conf, base=base)
+        if base is None or needed != base:
+            self._new_protocol = needed
+
+    def update_protocol(self, protocol: Protocol) -> None:
+        """Upgrade the protocol in this commit."""
+        self._new_protocol = protocol
+
+    @property
+    def isolation_level(self) -> str:
+        """The level this commit runs at (SnapshotIsolation is chosen at commit for compaction)."""
+        if self._isolation_override:
+            return self._isolation_override
+        meta = self.metadata
+        return props.isolation_level(meta.configuration if meta else {})
+
+    # -- reads ------------------------------------------------------------------
+    def filter_files(self, predicates: Sequence[Any] | None = None) -> list[AddFile]:
+        """Files that may hold rows matching ``predicates`` (SQL strings or parsed expressions).
+
+        Records the partition part of the predicates as read (data-column parts widen it,
+        as Delta does) and the returned files as read. ``[]`` or None reads everything.
+        """
+        from serialake.core import predicates as P
+
+        exprs = [P.parse_predicate(p) if isinstance(p, str) else p for p in (predicates or [])]
+        if self.snapshot is None:
+            files: list[AddFile] = []
+            schema = None
+            part_cols: list[str] = []
+        else:
+            files = self.snapshot.all_files
+            schema = self.snapshot.schema
+            part_cols = list(self.snapshot.partition_columns)
+        full = P.conjunction(exprs)
+        part_expr = P.partition_filter(exprs, part_cols)
+        text = P.to_sql(part_expr)
+        if schema is not None:
+            match_part = P.compile_predicate(part_expr, schema, part_cols)
+            match_full = P.compile_predicate(full, schema, part_cols)
+            files = [f for f in files if match_full(f.partition_values or {}, _stats(f))]
+            self.read_predicates.append(
+                ReadPredicate(text, lambda pv, _m=match_part: _m(pv, None), whole_table=_is_true(part_expr))
+            )
+        else:
+            self.read_predicates.append(ReadPredicate(text, lambda pv: True, whole_table=True))
+        for f in files:
+            self.read_files[f.path] = f
+        return files
+
+    def read_whole_table(self) -> list[AddFile]:
+        """Record a read of the entire table (every concurrent change to it conflicts)."""
+        self.read_whole = True
+        self.read_predicates.append(ReadPredicate("TRUE", lambda pv: True, whole_table=True))
+        files = self.snapshot.all_files if self.snapshot else []
+        for f in files:
+            self.read_files[f.path] = f
+        return files
+
+    def txn_version(self, app_id: str) -> int | None:
+        """Last version committed by ``app_id`` (None if never); recorded as read."""
+        self.read_app_ids.add(app_id)
+        return self.snapshot.txn_version(app_id) if self.snapshot else None
+
+    # -- commit -----------------------------------------------------------------
+    def commit(
+        self,
+        actions: Iterable[Action],
+        operation: str = "WRITE",
+        operation_parameters: Mapping[str, Any] | None = None,
+        operation_metrics: Mapping[str, Any] | None = None,
+        *,
+        tags: Mapping[str, str] | None = None,
+        user_metadata: str | None = None,
+    ) -> int:
+        """Commit ``actions`` as the next version; returns the version committed.
+
+        Raises one of the ``DeltaConcurrentModificationException`` subclasses when a
+        concurrent commit conflicts; then nothing of this transaction is in the table.
+        """
+        if self.committed:
+            raise DeltaIllegalArgumentException("Transaction already committed")
+        started = time.monotonic()
+        actions = list(actions)
+        info = self._prepare(actions, operation, operation_parameters, operation_metrics, tags, user_metadata)
+        result = self._commit_loop(info, started)
+        self.committed = result
+        meta = info.metadata or info.read_metadata
+        self.delta_log.maybe_checkpoint_async(result.version, dict(meta.configuration) if meta else {})
+        return result.version
+
+    def _prepare(
+        self,
+        actions: list[Action],
+        operation: str,
+        operation_parameters: Mapping[str, Any] | None,
+        operation_metrics: Mapping[str, Any] | None,
+        tags: Mapping[str, str] | None,
+        user_metadata: str | None,
+    ) -> TransactionInfo:
+        table = self.table_path
+        metas = [a for a in actions if isinstance(a, Metadata)]
+        protos = [a for a in actions if isinstance(a, Protocol)]
+        if len(metas) > 1 or len(protos) > 1:
+            raise DeltaIllegalArgumentException(
+                f"A commit to {table} may hold at most one metaData and one protocol action"
+            )
+        if metas:
+            self.update_metadata(metas[0])
+        if protos:
+            self.update_protocol(protos[0])
+        body = [a for a in actions if not isinstance(a, (Metadata, Protocol, CommitInfo))]
+        _check_duplicates(body, table)
+        if self.snapshot is None:
+            if self._new_metadata is None:
+                raise DeltaAnalysisException(
+                    f"Table {table} does not exist: the first commit must set its metadata (schema)"
+                )
+            if self._new_protocol is None:
+                self._new_protocol = features.required_protocol(self._new_metadata.configuration)
+        protocol = self.protocol
+        assert protocol is not None
+        features.check_writable(protocol, self.metadata, table)
+        self._check_append_only(body)
+        _check_paths(body, table)
+
+        file_actions = [a for a in body if isinstance(a, FileAction)]
+        only_files = len(file_actions) == len(body)
+        no_data_change = all(not a.data_change for a in file_actions) and not any(
+            isinstance(a, AddCDCFile) for a in body
+        )
+        level = self.isolation_level
+        if (
+            self._new_metadata is None
+            and self._new_protocol is None
+            and only_files
+            and no_data_change
+        ):
+            level = props.SNAPSHOT_ISOLATION
+        has_reads = bool(self.read_predicates or self.read_files or self.read_whole)
+        blind = (
+            not has_reads
+            and all(isinstance(a, (AddFile, SetTransaction)) for a in body)
+            and any(isinstance(a, AddFile) for a in body)
+            and self._new_metadata is None
+        )
+        ci_values: dict[str, Any] = {
+            "timestamp": now_ms(),
+            "operation": operation,
+            "operationParameters": {k: _param(v) for k, v in (operation_parameters or {}).items()},
+            "readVersion": self.read_version if self.read_version >= 0 else None,
+            "isolationLevel": level,
+            "isBlindAppend": blind,
+            "operationMetrics": {k: str(v) for k, v in (operation_metrics or {}).items()},
+            "engineInfo": f"{VERSION}",
+            "txnId": self.txn_id,
+        }
+        if user_metadata is not None:
+            ci_values["userMetadata"] = user_metadata
+        if tags:
+            ci_values["tags"] = dict(tags)
+        if ci_values["readVersion"] is None:
+            del ci_values["readVersion"]
+        lead: list[Action] = [CommitInfo(ci_values)]
+        if self._new_protocol is not None:
+            lead.append(self._new_protocol)
+        if self._new_metadata is not None:
+            lead.append(self._new_metadata)
+        snap = self.snapshot
+        return TransactionInfo(
+            table=table,
+            read_version=self.read_version,
+            read_metadata=snap.metadata if snap else None,
+            read_protocol=snap.protocol if snap else None,
+            isolation_level=level,
+            read_predicates=list(self.read_predicates),
+            read_files=dict(self.read_files),
+            read_whole_table=self.read_whole,
+            read_app_ids=set(self.read_app_ids),
+            actions=lead + body,
+            metadata=self._new_metadata,
+            protocol=self._new_protocol,
+            is_blind_append=blind,
+            txn_id=self.txn_id,
+            resolve_delete_delete=self.resolve_delete_delete,
+        )
+
+    def _check_append_only(self, body: list[Action]) -> None:
+        meta = self.metadata
+        if meta is None or not props.get(meta.configuration, props.APPEND_ONLY):
+            return
+        for a in body:
+            if isinstance(a, RemoveFile) and a.data_change:
+                raise DeltaAnalysisException(
+                    f"Table {self.table_path} is append-only (delta.appendOnly=true): this commit removes "
+                    f"data file {a.path}. Unset the property to delete or update rows."
+                )
+
+    def _commit_loop(self, info: TransactionInfo, started: float) -> CommitResult:
+        dlog = self.delta_log
+        store = dlog.store
+        attempt_version = info.read_version + 1
+        attempts = 0
+        checked = 0
+        last_checked = info.read_version
+        opts = self.options
+        while True:
+            attempts += 1
+            body = actions_to_jsonl(info.actions)
+            try:
+                store.put_if_absent(dlog.commit_path(attempt_version), body)
+                dlog.remember_commit(attempt_version, info.actions)
+                return CommitResult(attempt_version, attempts, checked, time.monotonic() - started)
+            except FileAlreadyExistsError:
+                pass
+            except OSError:
+                # Outcome unknown (e.g. the response was lost): the winners check below finds
+                # our own txnId if the commit did land.
+                pass
+            # Check every commit after the last one checked, in order.
+            winners = dlog.commits_after(last_checked)
+            for entry in winners:
+                summary = WinnerSummary.of(entry.version, entry.actions)
+                if summary.txn_id == info.txn_id:
+                    return CommitResult(entry.version, attempts, checked, time.monotonic() - started)
+                info = check_winner(info, summary)
+                checked += 1
+                last_checked = entry.version
+            attempt_version = last_checked + 1
+            elapsed = time.monotonic() - started
+            if attempts >= opts.max_attempts or elapsed > opts.max_duration_s:
+                raise CommitFailedError(
+                    f"Commit to {info.table} gave up after {attempts} attempts and {elapsed:.1f}s "
+                    f"(no conflict found; the table is under heavy contention). Nothing was committed. "
+                    f"Raise CommitOptions.max_attempts / max_duration_s to wait longer."
+                )
+            if not winners:
+                # Nothing new to check but the put failed: an I/O error. Back off before retrying.
+                time.sleep(min(opts.backoff_max_s, opts.backoff_base_s * (2 ** min(attempts, 10))))
+            elif attempts > 2:
+                time.sleep(random.uniform(0, min(opts.backoff_max_s, opts.backoff_base_s * 2 ** min(attempts, 10))))
+
+    # -- context manager: ``with log.start_transaction() as txn`` --------------------
+    def __enter__(self) -> OptimisticTransaction:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        return None
+
+
+def _stats(f: AddFile) -> dict[str, Any] | None:
+    if not f.stats:
+        return None
+    try:
+        return json.loads(f.stats)
+    except ValueError:
+        return None
+
+
+def _is_true(expr: Any) -> bool:
+    from serialake.core import predicates as P
+
+    return P.to_sql(expr).strip().upper() == "TRUE"
+
+
+def _param(v: Any) -> str:
+    return v if isinstance(v, str) else json.dumps(v)
+
+
+def _parse_level(level: str) -> str:
+    for lv in (props.SERIALIZABLE, props.WRITE_SERIALIZABLE, props.SNAPSHOT_ISOLATION):
+        if level.strip().lower() == lv.lower():
+            return lv
+    raise InvalidPropertyError(
+        f"Invalid isolation level '{level}'. Valid values: {props.SERIALIZABLE}, {props.WRITE_SERIALIZABLE}"
+    )
+
+
+def _check_duplicates(body: list[Action], table: str) -> None:
+    seen_add: set[str] = set()
+    seen_remove: set[str] = set()
+    apps: dict[str, int] = {}
+    for a in body:
+        if isinstance(a, AddFile):
+            if a.path in seen_add:
+                raise DeltaIllegalArgumentException(f"Commit to {table} adds file {a.path} twice")
+            seen_add.add(a.path)
+        elif isinstance(a, RemoveFile):
+            if a.path in seen_remove:
+                raise DeltaIllegalArgumentException(f"Commit to {table} removes file {a.path} twice")
+            seen_remove.add(a.path)
+        elif isinstance(a, SetTransaction):
+            if a.app_id in apps and apps[a.app_id] != a.version:
+                raise DeltaIllegalArgumentException(
+                    f"Commit to {table} sets two versions for application {a.app_id}"
+                )
+            apps[a.app_id] = a.version
+
+
+def _check_paths(body: list[Action], table: str) -> None:
+    import posixpath
+    from urllib.parse import unquote
+
+    for a in body:
+        if isinstance(a, (AddFile, RemoveFile, AddCDCFile)):
+            p = unquote(a.path)
+            if p.startswith("file:"):
+                p = p[5:].lstrip("/")
+                p = "/" + p
+            if "://" in p:
+                raise DeltaIllegalArgumentException(
+                    f"Data file path '{a.path}' is not on the file system of table {table}"
+                )
+            if p.startswith("/"):
+                if not (p + "/").startswith(table.rstrip("/") + "/") and not p.startswith(table.rstrip("/") + "/"):
+                    raise DeltaIllegalArgumentException(
+                        f"Data file path '{a.path}' escapes the table directory of {table}"
+                    )
+                continue
+            norm = posixpath.normpath(p)
+            if norm == ".." or norm.startswith("../") or p == "":
+                raise DeltaIllegalArgumentException(
+                    f"Data file path '{a.path}' escapes the table directory of {table}"
+                )

@@ -1,0 +1,229 @@
+"""Exceptions, named as in delta-spark's ``delta.exceptions``, under one root.
+
+Every concurrent-modification exception carries the facts as attributes (table,
+read version, winning version and operation, partition or file) and its message
+ends with a ``Help:`` line saying what to do next.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = [
+    "ConcurrentAppendException",
+    "ConcurrentDeleteDeleteException",
+    "ConcurrentDeleteReadException",
+    "ConcurrentModificationException",
+    "ConcurrentTransactionException",
+    "ConcurrentWriteException",
+    "CommitFailedError",
+    "DeltaAnalysisException",
+    "DeltaConcurrentModificationException",
+    "DeltaError",
+    "DeltaIllegalArgumentException",
+    "DeltaProtocolError",
+    "DeltaTableNotFoundError",
+    "CorruptLogError",
+    "FileAlreadyExistsError",
+    "InvalidPropertyError",
+    "MetadataChangedException",
+    "ProtocolChangedException",
+    "SchemaMismatchError",
+    "UnsupportedFeatureError",
+]
+
+
+class DeltaError(Exception):
+    """Root of every error this library raises on purpose."""
+
+
+class DeltaIllegalArgumentException(DeltaError, ValueError):
+    """A caller passed something invalid (named in the message)."""
+
+
+class DeltaAnalysisException(DeltaError, ValueError):
+    """The operation cannot run against this table as it is (schema, columns, condition)."""
+
+
+class DeltaTableNotFoundError(DeltaAnalysisException, FileNotFoundError):
+    """The path holds no Delta table."""
+
+
+class InvalidPropertyError(DeltaIllegalArgumentException):
+    """A table property key or value is not valid."""
+
+
+class SchemaMismatchError(DeltaAnalysisException):
+    """Data written does not match the table schema."""
+
+
+class CorruptLogError(DeltaError, IOError):
+    """A log file cannot be parsed or the log has gaps."""
+
+
+class DeltaProtocolError(DeltaError):
+    """The table's protocol forbids the operation."""
+
+
+class UnsupportedFeatureError(DeltaProtocolError, NotImplementedError):
+    """The table needs a reader or writer feature this library does not support."""
+
+
+class FileAlreadyExistsError(DeltaError, FileExistsError):
+    """Put-if-absent found the file already there: another writer won that version."""
+
+
+class CommitFailedError(DeltaError):
+    """The commit could not be completed (retries exhausted, or a non-retryable store error)."""
+
+
+class ConcurrentModificationException(DeltaError, RuntimeError):
+    """Python-side stand-in for ``java.util.ConcurrentModificationException``."""
+
+
+class DeltaConcurrentModificationException(ConcurrentModificationException):
+    """A concurrent commit conflicts with this transaction; nothing of it was committed.
+
+    Attributes:
+        table: table path.
+        read_version: the version this transaction read.
+        winning_version: the conflicting commit's version.
+        winning_operation: that commit's operation (e.g. ``DELETE``).
+        partition: the partition involved, as ``{col: value}``, when known.
+        file: the data file involved, when known.
+        detail: what matched (predicate, app id, domain, ...).
+        help: what to do next.
+    """
+
+    default_help = "Retry the operation; it read data that changed while it ran."
+
+    def __init__(
+        self,
+        reason: str,
+        *,
+        table: str | None = None,
+        read_version: int | None = None,
+        winning_version: int | None = None,
+        winning_operation: str | None = None,
+        winning_commit_info: dict[str, Any] | None = None,
+        partition: dict[str, str | None] | None = None,
+        file: str | None = None,
+        detail: str | None = None,
+        help: str | None = None,
+    ) -> None:
+        self.reason = reason
+        self.table = table
+        self.read_version = read_version
+        self.winning_version = winning_version
+        self.winning_operation = winning_operation
+        self.winning_commit_info = winning_commit_info or {}
+        self.partition = partition
+        self.file = file
+        self.detail = detail
+        self.help = help or self.default_help
+        super().__init__(self._message())
+
+    def _message(self) -> str:
+        lines = [f"{type(self).__name__}: {self.reason}"]
+        if self.table is not None:
+            lines.append(f"  Table: {self.table}")
+        if self.winning_version is not None:
+            op = f" ({self.winning_operation})" if self.winning_operation else ""
+            lines.append(
+                f"  Conflicting commit: version {self.winning_version}{op}; "
+                f"this transaction read version {self.read_version}."
+            )
+        if self.partition:
+            part = ", ".join(f"{k}={v if v is not None else 'NULL'}" for k, v in self.partition.items())
+            lines.append(f"  Partition: {part}")
+        if self.file:
+            lines.append(f"  File: {self.file}")
+        if self.detail:
+            lines.append(f"  Detail: {self.detail}")
+        lines.append(f"Help: {self.help}")
+        return "\n".join(lines)
+
+    def __reduce__(self) -> Any:  # picklable across processes
+        return (
+            _rebuild,
+            (
+                type(self),
+                self.reason,
+                dict(
+                    table=self.table,
+                    read_version=self.read_version,
+                    winning_version=self.winning_version,
+                    winning_operation=self.winning_operation,
+                    winning_commit_info=self.winning_commit_info,
+                    partition=self.partition,
+                    file=self.file,
+                    detail=self.detail,
+                    help=self.help,
+                ),
+            ),
+        )
+
+
+def _rebuild(cls: type, reason: str, kwargs: dict[str, Any]) -> Any:
+    return cls(reason, **kwargs)
+
+
+class ProtocolChangedException(DeltaConcurrentModificationException):
+    """The protocol changed concurrently (upgrade, feature added or dropped, concurrent create)."""
+
+    default_help = (
+        "The table was upgraded, created or replaced concurrently. Reload the table and retry; "
+        "if the new protocol needs a feature this library lacks, upgrade serialake."
+    )
+
+
+class MetadataChangedException(DeltaConcurrentModificationException):
+    """The metadata (schema, properties, partitioning) changed concurrently."""
+
+    default_help = (
+        "A concurrent ALTER TABLE or schema change committed first. Reload the table and retry "
+        "against the new schema/properties; schedule metadata changes when no writer runs."
+    )
+
+
+class ConcurrentTransactionException(DeltaConcurrentModificationException):
+    """Another writer committed the same application transaction id or domain."""
+
+    default_help = (
+        "Two writers use the same application id (e.g. two streaming queries with one checkpoint "
+        "location). Never run them at the same time; give each writer its own app id."
+    )
+
+
+class ConcurrentWriteException(DeltaConcurrentModificationException):
+    """A concurrent commit made this one-shot commit (restore, clone) impossible."""
+
+
+class ConcurrentAppendException(DeltaConcurrentModificationException):
+    """Files were added concurrently to data this transaction read."""
+
+    default_help = (
+        "Make the separation explicit in the condition: add the partition values to it "
+        "(e.g. t.date = '2024-01-01' in the MERGE condition), or partition the table by the "
+        "columns of your conditions; under Serializable, consider WriteSerializable "
+        "(blind appends then do not conflict)."
+    )
+
+
+class ConcurrentDeleteReadException(DeltaConcurrentModificationException):
+    """A file this transaction read was removed concurrently."""
+
+    default_help = (
+        "A concurrent DELETE, UPDATE or MERGE rewrote a file this operation read. Retry it; "
+        "to avoid this, partition the table by the columns of both operations' conditions "
+        "and put the partition values in the conditions."
+    )
+
+
+class ConcurrentDeleteDeleteException(DeltaConcurrentModificationException):
+    """A file this transaction removes was removed concurrently."""
+
+    default_help = (
+        "Another operation (often a concurrent OPTIMIZE or DELETE) removed the same file. Retry; "
+        "do not run two compactions over the same partitions at once."
+    )

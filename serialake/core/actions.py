@@ -174,7 +174,7 @@ class Protocol(Action):
 class Metadata(Action):
     """Table identity, schema, partitioning and properties."""
 
-    schema_string: str = '{"type":"struct","fields":[]}'
+    schema_string: str | None = '{"type":"struct","fields":[]}'
     partition_columns: tuple[str, ...] = ()
     configuration: dict[str, str] = field(default_factory=dict)
     id: str = field(default_factory=lambda: str(uuid.uuid4()))
@@ -199,10 +199,12 @@ class Metadata(Action):
     @classmethod
     def _from_obj(cls, obj: Mapping[str, Any]) -> Metadata:
         # Absent optional keys stay absent: no fresh id or createdTime on read.
-        out = super()._from_obj({"createdTime": None, **obj})
+        out = super()._from_obj({"createdTime": None, "schemaString": None, **obj})
         return out
 
     def __post_init__(self) -> None:
+        if self.partition_columns is None:
+            object.__setattr__(self, "partition_columns", ())
         if not isinstance(self.partition_columns, tuple):
             object.__setattr__(self, "partition_columns", tuple(self.partition_columns))
         if isinstance(self.format, Mapping):
@@ -214,7 +216,10 @@ class Metadata(Action):
     def schema(self) -> Any:
         """The parsed schema (``serialake.core.schema.StructType``)."""
         from serialake.core.schema import StructType
+        from serialake.exceptions import CorruptLogError
 
+        if self.schema_string is None:
+            raise CorruptLogError(f"Table metadata {self.id} has no schemaString")
         return StructType.from_json(self.schema_string)
 
     def with_configuration(self, **changes: str | None) -> Metadata:

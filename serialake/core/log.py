@@ -116,7 +116,7 @@ class DeltaLog:
         if entry is not None:
             return entry
         path = self.commit_path(version)
-        data = self.store.read(path)
+        data = self._read_with_retry(path)
         actions = parse_commit(data, self.table_path, version)
         try:
             mtime = int(os.stat(path).st_mtime * 1000) if os.path.exists(path) else 0
@@ -125,6 +125,19 @@ class DeltaLog:
         entry = CommitEntry(version, tuple(actions), commit_timestamp(actions, mtime))
         self._remember(entry)
         return entry
+
+    def _read_with_retry(self, path: str, attempts: int = 5) -> bytes:
+        """Read a log file, retrying transient I/O errors (a missing file is not transient)."""
+        for i in range(attempts):
+            try:
+                return self.store.read(path)
+            except FileNotFoundError:
+                raise
+            except OSError:
+                if i == attempts - 1:
+                    raise
+                time.sleep(0.001 * 2**i)
+        raise AssertionError("unreachable")
 
     def remember_commit(self, version: int, actions: list[Action]) -> None:
         """Cache a commit this process just wrote, so refreshing does not read it back."""
@@ -170,7 +183,7 @@ class DeltaLog:
         if entry is not None:
             return entry
         try:
-            data = self.store.read(self.commit_path(version))
+            data = self._read_with_retry(self.commit_path(version))
         except FileNotFoundError:
             raise CorruptLogError(
                 f"Table {self.table_path}: commit version {version} disappeared while loading"

@@ -364,7 +364,12 @@ class OptimisticTransaction:
                 # our own txnId if the commit did land.
                 pass
             # Check every commit after the last one checked, in order.
-            winners = dlog.commits_after(last_checked)
+            try:
+                winners = dlog.commits_after(last_checked)
+            except FileNotFoundError:
+                raise
+            except OSError:
+                winners = []  # a failed read of the log: back off and try again
             for entry in winners:
                 summary = WinnerSummary.of(entry.version, entry.actions)
                 if summary.txn_id == info.txn_id:

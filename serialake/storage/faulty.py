@@ -1,0 +1,85 @@
+"""A fault-injecting log store for tests and verification runs.
+
+Wraps a real store and, with given probabilities, loses the response of a put that did
+land (an indeterminate commit), fails a put before it lands, fails or slows listings,
+and slows puts. Every injected fault is counted so a test can check it happened.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass
+
+from serialake.storage.base import FileStatus, LogStore
+
+
+class InjectedFault(OSError):
+    """An I/O error injected on purpose; the outcome of the operation may be unknown."""
+
+
+@dataclass
+class FaultPlan:
+    """Probabilities (0..1) and delays of each fault; only ``*.json`` commit puts are affected."""
+
+    lose_put_response: float = 0.0
+    fail_put: float = 0.0
+    fail_list: float = 0.0
+    fail_read: float = 0.0
+    slow_put_s: float = 0.0
+    slow_list_s: float = 0.0
+    seed: int | None = None
+
+
+class FaultyLogStore(LogStore):
+    """``LogStore`` that injects the faults of a ``FaultPlan`` into ``inner``."""
+
+    def __init__(self, inner: LogStore, plan: FaultPlan) -> None:
+        self.inner = inner
+        self.plan = plan
+        self.counts: Counter[str] = Counter()
+        self._rng = random.Random(plan.seed)
+        self._lock = threading.Lock()
+
+    def _roll(self, p: float) -> bool:
+        if p <= 0:
+            return False
+        with self._lock:
+            return self._rng.random() < p
+
+    def read(self, path: str) -> bytes:
+        if path.endswith(".json") and self._roll(self.plan.fail_read):
+            self.counts["fail_read"] += 1
+            raise InjectedFault(f"injected read failure: {path}")
+        return self.inner.read(path)
+
+    def list_from(self, directory: str, start_name: str = "") -> list[FileStatus]:
+        if self.plan.slow_list_s:
+            time.sleep(self.plan.slow_list_s)
+        if self._roll(self.plan.fail_list):
+            self.counts["fail_list"] += 1
+            raise InjectedFault(f"injected listing failure: {directory}")
+        return self.inner.list_from(directory, start_name)
+
+    def put_if_absent(self, path: str, data: bytes) -> None:
+        commit = path.endswith(".json")
+        if commit and self.plan.slow_put_s:
+            time.sleep(self._rng.uniform(0, self.plan.slow_put_s))
+        if commit and self._roll(self.plan.fail_put):
+            self.counts["fail_put"] += 1
+            raise InjectedFault(f"injected put failure (nothing written): {path}")
+        self.inner.put_if_absent(path, data)
+        if commit and self._roll(self.plan.lose_put_response):
+            self.counts["lost_put_response"] += 1
+            raise InjectedFault(f"injected lost response (the commit was written): {path}")
+
+    def write(self, path: str, data: bytes) -> None:
+        self.inner.write(path, data)
+
+    def exists(self, path: str) -> bool:
+        return self.inner.exists(path)
+
+    def delete(self, path: str) -> None:
+        self.inner.delete(path)

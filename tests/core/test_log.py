@@ -1,0 +1,258 @@
+"""Log store, snapshot replay, time travel, checkpoints, properties, features and bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+
+import pytest
+
+from serialake.core import DeltaLog
+from serialake.core.actions import AddFile, Metadata, Protocol
+from serialake.exceptions import (
+    CorruptLogError,
+    DeltaIllegalArgumentException,
+    DeltaTableNotFoundError,
+    FileAlreadyExistsError,
+    InvalidPropertyError,
+    UnsupportedFeatureError,
+)
+from serialake.storage import LocalLogStore
+from serialake.storage.faulty import FaultPlan, FaultyLogStore
+from tests.core.conftest import SCHEMA, add_file
+
+
+# -- log store ------------------------------------------------------------------
+def test_put_if_absent_never_overwrites(tmp_path):
+    store = LocalLogStore()
+    path = str(tmp_path / "_delta_log" / "00000000000000000000.json")
+    store.put_if_absent(path, b"first\n")
+    with pytest.raises(FileAlreadyExistsError):
+        store.put_if_absent(path, b"second\n")
+    assert open(path, "rb").read() == b"first\n"
+    assert [s.name for s in store.list_from(str(tmp_path / "_delta_log"))] == ["00000000000000000000.json"]
+
+
+def test_put_if_absent_one_winner_among_threads(tmp_path):
+    store = LocalLogStore()
+    path = str(tmp_path / "c.json")
+    wins: list[int] = []
+    barrier = threading.Barrier(8)
+
+    def writer(i: int) -> None:
+        barrier.wait()
+        try:
+            store.put_if_absent(path, f"{i}\n".encode() * 1000)
+            wins.append(i)
+        except FileAlreadyExistsError:
+            pass
+
+    threads = [threading.Thread(target=writer, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(wins) == 1
+    assert open(path, "rb").read() == f"{wins[0]}\n".encode() * 1000
+    assert sorted(os.listdir(tmp_path)) == ["c.json"]  # no temp files left behind
+
+
+def test_listing_is_sorted_from_start(tmp_path):
+    store = LocalLogStore()
+    for v in (3, 1, 2, 10):
+        store.put_if_absent(str(tmp_path / f"{v:020d}.json"), b"{}\n")
+    names = [s.name for s in store.list_from(str(tmp_path), f"{2:020d}")]
+    assert names == [f"{v:020d}.json" for v in (2, 3, 10)]
+    assert store.list_from(str(tmp_path / "missing")) == []
+
+
+# -- snapshots --------------------------------------------------------------------
+def test_not_a_table(tmp_path):
+    with pytest.raises(DeltaTableNotFoundError, match="not a Delta table"):
+        DeltaLog(str(tmp_path)).update()
+    assert not DeltaLog(str(tmp_path)).table_exists()
+
+
+def test_first_commit_needs_metadata(tmp_path):
+    with pytest.raises(Exception, match="first commit must set its metadata"):
+        DeltaLog(str(tmp_path / "t")).start_transaction().commit([add_file(1)])
+
+
+def test_time_travel_by_version_and_timestamp(make_table):
+    log = make_table(files=[1])
+    stamps = []
+    for _ in range(3):
+        time.sleep(0.02)
+        log.start_transaction().commit([add_file(2)])
+        stamps.append(log.update().timestamp)
+    assert log.snapshot(version=0).num_files == 1
+    assert log.snapshot(version=2).num_files == 3
+    assert log.snapshot(timestamp=stamps[1]).version == 2
+    assert log.snapshot(timestamp=stamps[1] + 1).version == 2
+    with pytest.raises(DeltaIllegalArgumentException, match="no version 9"):
+        log.snapshot(version=9)
+    with pytest.raises(DeltaIllegalArgumentException, match="before the earliest"):
+        log.snapshot(timestamp=0)
+
+
+def test_incremental_update_reads_only_new_commits(make_table):
+    log = make_table()
+    s1 = log.update()
+    other = DeltaLog(log.table_path)
+    other.start_transaction().commit([add_file(5)])
+    s2 = log.update()
+    assert s2.version == s1.version + 1 and s2.num_files == s1.num_files + 1
+    assert s1.num_files == 3  # snapshots are immutable
+
+
+def test_checkpoint_replay_equals_full_replay(make_table):
+    log = make_table(files=[1, 2])
+    for i in range(23):
+        t = log.start_transaction()
+        files = t.filter_files([f"p = {i % 3}"])
+        actions = [add_file(i % 3)] + ([files[0].remove()] if files and i % 4 == 0 else [])
+        t.commit(actions)
+    log.wait_for_checkpoints()
+    names = os.listdir(log.log_path)
+    assert "00000000000000000010.checkpoint.parquet" in names
+    assert "00000000000000000020.checkpoint.parquet" in names
+    assert json.load(open(os.path.join(log.log_path, "_last_checkpoint")))["version"] == 20
+    from_cp = DeltaLog(log.table_path).update()
+    assert from_cp.segment.checkpoint.version == 20
+    # Replay from version 0 by hiding the checkpoints.
+    full = _replay_without_checkpoints(log)
+    assert {f.path for f in from_cp.all_files} == {f.path for f in full.all_files}
+    assert from_cp.metadata == full.metadata and from_cp.protocol == full.protocol
+    for v in (9, 10, 15, 23):
+        assert {f.path for f in DeltaLog(log.table_path).snapshot(version=v).all_files} == {
+            f.path for f in log.snapshot(version=v).all_files
+        }
+
+
+def _replay_without_checkpoints(log: DeltaLog):
+    from serialake.core.logfiles import build_segment
+
+    listing = [s for s in log.store.list_from(log.log_path) if s.name.endswith(".json")]
+    seg = build_segment(log.store, log.table_path, log.log_path, None, listing=listing)
+    assert seg.checkpoint is None
+    return DeltaLog(log.table_path)._load(seg)
+
+
+def test_last_checkpoint_pointing_at_missing_checkpoint(make_table):
+    log = make_table()
+    for _ in range(12):
+        log.start_transaction().commit([add_file(1)])
+    log.wait_for_checkpoints()
+    os.remove(os.path.join(log.log_path, "00000000000000000010.checkpoint.parquet"))
+    snap = DeltaLog(log.table_path).update()
+    assert snap.version == 12 and snap.num_files == 15
+
+
+def test_checkpoint_failure_never_fails_the_commit(make_table):
+    log = make_table()
+    cp = os.path.join(log.log_path, "00000000000000000010.checkpoint.parquet")
+    os.makedirs(cp)  # a directory where the checkpoint file must go: writing it fails
+    for _ in range(10):
+        log.start_transaction().commit([add_file(1)])
+    log.wait_for_checkpoints()
+    assert log.last_checkpoint_error is not None
+    assert DeltaLog(log.table_path).update().version == 10
+
+
+def test_corrupt_commit_names_version(make_table):
+    log = make_table()
+    log.start_transaction().commit([add_file(1)])
+    with open(log.commit_path(2), "w") as f:
+        f.write('{"add":{"path":"x","partitionValues":{},"si')  # truncated
+    with pytest.raises(CorruptLogError, match="version 2 is corrupt or truncated"):
+        DeltaLog(log.table_path).update()
+
+
+def test_add_path_escaping_table_is_rejected(make_table):
+    log = make_table()
+    bad = AddFile(path="../elsewhere/x.parquet", partition_values={"p": "1"}, size=1, modification_time=0)
+    with pytest.raises(DeltaIllegalArgumentException, match="escapes the table directory"):
+        log.start_transaction().commit([bad])
+    bad_abs = AddFile(path="/etc/passwd", partition_values={"p": "1"}, size=1, modification_time=0)
+    with pytest.raises(DeltaIllegalArgumentException, match="escapes the table directory"):
+        log.start_transaction().commit([bad_abs])
+    assert log.update().version == 0
+
+
+# -- properties and features -------------------------------------------------------
+def test_isolation_level_property_validated(make_table):
+    log = make_table()
+    t = log.start_transaction()
+    with pytest.raises(InvalidPropertyError, match="Serializable, WriteSerializable"):
+        t.update_metadata(t.metadata.with_configuration(**{"delta.isolationLevel": "ReadCommitted"}))
+    t.update_metadata(t.metadata.with_configuration(**{"delta.isolationLevel": "serializable"}))
+    t.commit([])
+    snap = log.update()
+    assert snap.configuration["delta.isolationLevel"] == "Serializable"
+    assert snap.isolation_level == "Serializable"
+
+
+def test_unknown_delta_property_rejected(make_table):
+    log = make_table()
+    t = log.start_transaction()
+    with pytest.raises(InvalidPropertyError, match="delta.checkpointIntervall"):
+        t.update_metadata(t.metadata.with_configuration(**{"delta.checkpointIntervall": "5"}))
+    with pytest.raises(InvalidPropertyError, match="a positive integer"):
+        t.update_metadata(t.metadata.with_configuration(**{"delta.checkpointInterval": "-1"}))
+    t.update_metadata(t.metadata.with_configuration(**{"owner": "data-eng"}))  # user properties pass
+
+
+def test_unsupported_reader_feature_named(tmp_path):
+    log = DeltaLog(str(tmp_path / "t"))
+    t = log.start_transaction()
+    t.update_metadata(Metadata(schema_string=SCHEMA))
+    t.update_protocol(Protocol(3, 7, ("fancyFeature",), ("fancyFeature",)))
+    with pytest.raises(UnsupportedFeatureError, match="fancyFeature"):
+        t.commit([])
+    # Written by someone else: reading fails naming the feature.
+    os.makedirs(log.log_path, exist_ok=True)
+    with open(log.commit_path(0), "w") as f:
+        f.write(Protocol(3, 7, ("fancyFeature",), ("fancyFeature",)).to_json() + "\n")
+        f.write(Metadata(schema_string=SCHEMA).to_json() + "\n")
+    with pytest.raises(UnsupportedFeatureError, match="fancyFeature"):
+        DeltaLog(log.table_path).update()
+
+
+def test_enabling_deletion_vectors_upgrades_protocol(make_table):
+    log = make_table()
+    t = log.start_transaction()
+    t.update_metadata(t.metadata.with_configuration(**{"delta.enableDeletionVectors": "true"}))
+    t.commit([])
+    p = log.update().protocol
+    assert (p.min_reader_version, p.min_writer_version) == (3, 7)
+    assert "deletionVectors" in p.reader_features and "deletionVectors" in p.writer_features
+
+
+def test_append_only_table_refuses_removes(make_table):
+    log = make_table(props={"delta.appendOnly": "true"})
+    t = log.start_transaction()
+    f = t.filter_files(["p = 1"])[0]
+    with pytest.raises(Exception, match="append-only"):
+        t.commit([f.remove()])
+
+
+# -- commit loop under faults --------------------------------------------------------
+def test_lost_put_response_is_not_applied_twice(make_table):
+    log = make_table()
+    faulty = FaultyLogStore(LocalLogStore(), FaultPlan(lose_put_response=1.0, seed=1))
+    flog = DeltaLog(log.table_path, store=faulty)
+    v = flog.start_transaction().commit([add_file(7)])
+    assert v == 1 and faulty.counts["lost_put_response"] == 1
+    assert DeltaLog(log.table_path).update().version == 1  # exactly one commit landed
+
+
+def test_failed_puts_and_reads_are_retried(make_table):
+    log = make_table()
+    faulty = FaultyLogStore(LocalLogStore(), FaultPlan(fail_put=0.5, fail_read=0.1, lose_put_response=0.3, seed=7))
+    flog = DeltaLog(log.table_path, store=faulty)
+    versions = [flog.start_transaction().commit([add_file(1)]) for _ in range(30)]
+    snap = DeltaLog(log.table_path).update()
+    assert versions == list(range(1, 31)) and snap.version == 30 and snap.num_files == 33
+    assert sum(faulty.counts.values()) > 0

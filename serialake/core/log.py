@@ -305,13 +305,22 @@ class DeltaLog:
         if version == 0 or version % interval != 0:
             return
         with self._lock:
+            pending = self._pending_checkpoint
+            if pending is not None and not pending.done():
+                return  # one checkpoint at a time; the next interval catches up
             if self._checkpointer is None:
                 self._checkpointer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="serialake-checkpoint")
             self._pending_checkpoint = self._checkpointer.submit(self._checkpoint_quietly, version)
 
     def _checkpoint_quietly(self, version: int) -> None:
         try:
-            self.checkpoint(version)
+            from serialake.core.logfiles import read_last_checkpoint
+
+            last = read_last_checkpoint(self.store, self.log_path)
+            if last is not None and last["version"] >= version:
+                return  # another writer already checkpointed at or past this version
+            # Checkpoint the newest state: cheaper than rebuilding ``version`` exactly.
+            self.checkpoint()
         except BaseException as e:  # noqa: BLE001 - a checkpoint must never fail a commit
             self.last_checkpoint_error = e
             log.warning("checkpoint of %s at version %d failed: %s", self.table_path, version, e)

@@ -1,0 +1,148 @@
+"""Blind-append commit throughput: N processes appending to one local table, serialake vs delta-rs.
+
+Data files are not written (each commit adds one pre-described file), so what is timed is
+the log path: snapshot refresh, conflict checks, the atomic commit itself and its fsyncs.
+delta-rs is driven through its cheapest commit path, ``DeltaTable.create_write_transaction``.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+import os
+import shutil
+import sys
+import tempfile
+import time
+from typing import Any
+
+SCHEMA_FIELDS = [{"name": "id", "type": "long", "nullable": True, "metadata": {}}]
+INTERVAL = "100"  # both libraries checkpoint every 100 commits (delta-rs's default)
+
+
+def _create_serialake(path: str) -> None:
+    from serialake.core import DeltaLog
+    from serialake.core.actions import Metadata
+
+    txn = DeltaLog(path).start_transaction()
+    txn.update_metadata(
+        Metadata(
+            schema_string=json.dumps({"type": "struct", "fields": SCHEMA_FIELDS}),
+            configuration={"delta.checkpointInterval": INTERVAL},
+        )
+    )
+    txn.commit([], operation="CREATE TABLE")
+
+
+def _create_deltars(path: str) -> None:
+    import pyarrow as pa
+    from deltalake import DeltaTable
+
+    DeltaTable.create(path, schema=pa.schema([("id", pa.int64())]), configuration={"delta.checkpointInterval": INTERVAL})
+
+
+def _worker_serialake(path: str, wid: int, duration: float, start_at: float, q: Any) -> None:
+    from serialake.core import DeltaLog
+    from serialake.core.actions import AddFile
+    from serialake.exceptions import DeltaError
+
+    log = DeltaLog(path)
+    ok = fail = 0
+    latencies: list[float] = []
+    while time.time() < start_at:
+        time.sleep(0.001)
+    end = start_at + duration
+    i = 0
+    while time.time() < end:
+        i += 1
+        add = AddFile(path=f"w{wid}-{i}.parquet", partition_values={}, size=100, modification_time=0,
+                      data_change=True, stats='{"numRecords":1}')
+        t0 = time.perf_counter()
+        try:
+            log.start_transaction().commit([add], operation="WRITE")
+            ok += 1
+        except DeltaError:
+            fail += 1
+        latencies.append(time.perf_counter() - t0)
+    log.wait_for_checkpoints()
+    q.put((ok, fail, latencies))
+
+
+def _worker_deltars(path: str, wid: int, duration: float, start_at: float, q: Any) -> None:
+    from deltalake import DeltaTable
+    from deltalake.transaction import AddAction
+
+    dt = DeltaTable(path)
+    schema = dt.schema()
+    ok = fail = 0
+    latencies: list[float] = []
+    while time.time() < start_at:
+        time.sleep(0.001)
+    end = start_at + duration
+    i = 0
+    while time.time() < end:
+        i += 1
+        add = AddAction(path=f"w{wid}-{i}.parquet", size=100, partition_values={}, modification_time=0,
+                        data_change=True, stats='{"numRecords":1}')
+        t0 = time.perf_counter()
+        try:
+            dt.create_write_transaction([add], mode="append", schema=schema)
+            ok += 1
+        except Exception:  # noqa: BLE001 - count every failed commit
+            fail += 1
+            dt.update_incremental()
+        latencies.append(time.perf_counter() - t0)
+    q.put((ok, fail, latencies))
+
+
+def run_one(impl: str, writers: int, duration: float) -> dict[str, Any]:
+    """One run: ``writers`` processes for ``duration`` seconds; returns commits/s and failures."""
+    root = tempfile.mkdtemp(prefix=f"bench-{impl}-")
+    path = os.path.join(root, "t")
+    try:
+        (_create_serialake if impl == "serialake" else _create_deltars)(path)
+        ctx = mp.get_context("spawn")
+        q = ctx.Queue()
+        target = _worker_serialake if impl == "serialake" else _worker_deltars
+        start_at = time.time() + 2.0  # let every process import first
+        procs = [ctx.Process(target=target, args=(path, w, duration, start_at, q)) for w in range(writers)]
+        for p in procs:
+            p.start()
+        results = [q.get(timeout=duration + 120) for _ in procs]
+        for p in procs:
+            p.join()
+        ok = sum(r[0] for r in results)
+        fail = sum(r[1] for r in results)
+        lat = sorted(x for r in results for x in r[2])
+        return {
+            "impl": impl,
+            "writers": writers,
+            "commits": ok,
+            "failed": fail,
+            "commits_per_s": ok / duration,
+            "failed_pct": 100.0 * fail / max(1, ok + fail),
+            "p50_ms": 1000 * lat[len(lat) // 2] if lat else None,
+            "p99_ms": 1000 * lat[int(len(lat) * 0.99)] if lat else None,
+        }
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
+    import argparse
+
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--writers", default="1,4,8")
+    ap.add_argument("--duration", type=float, default=5.0)
+    args = ap.parse_args(argv)
+    rows = []
+    for w in [int(x) for x in args.writers.split(",")]:
+        for impl in ("serialake", "delta-rs"):
+            r = run_one(impl, w, args.duration)
+            rows.append(r)
+            print(json.dumps(r), file=sys.stderr)
+    return rows
+
+
+if __name__ == "__main__":
+    main()

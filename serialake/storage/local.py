@@ -1,15 +1,20 @@
 """Local file-system log store: put-if-absent by an atomic no-overwrite hard link.
 
-A commit is written to a unique temporary file in the same directory, fsynced, then
-linked to its final name with ``os.link``, which fails if the name exists. The
-directory is fsynced so the new name survives a crash. Readers therefore see the
-final name only once the content is complete, and never an overwritten commit.
+A commit is written to an unnamed file (``O_TMPFILE``) in the log directory, fsynced,
+then given its final name with ``linkat``, which fails if the name exists; where
+``O_TMPFILE`` is unavailable a uniquely named temporary file and ``link`` do the same.
+The directory is then fsynced so the new name survives a crash. Readers see the final
+name only once the content is complete and durable, and never an overwritten commit.
 """
 
 from __future__ import annotations
 
+import ctypes
+import errno
 import os
+import threading
 import uuid
+from typing import Any
 
 from serialake.exceptions import FileAlreadyExistsError
 from serialake.storage.base import FileStatus, LogStore
@@ -48,6 +53,26 @@ def _unlink_quietly(path: str) -> None:
         pass
 
 
+_AT_FDCWD = -100
+_AT_SYMLINK_FOLLOW = 0x400
+
+
+def _load_linkat() -> Any:
+    """libc ``linkat`` (to give an O_TMPFILE inode its name), or None where unavailable."""
+    if not hasattr(os, "O_TMPFILE") or not os.path.isdir("/proc/self/fd"):
+        return None
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        fn = libc.linkat
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_int]
+    return fn
+
+
+_linkat = _load_linkat()
+
+
 class LocalLogStore(LogStore):
     """Log store for paths on a local (POSIX) file system.
 
@@ -58,6 +83,44 @@ class LocalLogStore(LogStore):
 
     def __init__(self, fsync: bool = True) -> None:
         self.fsync = fsync
+        self._dir_fds: dict[str, int] = {}
+        self._dir_lock = threading.Lock()
+        self._tmpfile_ok = _linkat is not None
+
+    def _fsync_dir(self, directory: str) -> None:
+        """fsync a directory through a cached descriptor (one open per directory, not per commit)."""
+        with self._dir_lock:
+            fd = self._dir_fds.get(directory)
+            if fd is None:
+                fd = os.open(directory, os.O_RDONLY)
+                self._dir_fds[directory] = fd
+        os.fsync(fd)
+
+    def _put_tmpfile(self, directory: str, path: str, data: bytes) -> bool:
+        """Write an unnamed inode (O_TMPFILE), fsync it, then name it with linkat (no overwrite).
+
+        Nothing is ever visible under a temporary name, so a crash leaves no debris.
+        Returns False when the file system does not support O_TMPFILE.
+        """
+        try:
+            fd = os.open(directory, os.O_TMPFILE | os.O_WRONLY, 0o644)
+        except OSError:
+            self._tmpfile_ok = False
+            return False
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            if self.fsync:
+                os.fsync(fd)
+            if _linkat(_AT_FDCWD, f"/proc/self/fd/{fd}".encode(), _AT_FDCWD, path.encode(), _AT_SYMLINK_FOLLOW) != 0:
+                err = ctypes.get_errno()
+                if err == errno.EEXIST:
+                    raise FileAlreadyExistsError(f"{path} already exists")
+                raise OSError(err, os.strerror(err), path)
+        finally:
+            os.close(fd)
+        return True
 
     def read(self, path: str) -> bytes:
         with open(path, "rb") as f:
@@ -89,15 +152,16 @@ class LocalLogStore(LogStore):
         os.makedirs(directory, exist_ok=True)
         if os.path.exists(path):
             raise FileAlreadyExistsError(f"{path} already exists")
-        tmp = _write_temp(directory, name, data, self.fsync)
-        try:
-            os.link(tmp, path)
-        except FileExistsError:
-            raise FileAlreadyExistsError(f"{path} already exists") from None
-        finally:
-            _unlink_quietly(tmp)
+        if not (self._tmpfile_ok and self._put_tmpfile(directory, path, data)):
+            tmp = _write_temp(directory, name, data, self.fsync)
+            try:
+                os.link(tmp, path)
+            except FileExistsError:
+                raise FileAlreadyExistsError(f"{path} already exists") from None
+            finally:
+                _unlink_quietly(tmp)
         if self.fsync:
-            _fsync_dir(directory)
+            self._fsync_dir(directory)
 
     def write(self, path: str, data: bytes) -> None:
         directory, name = os.path.split(path)
@@ -109,7 +173,7 @@ class LocalLogStore(LogStore):
             _unlink_quietly(tmp)
             raise
         if self.fsync:
-            _fsync_dir(directory)
+            self._fsync_dir(directory)
 
     def exists(self, path: str) -> bool:
         return os.path.exists(path)

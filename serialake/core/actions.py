@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import MISSING, dataclass, field, fields, replace
 from typing import Any, ClassVar, Mapping
 from urllib.parse import quote, unquote
 
@@ -58,19 +58,59 @@ class _Codec:
     KEYS: ClassVar[dict[str, str]] = {}
 
     @classmethod
+    def _codec_info(cls) -> tuple[dict[str, str], bool]:
+        """(JSON key -> attribute, whether the class keeps unknown keys), computed once per class."""
+        info = cls.__dict__.get("_CODEC_INFO")
+        if info is None:
+            by_key = {v: k for k, v in cls.KEYS.items()}
+            has_extra = "extra" in {f.name for f in fields(cls)}  # type: ignore[arg-type]
+            info = (by_key, has_extra)
+            setattr(cls, "_CODEC_INFO", info)
+        return info
+
+    @classmethod
+    def _defaults(cls) -> tuple[dict[str, Any], tuple[tuple[str, Any], ...]]:
+        """Per-class field defaults: (plain defaults, (name, factory) pairs), computed once."""
+        d = cls.__dict__.get("_DEFAULTS")
+        if d is None:
+            plain: dict[str, Any] = {}
+            factories: list[tuple[str, Any]] = []
+            for f in fields(cls):  # type: ignore[arg-type]
+                if f.default is not MISSING:
+                    plain[f.name] = f.default
+                elif f.default_factory is not MISSING:
+                    factories.append((f.name, f.default_factory))
+            d = (plain, tuple(factories))
+            setattr(cls, "_DEFAULTS", d)
+        return d
+
+    @classmethod
     def _from_obj(cls, obj: Mapping[str, Any]) -> Any:
+        by_key, has_extra = cls.__dict__.get("_CODEC_INFO") or cls._codec_info()
         kwargs: dict[str, Any] = {}
         extra: dict[str, Any] = {}
-        by_key = {v: k for k, v in cls.KEYS.items()}
         for key, value in obj.items():
             attr = by_key.get(key)
             if attr is None:
                 extra[key] = value
             else:
                 kwargs[attr] = value
-        if "extra" in {f.name for f in fields(cls)}:  # type: ignore[arg-type]
+        if has_extra:
             kwargs["extra"] = extra
-        return cls(**kwargs)
+        # Build without the frozen __init__ (one object.__setattr__ per field is the
+        # bottleneck when replaying 100k-file logs); __post_init__ still normalises.
+        plain, factories = cls.__dict__.get("_DEFAULTS") or cls._defaults()
+        state = dict(plain)
+        for name, factory in factories:
+            if name not in kwargs:
+                state[name] = factory()
+        state.update(kwargs)
+        inst = object.__new__(cls)
+        inst.__dict__.update(state)
+        post = getattr(inst, "__post_init__", None)
+        if post is not None:
+            post()
+        return inst
 
     def _to_obj(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -249,7 +289,7 @@ class FileAction(Action):
 
     def __post_init__(self) -> None:
         dv = self.deletion_vector
-        if isinstance(dv, Mapping):
+        if dv is not None and isinstance(dv, dict):
             object.__setattr__(self, "deletion_vector", DeletionVectorDescriptor._from_obj(dv))
 
     @property

@@ -321,8 +321,18 @@ def _check_appends(info: TransactionInfo, w: WinnerSummary) -> None:
     if not candidates:
         return
     for pred in info.read_predicates:
+        seen: dict[tuple[tuple[str, str | None], ...], bool] = {}
         for add in candidates:
-            if pred.whole_table or pred.matches(add.partition_values or {}):
+            pv = add.partition_values or {}
+            if pred.whole_table:
+                hit = True
+            else:
+                # Files of one commit mostly share partitions: evaluate each partition once.
+                key = tuple(pv.items())
+                hit = seen.get(key)  # type: ignore[assignment]
+                if hit is None:
+                    hit = seen[key] = pred.matches(pv)
+            if hit:
                 partition = dict(add.partition_values) if add.partition_values else None
                 read = "the whole table" if pred.whole_table else f"'{pred.text}'"
                 _raise(

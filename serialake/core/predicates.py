@@ -890,7 +890,7 @@ def _date_to_ts(d: Domain) -> Domain:
 
 def _lookup(mapping: Any, names: tuple[str, ...]) -> Any:
     """``mapping[name]`` for the first name present, falling back to a case-insensitive match."""
-    if not isinstance(mapping, Mapping):
+    if type(mapping) is not dict and not isinstance(mapping, Mapping):
         return None
     for name in names:
         if name in mapping:

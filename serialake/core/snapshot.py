@@ -25,6 +25,7 @@ from serialake.core.actions import (
     SetTransaction,
     action_from_dict,
 )
+from serialake.core.checkpoint import LazyAdds
 from serialake.core.logfiles import LogSegment
 from serialake.exceptions import CorruptLogError
 
@@ -38,6 +39,17 @@ def parse_commit(data: bytes, table: str, version: int) -> list[Action]:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
         raise CorruptLogError(f"Table {table}: commit version {version} is not UTF-8 ({e})") from e
+    lines = [ln for ln in text.split("\n") if ln.strip()]
+    try:
+        # One decoder call for the whole file is much faster than one per line.
+        objs = json.loads("[" + ",".join(lines) + "]")
+        for obj in objs:
+            action = action_from_dict(obj)
+            if action is not None:
+                out.append(action)
+        return out
+    except (ValueError, TypeError, AttributeError):
+        out = []  # find the bad line below, for a precise error
     for lineno, line in enumerate(text.split("\n"), 1):
         if not line.strip():
             continue
@@ -64,6 +76,14 @@ class TableState:
     txns: dict[str, SetTransaction] = field(default_factory=dict)
     domains: dict[str, DomainMetadata] = field(default_factory=dict)
 
+    def materialize(self) -> None:
+        """Build the ``AddFile`` of every file still held columnar."""
+        files = self.files
+        for key, value in files.items():
+            if type(value) is tuple:
+                block, i = value
+                files[key] = block.build(i)
+
     def copy(self) -> TableState:
         return TableState(
             self.protocol,
@@ -74,11 +94,16 @@ class TableState:
             dict(self.domains),
         )
 
-    def apply(self, actions: Iterable[Action]) -> None:
+    def apply(self, actions: Iterable[Any]) -> None:
         files, tombstones = self.files, self.tombstones
         for a in actions:
             t = type(a)
-            if t is AddFile:
+            if t is LazyAdds:
+                # Checkpoint adds stay columnar: the value is (block, row) until materialised.
+                for i, key in enumerate(a.keys):
+                    files[key] = (a, i)  # type: ignore[assignment]
+                    tombstones.pop(key, None)
+            elif t is AddFile:
                 key = (a.path, a.dv_id)  # type: ignore[attr-defined]
                 files[key] = a  # type: ignore[assignment]
                 tombstones.pop(key, None)
@@ -121,6 +146,32 @@ class Snapshot:
         self.segment = segment
         self.timestamp = timestamp
         self._schema: Any = None
+        # Lazily materialised file state: (parent snapshot, file actions after it).
+        self._files_from: tuple[Snapshot, list[Action]] | None = None
+
+    def _files_state(self, materialize: bool = True) -> TableState:
+        """The state with ``files``/``tombstones`` materialised (copying the nearest ancestor's once)."""
+        if self._files_from is None:
+            if materialize:
+                self._state.materialize()
+            return self._state
+        chain: list[Snapshot] = []
+        node: Snapshot | None = self
+        while node is not None and node._files_from is not None:
+            chain.append(node)
+            node = node._files_from[0]
+        assert node is not None
+        files = dict(node._state.files)
+        tombstones = dict(node._state.tombstones)
+        acc = TableState(files=files, tombstones=tombstones)
+        for snap in reversed(chain):
+            acc.apply(snap._files_from[1])  # type: ignore[index]
+        self._state.files = acc.files
+        self._state.tombstones = acc.tombstones
+        self._files_from = None
+        if materialize:
+            self._state.materialize()
+        return self._state
 
     # -- state -----------------------------------------------------------------
     @property
@@ -153,15 +204,15 @@ class Snapshot:
     @property
     def all_files(self) -> list[AddFile]:
         """Live data files (one per path; with a DV, its current vector)."""
-        return list(self._state.files.values())
+        return list(self._files_state().files.values())
 
     @property
     def num_files(self) -> int:
-        return len(self._state.files)
+        return len(self._files_state(materialize=False).files)
 
     @property
     def tombstones(self) -> list[RemoveFile]:
-        return list(self._state.tombstones.values())
+        return list(self._files_state().tombstones.values())
 
     @property
     def set_transactions(self) -> dict[str, SetTransaction]:
@@ -177,20 +228,20 @@ class Snapshot:
 
     def file(self, path: str) -> AddFile | None:
         """The live add for ``path`` (any DV), or None."""
-        for (p, _), add in self._state.files.items():
+        for (p, _), add in self._files_state().files.items():
             if p == path:
                 return add
         return None
 
     def files_by_path(self) -> dict[str, AddFile]:
-        return {add.path: add for add in self._state.files.values()}
+        return {add.path: add for add in self._files_state().files.values()}
 
     def size_in_bytes(self) -> int:
-        return sum(a.size or 0 for a in self._state.files.values())
+        return sum(a.size or 0 for a in self._files_state().files.values())
 
     def checkpoint_actions(self, retention_cutoff_ms: int) -> list[Action]:
         """What a checkpoint of this snapshot holds (removes newer than the cutoff, stats dropped)."""
-        st = self._state
+        st = self._files_state()
         out: list[Action] = [self.protocol, self.metadata]
         out.extend(st.txns.values())
         out.extend(st.domains.values())
@@ -202,14 +253,25 @@ class Snapshot:
 
     def with_commits(self, commits: list[tuple[int, list[Action], int]]) -> Snapshot:
         """A new snapshot with commits ``(version, actions, timestamp)`` applied in order."""
-        state = self._state.copy()
+        st = self._state
+        state = TableState(st.protocol, st.metadata, {}, {}, st.txns, st.domains)
+        copied_small = False
+        file_actions: list[Action] = []
         version, ts = self.version, self.timestamp
         for v, actions, t in commits:
             if v != version + 1:
                 raise CorruptLogError(f"Table {self.table_path}: expected version {version + 1}, found {v}")
-            state.apply(actions)
+            for a in actions:
+                if isinstance(a, (AddFile, RemoveFile)):
+                    file_actions.append(a)
+                elif isinstance(a, (SetTransaction, DomainMetadata)) and not copied_small:
+                    state.txns, state.domains = dict(st.txns), dict(st.domains)
+                    copied_small = True
+            state.apply([a for a in actions if not isinstance(a, (AddFile, RemoveFile))])
             version, ts = v, t
-        return Snapshot(self.table_path, version, state, None, ts)
+        snap = Snapshot(self.table_path, version, state, None, ts)
+        snap._files_from = (self, file_actions)
+        return snap
 
     def __repr__(self) -> str:
         return f"Snapshot({self.table_path!r}, version={self.version}, files={self.num_files})"

@@ -109,6 +109,8 @@ class ReadPredicate:
     text: str
     matches: Callable[[Mapping[str, str | None]], bool]
     whole_table: bool = False
+    expr: Any = None  # the full predicate (data columns too), for row-level checks
+    may_match_stats: Callable[[Mapping[str, str | None], Any], bool] | None = None
 
 
 @dataclass
@@ -132,8 +134,10 @@ class TransactionInfo:
     removes: dict[str, RemoveFile] = field(default_factory=dict)
     app_ids_written: dict[str, int] = field(default_factory=dict)
     domains_written: set[str] = field(default_factory=set)
-    # Hook for row-level resolution: (info, winner, winner_remove, our_remove) -> rebased info or None.
-    resolve_delete_delete: Callable[..., Any] | None = None
+    row_level: bool = False  # deletion vectors on and row-level concurrency applies
+    compaction_carry: bool = False  # deletion vectors on: deletes carry over compactions
+    reader: Any = None  # row_level.RowReader, to evaluate predicates on rows
+    compaction_bases: dict[str, Any] = field(default_factory=dict)  # our compaction inputs' base vectors
 
     def __post_init__(self) -> None:
         for a in self.actions:
@@ -143,6 +147,15 @@ class TransactionInfo:
                 self.app_ids_written[a.app_id] = a.version
             elif isinstance(a, DomainMetadata):
                 self.domains_written.add(a.domain)
+
+    @property
+    def adds(self) -> list[AddFile]:
+        return [a for a in self.actions if isinstance(a, AddFile)]
+
+    def replace_actions(self, drop: set[int], new: list[Action]) -> None:
+        """Rebase: drop actions (by identity) and append new ones, keeping ``removes`` in sync."""
+        self.actions = [a for a in self.actions if id(a) not in drop] + new
+        self.removes = {a.path: a for a in self.actions if isinstance(a, RemoveFile)}
 
 
 def _fail(
@@ -332,6 +345,8 @@ def _check_appends(info: TransactionInfo, w: WinnerSummary) -> None:
                 hit = seen.get(key)  # type: ignore[assignment]
                 if hit is None:
                     hit = seen[key] = pred.matches(pv)
+            if hit and info.row_level and not _rows_may_match(info, pred, add):
+                continue
             if hit:
                 partition = dict(add.partition_values) if add.partition_values else None
                 read = "the whole table" if pred.whole_table else f"'{pred.text}'"
@@ -378,11 +393,94 @@ def _append_help(info: TransactionInfo, w: WinnerSummary, pred: ReadPredicate) -
     return hint
 
 
+def _rows_may_match(info: TransactionInfo, pred: ReadPredicate, add: AddFile) -> bool:
+    """Whether a winner's new file holds a row this read would have seen (exact, on its rows)."""
+    from serialake.core.row_level import CannotEvaluate
+
+    if pred.expr is None or info.reader is None:
+        return True
+    if pred.may_match_stats is not None and not pred.may_match_stats(add.partition_values or {}, _stats(add)):
+        return False
+    try:
+        return info.reader.any_match(add, [pred.expr])
+    except (CannotEvaluate, OSError, ValueError) as e:  # undecidable: keep the file-level outcome
+        del e
+        return True
+
+
+def _stats(add: AddFile) -> Any:
+    import json
+
+    try:
+        return json.loads(add.stats) if add.stats else None
+    except ValueError:
+        return None
+
+
+def _winner_dv_update(w: WinnerSummary, path: str) -> tuple[RemoveFile, AddFile] | None:
+    from serialake.core.row_level import same_dv
+
+    rem = next((r for r in w.removes if r.path == path), None)
+    add = next((a for a in w.adds if a.path == path), None)
+    if rem is None or add is None or add.deletion_vector is None or same_dv(rem.deletion_vector, add.deletion_vector):
+        return None
+    return rem, add
+
+
+def _own_dv_update(info: TransactionInfo, path: str) -> tuple[RemoveFile, AddFile] | None:
+    from serialake.core.row_level import same_dv
+
+    rem = info.removes.get(path)
+    add = next((a for a in info.adds if a.path == path), None)
+    if rem is None or add is None or add.deletion_vector is None or same_dv(rem.deletion_vector, add.deletion_vector):
+        return None
+    return rem, add
+
+
+def _newly_deleted(info: TransactionInfo, pair: tuple[RemoveFile, AddFile]) -> Any:
+    from serialake.core.row_level import dv_rows
+
+    rem, add = pair
+    return dv_rows(info.table, add.deletion_vector) - dv_rows(info.table, rem.deletion_vector)
+
+
+def _row_level_read_ok(info: TransactionInfo, w: WinnerSummary, r: RemoveFile) -> bool:
+    """A winner's DV update of a file we read is harmless if no row it deleted was ours to read."""
+    from serialake.core.row_level import CannotEvaluate
+
+    if not info.row_level or info.reader is None or info.read_whole_table:
+        return False
+    pair = _winner_dv_update(w, r.path)
+    if pair is None:
+        return False
+    try:
+        w_deleted = _newly_deleted(info, pair)
+        own = _own_dv_update(info, r.path)
+        if own is not None and not _same_base(own[0], r):
+            return False
+        if own is not None:
+            w_deleted = w_deleted - _newly_deleted(info, own)  # same rows: a delete-delete conflict
+        base = AddFile(path=r.path, partition_values=r.partition_values, size=r.size, stats=r.stats,
+                       deletion_vector=r.deletion_vector)
+        exprs = [p.expr for p in info.read_predicates if p.expr is not None]
+        if len(exprs) != len(info.read_predicates):
+            return False
+        return not info.reader.any_match(base, exprs, rows=w_deleted)
+    except (CannotEvaluate, OSError, ValueError):
+        return False
+
+
+def _same_base(a: RemoveFile, b: RemoveFile) -> bool:
+    from serialake.core.row_level import same_dv
+
+    return same_dv(a.deletion_vector, b.deletion_vector)
+
+
 def _check_delete_read(info: TransactionInfo, w: WinnerSummary) -> None:
     for r in w.removes:
         if not r.data_change:
             continue  # compaction: the rows still exist, in another file
-        if r.path in info.read_files or info.read_whole_table:
+        if (r.path in info.read_files or info.read_whole_table) and not _row_level_read_ok(info, w, r):
             read = info.read_files.get(r.path)
             _raise(
                 _fail(
@@ -401,11 +499,8 @@ def _check_delete_delete(info: TransactionInfo, w: WinnerSummary) -> Transaction
         ours = info.removes.get(r.path)
         if ours is None:
             continue
-        if info.resolve_delete_delete is not None:
-            rebased = info.resolve_delete_delete(info, w, r, ours)
-            if rebased is not None:
-                info = rebased
-                continue
+        if _resolve_same_file(info, w, r, ours):
+            continue
         _raise(
             _fail(
                 ConcurrentDeleteDeleteException,
@@ -421,3 +516,110 @@ def _check_delete_delete(info: TransactionInfo, w: WinnerSummary) -> Transaction
 
 def _raise(exc: BaseException) -> Any:
     raise exc
+
+
+def _resolve_same_file(info: TransactionInfo, w: WinnerSummary, r: RemoveFile, ours: RemoveFile) -> bool:
+    """Rebase ``info`` over a winner that also removed our file, when rows allow; True if done.
+
+    Raises ``ConcurrentDeleteDeleteException`` when both deleted the same rows.
+    """
+    from serialake.core import row_level as RL
+
+    if not (info.row_level or info.compaction_carry) or not _same_base(r, ours):
+        return False
+    try:
+        own = _own_dv_update(info, r.path)
+        theirs = _winner_dv_update(w, r.path)
+        if own is not None and theirs is not None and info.row_level:
+            return _merge_vectors(info, w, own, theirs)
+        if own is not None and not r.data_change and info.compaction_carry:
+            return _carry_into_compaction(info, w, own, r)
+        if theirs is not None and not ours.data_change and info.compaction_carry:
+            return _absorb_into_own_compaction(info, theirs, ours)
+    except (RL.CannotEvaluate, OSError, ValueError):
+        return False
+    return False
+
+
+def _merge_vectors(
+    info: TransactionInfo, w: WinnerSummary, own: tuple[RemoveFile, AddFile], theirs: tuple[RemoveFile, AddFile]
+) -> bool:
+    """Both marked rows of one file deleted: disjoint rows merge into one vector."""
+    from serialake.core import row_level as RL
+
+    mine = _newly_deleted(info, own)
+    their_rows = _newly_deleted(info, theirs)
+    overlap = mine & their_rows
+    if len(overlap):
+        rows = sorted(overlap)[:5]
+        _raise(
+            _fail(
+                ConcurrentDeleteDeleteException,
+                f"A concurrent {w.operation or 'commit'} deleted or updated the same row(s) of a file "
+                f"this transaction changes (row indexes {rows}{'...' if len(overlap) > 5 else ''}).",
+                info,
+                w,
+                partition=dict(own[0].partition_values) if own[0].partition_values else None,
+                file=own[0].path,
+                detail=f"{len(overlap)} row(s) changed by both",
+                help="Both operations changed the same rows. Retry this one: it will see the other's result.",
+            )
+        )
+    merged = RL.dv_rows(info.table, theirs[1].deletion_vector) | mine
+    new_add = RL.with_dv(own[1], RL.write_dv(info.table, merged))
+    info.replace_actions({id(own[0]), id(own[1])}, [theirs[1].remove(), new_add])
+    return True
+
+
+def _carry_into_compaction(
+    info: TransactionInfo, w: WinnerSummary, own: tuple[RemoveFile, AddFile], r: RemoveFile
+) -> bool:
+    """A winner compacted our file into G: mark our deleted rows in G instead."""
+    from serialake.core import row_level as RL
+
+    dv_id = r.deletion_vector.unique_id if r.deletion_vector else None
+    for g in w.adds:
+        sources = RL.compaction_sources(g)
+        if not sources:
+            continue
+        src = next((s for s in sources if s.path == r.path and s.dv_id == dv_id), None)
+        if src is None:
+            continue
+        mine = _newly_deleted(info, own)
+        base = RL.dv_rows(info.table, r.deletion_vector)
+        mapped = RL.map_rows(base, mine, src.offset)
+        current = RL.dv_rows(info.table, g.deletion_vector)
+        from serialake.core.deletion_vectors import RowIndexSet
+
+        new_dv = RL.write_dv(info.table, current | RowIndexSet.from_iter(mapped))
+        info.replace_actions({id(own[0]), id(own[1])}, [g.remove(), RL.with_dv(g, new_dv)])
+        return True
+    return False
+
+
+def _absorb_into_own_compaction(info: TransactionInfo, theirs: tuple[RemoveFile, AddFile], ours: RemoveFile) -> bool:
+    """We compact a file a winner marked rows of: carry its deletions into our output."""
+    from serialake.core import row_level as RL
+    from serialake.core.deletion_vectors import RowIndexSet
+
+    dv_id = ours.deletion_vector.unique_id if ours.deletion_vector else None
+    for g in info.adds:
+        sources = RL.compaction_sources(g)
+        if not sources:
+            continue
+        src = next((s for s in sources if s.path == ours.path), None)
+        if src is None:
+            continue
+        if ours.path not in info.compaction_bases:
+            if src.dv_id != dv_id:
+                return False
+            info.compaction_bases[ours.path] = RL.dv_rows(info.table, ours.deletion_vector)
+        base = info.compaction_bases[ours.path]
+        their_rows = _newly_deleted(info, theirs)
+        mapped = RL.map_rows(base, their_rows, src.offset)
+        current = RL.dv_rows(info.table, g.deletion_vector)
+        new_g = RL.with_dv(g, RL.write_dv(info.table, current | RowIndexSet.from_iter(mapped)))
+        # Remove the file as the winner left it (its new vector), still without changing data.
+        info.replace_actions({id(ours), id(g)}, [theirs[1].remove(data_change=False), new_g])
+        return True
+    return False

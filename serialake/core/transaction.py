@@ -17,7 +17,7 @@ import uuid
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
-from serialake.core import features
+from serialake.core import features, row_level
 from serialake.core import properties as props
 from serialake.core.actions import (
     Action,
@@ -103,7 +103,6 @@ class OptimisticTransaction:
         self.read_app_ids: set[str] = set()
         self.committed: CommitResult | None = None
         self.start_time = time.monotonic()
-        self.resolve_delete_delete: Any = None
 
     # -- what the transaction sees -----------------------------------------------
     @property
@@ -186,7 +185,13 @@ class OptimisticTransaction:
             match_full = P.compile_predicate(full, schema, part_cols)
             files = [f for f in files if match_full(f.partition_values or {}, _stats(f))]
             self.read_predicates.append(
-                ReadPredicate(text, lambda pv, _m=match_part: _m(pv, None), whole_table=_is_true(part_expr))
+                ReadPredicate(
+                    text,
+                    lambda pv, _m=match_part: _m(pv, None),
+                    whole_table=_is_true(part_expr),
+                    expr=full,
+                    may_match_stats=match_full,
+                )
             )
         else:
             self.read_predicates.append(ReadPredicate(text, lambda pv: True, whole_table=True))
@@ -197,7 +202,9 @@ class OptimisticTransaction:
     def read_whole_table(self) -> list[AddFile]:
         """Record a read of the entire table (every concurrent change to it conflicts)."""
         self.read_whole = True
-        self.read_predicates.append(ReadPredicate("TRUE", lambda pv: True, whole_table=True))
+        from serialake.core import predicates as P
+
+        self.read_predicates.append(ReadPredicate("TRUE", lambda pv: True, whole_table=True, expr=P.TRUE))
         files = self.snapshot.all_files if self.snapshot else []
         for f in files:
             self.read_files[f.path] = f
@@ -328,7 +335,9 @@ class OptimisticTransaction:
             protocol=self._new_protocol,
             is_blind_append=blind,
             txn_id=self.txn_id,
-            resolve_delete_delete=self.resolve_delete_delete,
+            row_level=row_level.enabled(snap.metadata if snap else None),
+            compaction_carry=row_level.compaction_enabled(snap.metadata if snap else None),
+            reader=row_level.RowReader(table, snap) if snap else None,
         )
 
     def _check_append_only(self, body: list[Action]) -> None:

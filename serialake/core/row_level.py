@@ -1,0 +1,328 @@
+"""Row-level concurrency: resolve conflicts on the same data file by the rows involved.
+
+With deletion vectors a DELETE, UPDATE or MERGE changes a file by marking rows deleted
+(``remove(F, dv_old)`` + ``add(F, dv_new)``). When a winner and the current transaction
+changed the same file, file-level rules would fail one of them; here the transaction is
+rebased instead when the rows do not overlap and the winner's changes do not touch what
+the transaction read:
+
+- both marked rows of F from the same base vector, disjointly: the vectors are merged;
+- a compaction moved F's rows into G (its ``serialake.compactedFrom`` tag maps rows in
+  order): deletions of F's rows are carried over to the same rows of G;
+- rows a winner deleted or added are checked against the transaction's read predicates,
+  by evaluating them on the rows themselves (Parquet via pyarrow).
+
+Anything that cannot be decided exactly (a file that cannot be read, an expression we do
+not evaluate) keeps the file-level outcome: a conflict.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, replace
+from typing import Any, Mapping, Sequence
+
+from serialake.core import predicates as P
+from serialake.core import properties as props
+from serialake.core.actions import AddFile, DeletionVectorDescriptor, Metadata, RemoveFile, decode_path
+
+COMPACTED_FROM_TAG = "serialake.compactedFrom"
+
+
+def enabled(metadata: Metadata | None) -> bool:
+    """Row-level resolution applies: deletion vectors on, and the table unpartitioned or opted in."""
+    if metadata is None:
+        return False
+    conf = {k.lower(): v.lower() for k, v in metadata.configuration.items()}
+    if conf.get(props.ENABLE_DELETION_VECTORS.lower()) != "true":
+        return False
+    explicit = conf.get(props.ROW_LEVEL_CONCURRENCY.lower())
+    if explicit is not None:
+        return explicit == "true"
+    return not metadata.partition_columns
+
+
+def compaction_enabled(metadata: Metadata | None) -> bool:
+    """Carrying deletions over a compaction works on any table with deletion vectors."""
+    if metadata is None:
+        return False
+    conf = {k.lower(): v.lower() for k, v in metadata.configuration.items()}
+    return conf.get(props.ENABLE_DELETION_VECTORS.lower()) == "true"
+
+
+# -- deletion vectors --------------------------------------------------------------
+def dv_rows(table_path: str, dv: DeletionVectorDescriptor | None) -> Any:
+    """Deleted rows of a descriptor as a ``RowIndexSet`` (empty for no vector)."""
+    from serialake.core.deletion_vectors import RowIndexSet, read_deletion_vector
+
+    if dv is None:
+        return RowIndexSet.from_iter([])
+    return read_deletion_vector(table_path, dv)
+
+
+def write_dv(table_path: str, rows: Any) -> DeletionVectorDescriptor:
+    from serialake.core.deletion_vectors import write_deletion_vector
+
+    return write_deletion_vector(table_path, rows, inline_max_bytes=0)
+
+
+def with_dv(add: AddFile, dv: DeletionVectorDescriptor | None) -> AddFile:
+    return replace(add, deletion_vector=dv)
+
+
+def same_dv(a: DeletionVectorDescriptor | None, b: DeletionVectorDescriptor | None) -> bool:
+    return (a.unique_id if a else None) == (b.unique_id if b else None)
+
+
+# -- compaction row mapping -----------------------------------------------------------
+@dataclass(frozen=True)
+class CompactionSource:
+    """One input of a compacted file: where its live rows start in the output."""
+
+    path: str
+    dv_id: str | None
+    live_rows: int
+    offset: int
+
+
+def compaction_sources(add: AddFile) -> list[CompactionSource] | None:
+    """The ordered inputs recorded on a compaction output, or None."""
+    raw = (add.tags or {}).get(COMPACTED_FROM_TAG)
+    if not raw:
+        return None
+    try:
+        items = json.loads(raw)
+    except ValueError:
+        return None
+    out: list[CompactionSource] = []
+    offset = 0
+    for path, dv_id, n in items:
+        out.append(CompactionSource(path, dv_id, int(n), offset))
+        offset += int(n)
+    return out
+
+
+def map_rows(base_deleted: Any, rows: Any, offset: int) -> list[int]:
+    """Positions in a compaction output of physical ``rows`` of an input (deleted rows skipped)."""
+    import numpy as np
+
+    base = base_deleted.to_numpy()
+    idx = rows.to_numpy()
+    if len(idx) == 0:
+        return []
+    # Live rank of row i = i - (number of base-deleted rows below i).
+    below = np.searchsorted(base, idx, side="left") if len(base) else np.zeros(len(idx), dtype=np.int64)
+    return [int(offset + int(i) - int(b)) for i, b in zip(idx, below)]
+
+
+# -- predicates on rows ----------------------------------------------------------------
+class CannotEvaluate(Exception):
+    """The predicate or the file cannot be evaluated exactly here."""
+
+
+@dataclass
+class RowReader:
+    """Evaluates read predicates on the rows of data files (pyarrow; no Spark)."""
+
+    table_path: str
+    snapshot: Any  # the read snapshot: its schema and partition columns
+
+    @property
+    def schema(self) -> Any:
+        return self.snapshot.schema
+
+    @property
+    def partition_columns(self) -> Sequence[str]:
+        return self.snapshot.partition_columns
+
+    def _table(self, add: AddFile, columns: set[str]) -> Any:
+        import pyarrow.parquet as pq
+
+        path = decode_path(add.path)
+        full = path if os.path.isabs(path) else os.path.join(self.table_path, path)
+        if not os.path.exists(full):
+            raise CannotEvaluate(f"data file {add.path} is not readable here")
+        data_cols = [c for c in columns if c.lower() not in {p.lower() for p in self.partition_columns}]
+        names = {f.name.lower(): f.name for f in self.schema.fields}
+        wanted = []
+        for c in data_cols:
+            real = names.get(c.lower())
+            if real is None:
+                raise CannotEvaluate(f"unknown column {c}")
+            f = self.schema.field(real)
+            if f.metadata.get("delta.columnMapping.physicalName"):
+                raise CannotEvaluate("column mapping")
+            wanted.append(real)
+        return pq.read_table(full, columns=wanted)
+
+    def matching_rows(self, add: AddFile, expr: Any, rows: Any = None) -> Any:
+        """Physical row indexes of ``add`` (restricted to ``rows`` if given) where ``expr`` is TRUE."""
+        import numpy as np
+        import pyarrow.compute as pc
+
+        from serialake.core.deletion_vectors import RowIndexSet
+
+        cols = {name for _, name in P.column_refs(expr)}
+        table = self._table(add, cols)
+        n = add.num_records if table.num_columns == 0 else table.num_rows
+        if n is None:
+            raise CannotEvaluate("row count unknown")
+        if rows is not None:
+            idx = rows.to_numpy()
+            idx = idx[idx < n]
+            table = table.take(idx) if table.num_columns else None
+            count = len(idx)
+        else:
+            idx = None
+            count = n
+        mask = _eval(expr, table, count, add.partition_values or {}, self.schema, self.partition_columns)
+        if isinstance(mask, bool) or mask is None:
+            hit = np.arange(count) if mask is True else np.zeros(0, dtype=np.int64)
+        else:
+            filled = pc.fill_null(mask, False)
+            hit = np.nonzero(filled.to_numpy(zero_copy_only=False))[0]
+        if idx is not None:
+            hit = idx[hit]
+        # Rows already deleted by the file's vector are not part of the table.
+        result = RowIndexSet.from_iter(hit.astype("uint64"))
+        if add.deletion_vector is not None:
+            result = result - dv_rows(self.table_path, add.deletion_vector)
+        return result
+
+    def any_match(self, add: AddFile, exprs: Sequence[Any], rows: Any = None) -> bool:
+        """Whether some (live) row of ``add`` (within ``rows``) satisfies any of ``exprs``."""
+        for e in exprs:
+            if len(self.matching_rows(add, e, rows)) > 0:
+                return True
+        return False
+
+
+def _eval(expr: Any, table: Any, n: int, pv: Mapping[str, str | None], schema: Any, parts: Sequence[str]) -> Any:
+    """A pyarrow boolean array (or a Python bool/None constant) for ``expr`` over ``table``."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    parts_lower = {p.lower() for p in parts}
+
+    def value(e: Any) -> Any:
+        if isinstance(e, P.Column):
+            f = schema.field(e.name)
+            if f is None:
+                raise CannotEvaluate(f"unknown column {e.name}")
+            if f.name.lower() in parts_lower:
+                raw = next((v for k, v in pv.items() if k.lower() == f.name.lower()), None)
+                return _typed_scalar(raw, f.data_type)
+            return table.column(f.name)
+        if isinstance(e, P.Literal):
+            return e.value
+        raise CannotEvaluate(type(e).__name__)
+
+    def coerce(left: Any, right: Any) -> tuple[Any, Any]:
+        # Cast a Python literal to the other side's Arrow type (e.g. '2024-01-01' vs date32).
+        for a, b, flip in ((left, right, False), (right, left, True)):
+            if isinstance(a, (pa.Array, pa.ChunkedArray)) and not isinstance(b, (pa.Array, pa.ChunkedArray, pa.Scalar)):
+                try:
+                    s = pa.scalar(b).cast(a.type) if b is not None else pa.scalar(None, a.type)
+                except (pa.ArrowInvalid, pa.ArrowNotImplementedError, TypeError):
+                    raise CannotEvaluate("literal cast") from None
+                return (s, a) if flip else (a, s)
+        return left, right
+
+    def go(e: Any) -> Any:
+        if isinstance(e, P.And):
+            out = go(e.args[0])
+            for a in e.args[1:]:
+                out = pc.and_kleene(_arr(out, n), _arr(go(a), n))
+            return out
+        if isinstance(e, P.Or):
+            out = go(e.args[0])
+            for a in e.args[1:]:
+                out = pc.or_kleene(_arr(out, n), _arr(go(a), n))
+            return out
+        if isinstance(e, P.Not):
+            return pc.invert(_arr(go(e.arg), n))
+        if isinstance(e, P.Comparison):
+            left, right = coerce(value(e.left), value(e.right))
+            fn = {"=": pc.equal, "!=": pc.not_equal, "<>": pc.not_equal, "<": pc.less, "<=": pc.less_equal,
+                  ">": pc.greater, ">=": pc.greater_equal}.get(e.op)
+            if e.op == "<=>":
+                eq = pc.equal(_arr(left, n), _arr(right, n))
+                both_null = pc.and_(pc.is_null(_arr(left, n)), pc.is_null(_arr(right, n)))
+                return pc.or_kleene(pc.fill_null(eq, False), both_null)
+            if fn is None:
+                raise CannotEvaluate(e.op)
+            return fn(_arr(left, n), _arr(right, n))
+        if isinstance(e, P.In):
+            target = _arr(value(e.expr), n)
+            vals = [value(v) for v in e.values]
+            try:
+                vs = pa.array([v for v in vals if v is not None]).cast(target.type)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError, TypeError):
+                raise CannotEvaluate("IN list cast") from None
+            hit = pc.is_in(target, value_set=vs)
+            hit = pc.if_else(pc.is_null(target), pa.scalar(None, pa.bool_()), hit)
+            if any(v is None for v in vals):
+                hit = pc.if_else(hit, True, pa.scalar(None, pa.bool_()))
+            return pc.invert(hit) if e.negated else hit
+        if isinstance(e, P.IsNull):
+            r = pc.is_null(_arr(value(e.expr), n))
+            return pc.invert(r) if e.negated else r
+        if isinstance(e, P.Like):
+            r = pc.match_like(_arr(value(e.expr), n), e.pattern if isinstance(e.pattern, str) else value(e.pattern))
+            return pc.invert(r) if e.negated else r
+        if isinstance(e, P.Literal) and (e.value is True or e.value is False or e.value is None):
+            return e.value
+        raise CannotEvaluate(type(e).__name__)
+
+    return go(expr)
+
+
+def _arr(v: Any, n: int) -> Any:
+    import pyarrow as pa
+
+    if isinstance(v, pa.ChunkedArray):
+        return v.combine_chunks()
+    if isinstance(v, pa.Array):
+        return v
+    if isinstance(v, pa.Scalar):
+        return pa.array([v.as_py()] * n, type=v.type) if n else pa.array([], type=v.type)
+    return pa.array([v] * n) if n else pa.array([], type=pa.bool_() if isinstance(v, bool) or v is None else None)
+
+
+def _typed_scalar(raw: str | None, data_type: Any) -> Any:
+    """A partition value string as a typed Arrow scalar."""
+    import datetime as dt
+    from decimal import Decimal
+
+    import pyarrow as pa
+
+    name = getattr(data_type, "name", None)
+    if raw is None:
+        return pa.scalar(None)
+    try:
+        if name in ("byte", "short", "integer", "long"):
+            return pa.scalar(int(raw), pa.int64())
+        if name in ("float", "double"):
+            return pa.scalar(float(raw), pa.float64())
+        if name == "boolean":
+            return pa.scalar(raw.lower() == "true")
+        if name == "date":
+            return pa.scalar(dt.date.fromisoformat(raw))
+        if name in ("timestamp", "timestamp_ntz"):
+            return pa.scalar(dt.datetime.fromisoformat(raw.replace("Z", "")), pa.timestamp("us"))
+        if hasattr(data_type, "precision"):
+            return pa.scalar(Decimal(raw))
+        return pa.scalar(raw)
+    except ValueError:
+        raise CannotEvaluate(f"partition value {raw!r}") from None
+
+
+def dv_update_pairs(removes: Mapping[str, RemoveFile], adds: Sequence[AddFile]) -> dict[str, tuple[RemoveFile, AddFile]]:
+    """Files a commit changed through deletion vectors: path -> (remove of old DV, add of new DV)."""
+    out: dict[str, tuple[RemoveFile, AddFile]] = {}
+    for a in adds:
+        r = removes.get(a.path)
+        if r is not None and a.deletion_vector is not None and not same_dv(r.deletion_vector, a.deletion_vector):
+            out[a.path] = (r, a)
+    return out

@@ -95,11 +95,12 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     rows = []
     try:
         cases = [
-            ("10k commits, 50k files, checkpointed", int(10_000 * args.scale), int(50_000 * args.scale), True),
-            ("1k commits, no checkpoint", int(1_000 * args.scale), int(5_000 * args.scale), False),
+            (int(10_000 * args.scale), int(50_000 * args.scale), True),
+            (int(1_000 * args.scale), int(5_000 * args.scale), False),
         ]
-        for name, commits, files, cp in cases:
-            path = os.path.join(root, name.split(",")[0].replace(" ", "_"))
+        for commits, files, cp in cases:
+            name = f"{commits:,} commits, {files:,} files, " + ("checkpointed" if cp else "no checkpoint")
+            path = os.path.join(root, f"t{commits}-{int(cp)}")
             build(path, commits, files, commits - 6 if cp else None)
             ours = _median_time(lambda: load_serialake(path), args.runs)
             ours_all = _median_time(lambda: load_serialake_all_files(path), args.runs)

@@ -1,0 +1,125 @@
+"""Run every benchmark side by side with delta-rs and write the results into bench/README.md.
+
+Usage: ``python -m bench.run [--only NAME,...] [--quick]``. Each benchmark measures
+serialake and delta-rs in the same run on the same data; figures are reported with their
+ratio, never asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import importlib
+import json
+import os
+import platform
+import re
+from typing import Any, Callable
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+README = os.path.join(HERE, "README.md")
+MARK = "<!-- results:{name} -->"
+
+
+def _fmt(v: Any) -> str:
+    if isinstance(v, float):
+        return f"{v:.3f}" if abs(v) < 100 else f"{v:.0f}"
+    return str(v)
+
+
+def _table(rows: list[dict[str, Any]]) -> str:
+    if not rows:
+        return "(no rows)"
+    cols = list(rows[0])
+    out = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    out += ["| " + " | ".join(_fmt(r.get(c)) for c in cols) + " |" for r in rows]
+    return "\n".join(out)
+
+
+def _commits(quick: bool) -> list[dict[str, Any]]:
+    from bench import commit_throughput as m
+
+    rows = m.main(["--writers", "1,4,8", "--duration", "3" if quick else "6"])
+    out = []
+    for w in sorted({r["writers"] for r in rows}):
+        ours = next(r for r in rows if r["writers"] == w and r["impl"] == "serialake")
+        rs = next(r for r in rows if r["writers"] == w and r["impl"] == "delta-rs")
+        out.append({
+            "writers": w,
+            "serialake commits/s": ours["commits_per_s"],
+            "serialake failed %": ours["failed_pct"],
+            "serialake p50 ms": ours["p50_ms"],
+            "delta-rs commits/s": rs["commits_per_s"],
+            "delta-rs failed %": rs["failed_pct"],
+            "delta-rs p50 ms": rs["p50_ms"],
+            "ratio (serialake/delta-rs)": ours["commits_per_s"] / max(rs["commits_per_s"], 1e-9),
+        })
+    return out
+
+
+def _validation(quick: bool) -> list[dict[str, Any]]:
+    from bench import validation as m
+
+    rows = m.main(["--commits", "300" if quick else "1000", "--files", "100"])
+    ours = next(r for r in rows if r["impl"] == "serialake")
+    rs = next(r for r in rows if r["impl"] == "delta-rs")
+    return [{"winners": ours["winners"], "files per winner": ours["files_per_winner"],
+             "serialake s": ours["validate_s"], "delta-rs s": rs["validate_s"],
+             "ratio (serialake/delta-rs)": ours["validate_s"] / rs["validate_s"]}]
+
+
+def _load(quick: bool) -> list[dict[str, Any]]:
+    from bench import snapshot_load as m
+
+    rows = m.main(["--scale", "0.2" if quick else "1"])
+    return [{"table": r["table"], "serialake s": r["serialake_s"], "serialake + all AddFile objects s":
+             r["serialake_all_files_s"], "delta-rs s": r["delta_rs_s"], "ratio (serialake/delta-rs)": r["ratio"]}
+            for r in rows]
+
+
+BENCHES: dict[str, tuple[str, Callable[[bool], list[dict[str, Any]]]]] = {
+    "commits": ("Blind-append commit throughput (log path only)", _commits),
+    "validation": ("Validating one transaction against many winning commits", _validation),
+    "load": ("Snapshot load", _load),
+}
+
+
+def _optional(name: str, title: str, module: str) -> None:
+    try:
+        mod = importlib.import_module(module)
+    except ImportError:
+        return
+    BENCHES[name] = (title, lambda quick, _m=mod: _m.bench_rows(quick))
+
+
+_optional("dml", "Copy-on-write DML and OPTIMIZE (Spark start-up excluded)", "bench.dml")
+_optional("dv", "Deletion-vector DELETE and false-conflict rate", "bench.dv")
+
+
+def update_readme(name: str, title: str, rows: list[dict[str, Any]]) -> None:
+    text = open(README).read() if os.path.exists(README) else "# Benchmarks\n"
+    block = (f"{MARK.format(name=name)}\n### {title}\n\n{_table(rows)}\n\n"
+             f"_Measured {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC on {platform.machine()}, "
+             f"{os.cpu_count()} cores, Python {platform.python_version()}._\n<!-- end:{name} -->")
+    pattern = re.compile(re.escape(MARK.format(name=name)) + r".*?<!-- end:" + re.escape(name) + r" -->", re.S)
+    text = pattern.sub(lambda _: block, text) if pattern.search(text) else text.rstrip() + "\n\n" + block + "\n"
+    with open(README, "w") as f:
+        f.write(text)
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--only", default="")
+    ap.add_argument("--quick", action="store_true")
+    args = ap.parse_args(argv)
+    names = [n for n in args.only.split(",") if n] or list(BENCHES)
+    for name in names:
+        title, fn = BENCHES[name]
+        rows = fn(args.quick)
+        print(f"\n## {title}\n{_table(rows)}")
+        update_readme(name, title, rows)
+    print(json.dumps({"updated": README}))
+
+
+if __name__ == "__main__":
+    main()

@@ -40,6 +40,7 @@ from serialake.exceptions import (
     DeltaIllegalArgumentException,
     FileAlreadyExistsError,
     InvalidPropertyError,
+    UnsupportedFeatureError,
 )
 
 if TYPE_CHECKING:
@@ -275,6 +276,7 @@ class OptimisticTransaction:
         assert protocol is not None
         features.check_writable(protocol, self.metadata, table)
         self._check_append_only(body)
+        self._check_change_data_feed(body)
         _check_paths(body, table)
 
         file_actions = [a for a in body if isinstance(a, FileAction)]
@@ -308,6 +310,11 @@ class OptimisticTransaction:
             "engineInfo": f"{VERSION}",
             "txnId": self.txn_id,
         }
+        meta_now = self.metadata
+        if meta_now is not None and props.get(meta_now.configuration, props.ENABLE_ICT):
+            # In-commit timestamps must strictly increase: after the read snapshot's (rebased later).
+            floor = (self.snapshot.timestamp + 1) if self.snapshot is not None else 0
+            ci_values = {"inCommitTimestamp": max(ci_values["timestamp"], floor), **ci_values}
         if user_metadata is not None:
             ci_values["userMetadata"] = user_metadata
         if tags:
@@ -339,6 +346,23 @@ class OptimisticTransaction:
             compaction_carry=row_level.compaction_enabled(snap.metadata if snap else None),
             reader=row_level.RowReader(table, snap) if snap else None,
         )
+
+    def _check_change_data_feed(self, body: list[Action]) -> None:
+        """Refuse data-changing removes without change data on a CDF table (readers would misread them)."""
+        meta = self.metadata
+        if meta is None or not props.get(meta.configuration, props.ENABLE_CDF):
+            return
+        if any(isinstance(a, AddCDCFile) for a in body):
+            return
+        removes = [a for a in body if isinstance(a, RemoveFile) and a.data_change]
+        adds = [a for a in body if isinstance(a, AddFile) and a.data_change]
+        if removes and adds:
+            raise UnsupportedFeatureError(
+                f"Table {self.table_path} has delta.enableChangeDataFeed=true: this commit rewrites data "
+                f"files (e.g. {removes[0].path}) without change data files, which change-feed readers would "
+                "misread. serialake writes change data only for appends and whole-file deletes; unset the "
+                "property to run DELETE/UPDATE/MERGE here."
+            )
 
     def _check_append_only(self, body: list[Action]) -> None:
         meta = self.metadata
@@ -384,6 +408,7 @@ class OptimisticTransaction:
                 if summary.txn_id == info.txn_id:
                     return CommitResult(entry.version, attempts, checked, time.monotonic() - started)
                 info = check_winner(info, summary)
+                _rebase_ict(info, summary)
                 checked += 1
                 last_checked = entry.version
             attempt_version = last_checked + 1
@@ -482,3 +507,15 @@ def _check_paths(body: list[Action], table: str) -> None:
                 raise DeltaIllegalArgumentException(
                     f"Data file path '{a.path}' escapes the table directory of {table}"
                 )
+
+
+def _rebase_ict(info: TransactionInfo, winner: WinnerSummary) -> None:
+    """Keep our in-commit timestamp above every winner's (the protocol requires it to increase)."""
+    ci = info.actions[0]
+    if not isinstance(ci, CommitInfo) or "inCommitTimestamp" not in ci.values:
+        return
+    theirs = winner.commit_info.values.get("inCommitTimestamp") if winner.commit_info else None
+    if theirs is not None and int(theirs) >= int(ci.values["inCommitTimestamp"]):
+        values = dict(ci.values)
+        values["inCommitTimestamp"] = int(theirs) + 1
+        info.actions[0] = CommitInfo(values)

@@ -256,3 +256,26 @@ def test_failed_puts_and_reads_are_retried(make_table):
     snap = DeltaLog(log.table_path).update()
     assert versions == list(range(1, 31)) and snap.version == 30 and snap.num_files == 33
     assert sum(faulty.counts.values()) > 0
+
+
+def test_in_commit_timestamps_strictly_increase(make_table):
+    log = make_table(props={"delta.enableInCommitTimestamps": "true"})
+    assert "inCommitTimestamp" in log.update().protocol.writer_features
+    t = log.start_transaction()
+    for _ in range(3):
+        log.start_transaction().commit([add_file(1)])
+    t.commit([add_file(2)])
+    stamps = [log.read_commit(v).commit_info.get("inCommitTimestamp") for v in range(0, 5)]
+    assert all(s is not None for s in stamps)
+    assert stamps == sorted(stamps) and len(set(stamps)) == len(stamps)
+    first = open(log.commit_path(4)).readline()
+    assert first.startswith('{"commitInfo":{"inCommitTimestamp"')
+
+
+def test_change_data_feed_table_refuses_rewrites_without_change_data(make_table):
+    log = make_table(props={"delta.enableChangeDataFeed": "true"})
+    log.start_transaction().commit([add_file(1)])  # appends are fine
+    t = log.start_transaction()
+    f = t.filter_files(["p = 1"])[0]
+    with pytest.raises(UnsupportedFeatureError, match="enableChangeDataFeed"):
+        t.commit([f.remove(), add_file(1)], operation="UPDATE")

@@ -75,6 +75,7 @@ class DeltaLog:
         self._commits_lock = threading.Lock()
         self._checkpointer: ThreadPoolExecutor | None = None
         self._pending_checkpoint: Future | None = None
+        self._latest_checkpoint_request = -1
         self.last_checkpoint_error: BaseException | None = None
 
     # -- construction -----------------------------------------------------------
@@ -287,15 +288,30 @@ class DeltaLog:
         return out
 
     # -- checkpoints ------------------------------------------------------------
-    def checkpoint(self, version: int | None = None) -> dict[str, Any]:
-        """Write a classic checkpoint at ``version`` (latest when None); returns ``_last_checkpoint``."""
-        snap = self.snapshot(version)
+    def snapshot_from(self, base: Snapshot, version: int) -> Snapshot:
+        """The snapshot at ``version`` built from an older ``base`` plus the commits in between."""
+        if version == base.version:
+            return base
+        entries = [self.read_commit(v) for v in range(base.version + 1, version + 1)]
+        return base.with_commits([(e.version, list(e.actions), e.timestamp) for e in entries])
+
+    def checkpoint(self, version: int | None = None, base: Snapshot | None = None) -> dict[str, Any]:
+        """Write a classic checkpoint at ``version`` (latest when None); returns ``_last_checkpoint``.
+
+        With ``base`` (an older snapshot) the state is built incrementally from it.
+        """
+        if base is not None and version is not None and base.version <= version:
+            snap = self.snapshot_from(base, version)
+        else:
+            snap = self.snapshot(version)
         retention = props.get(snap.configuration, props.DELETED_FILE_RETENTION)
         cutoff = int(time.time() * 1000) - retention
         actions = snap.checkpoint_actions(cutoff)
         return write_checkpoint(self.store, self.log_path, snap.version, actions, snap.num_files)
 
-    def maybe_checkpoint_async(self, version: int, configuration: dict[str, str]) -> None:
+    def maybe_checkpoint_async(
+        self, version: int, configuration: dict[str, str], base: Snapshot | None = None
+    ) -> None:
         """Schedule a checkpoint after committing ``version`` if the interval says so.
 
         Runs on a background thread; a failure is logged and kept in
@@ -305,22 +321,25 @@ class DeltaLog:
         if version == 0 or version % interval != 0:
             return
         with self._lock:
-            pending = self._pending_checkpoint
-            if pending is not None and not pending.done():
-                return  # one checkpoint at a time; the next interval catches up
+            # Requests queue on one thread; a request overtaken by a newer one is dropped.
+            self._latest_checkpoint_request = max(self._latest_checkpoint_request, version)
             if self._checkpointer is None:
                 self._checkpointer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="serialake-checkpoint")
-            self._pending_checkpoint = self._checkpointer.submit(self._checkpoint_quietly, version)
+            self._pending_checkpoint = self._checkpointer.submit(self._checkpoint_quietly, version, base)
 
-    def _checkpoint_quietly(self, version: int) -> None:
+    def _checkpoint_quietly(self, version: int, base: Snapshot | None) -> None:
         try:
             from serialake.core.logfiles import read_last_checkpoint
 
+            if version < self._latest_checkpoint_request:
+                return  # a newer checkpoint is queued: skip this stale one
             last = read_last_checkpoint(self.store, self.log_path)
             if last is not None and last["version"] >= version:
                 return  # another writer already checkpointed at or past this version
-            # Checkpoint the newest state: cheaper than rebuilding ``version`` exactly.
-            self.checkpoint()
+            cached = self._snapshot
+            if cached is not None and cached.version <= version and (base is None or cached.version > base.version):
+                base = cached
+            self.checkpoint(version, base=base)
         except BaseException as e:  # noqa: BLE001 - a checkpoint must never fail a commit
             self.last_checkpoint_error = e
             log.warning("checkpoint of %s at version %d failed: %s", self.table_path, version, e)

@@ -240,7 +240,9 @@ class OptimisticTransaction:
         result = self._commit_loop(info, started)
         self.committed = result
         meta = info.metadata or info.read_metadata
-        self.delta_log.maybe_checkpoint_async(result.version, dict(meta.configuration) if meta else {})
+        self.delta_log.maybe_checkpoint_async(
+            result.version, dict(meta.configuration) if meta else {}, base=self.snapshot
+        )
         return result.version
 
     def _prepare(

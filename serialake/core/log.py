@@ -198,6 +198,10 @@ class DeltaLog:
         """The latest snapshot, refreshed by reading only commits newer than the cached one."""
         with self._lock:
             snap = self._snapshot
+            if snap is not None and snap.version > 0 and not self.store.exists(self.commit_path(snap.version)):
+                snap = None  # the table was deleted or replaced under us: load it afresh
+                with self._commits_lock:
+                    self._commits.clear()
             if snap is None:
                 snap = self._load(self._latest_segment())
             else:

@@ -17,6 +17,7 @@ __all__ = [
     "ConcurrentTransactionException",
     "ConcurrentWriteException",
     "CommitFailedError",
+    "CommitOutcomeUnknownError",
     "DeltaAnalysisException",
     "DeltaConcurrentModificationException",
     "DeltaError",
@@ -75,6 +76,15 @@ class FileAlreadyExistsError(DeltaError, FileExistsError):
 
 class CommitFailedError(DeltaError):
     """The commit could not be completed (retries exhausted, or a non-retryable store error)."""
+
+
+class CommitOutcomeUnknownError(CommitFailedError):
+    """The commit may or may not have landed (an I/O error hid its outcome); find ``txn_id`` in the log."""
+
+    def __init__(self, message: str, *, txn_id: str, version: int | None = None) -> None:
+        super().__init__(message)
+        self.txn_id = txn_id
+        self.version = version
 
 
 class ConcurrentModificationException(DeltaError, RuntimeError):

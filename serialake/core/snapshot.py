@@ -186,6 +186,10 @@ class Snapshot:
     def schema(self) -> Any:
         """The table schema as ``serialake.core.schema.StructType``."""
         if self._schema is None:
+            if self.metadata.schema_string is None:
+                raise CorruptLogError(
+                    f"Table {self.table_path} at version {self.version}: its metaData action has no schemaString"
+                )
             self._schema = self.metadata.schema
         return self._schema
 

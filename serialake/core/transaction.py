@@ -36,6 +36,7 @@ from serialake.core.actions import (
 from serialake.core.conflicts import ReadPredicate, TransactionInfo, WinnerSummary, check_winner
 from serialake.exceptions import (
     CommitFailedError,
+    CommitOutcomeUnknownError,
     DeltaAnalysisException,
     DeltaIllegalArgumentException,
     FileAlreadyExistsError,
@@ -385,6 +386,7 @@ class OptimisticTransaction:
         checked = 0
         last_checked = info.read_version
         opts = self.options
+        uncertain_version: int | None = None
         while True:
             attempts += 1
             body = actions_to_jsonl(info.actions)
@@ -397,7 +399,7 @@ class OptimisticTransaction:
             except OSError:
                 # Outcome unknown (e.g. the response was lost): the winners check below finds
                 # our own txnId if the commit did land.
-                pass
+                uncertain_version = attempt_version
             # Check every commit after the last one checked, in order.
             try:
                 winners = dlog.commits_after(last_checked)
@@ -416,6 +418,15 @@ class OptimisticTransaction:
             attempt_version = last_checked + 1
             elapsed = time.monotonic() - started
             if attempts >= opts.max_attempts or elapsed > opts.max_duration_s:
+                if uncertain_version is not None:
+                    raise CommitOutcomeUnknownError(
+                        f"Commit to {info.table} gave up after {attempts} attempts and {elapsed:.1f}s; an "
+                        f"attempt at version {uncertain_version} failed with an I/O error after which the log "
+                        f"could not be read, so it may have landed. Look for commitInfo.txnId = {info.txn_id} "
+                        "in the log before retrying, or the write may be applied twice.",
+                        txn_id=info.txn_id,
+                        version=uncertain_version,
+                    )
                 raise CommitFailedError(
                     f"Commit to {info.table} gave up after {attempts} attempts and {elapsed:.1f}s "
                     f"(no conflict found; the table is under heavy contention). Nothing was committed. "

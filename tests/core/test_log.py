@@ -279,3 +279,21 @@ def test_change_data_feed_table_refuses_rewrites_without_change_data(make_table)
     f = t.filter_files(["p = 1"])[0]
     with pytest.raises(UnsupportedFeatureError, match="enableChangeDataFeed"):
         t.commit([f.remove(), add_file(1)], operation="UPDATE")
+
+
+def test_unknown_outcome_is_reported_as_unknown(make_table):
+    from serialake.core import CommitOptions
+    from serialake.exceptions import CommitOutcomeUnknownError
+
+    log = make_table()
+    plan = FaultPlan()
+    faulty = FaultyLogStore(LocalLogStore(), plan)
+    flog = DeltaLog(log.table_path, store=faulty)
+    txn = flog.start_transaction(options=CommitOptions(max_attempts=3, backoff_base_s=0.0001))
+    plan.lose_put_response = 1.0
+    plan.fail_read = 1.0
+    with pytest.raises(CommitOutcomeUnknownError) as e:
+        txn.commit([add_file(1)])
+    assert e.value.txn_id == txn.txn_id
+    landed = DeltaLog(log.table_path).read_commit(1).commit_info.txn_id
+    assert landed == txn.txn_id  # it did land: the error must not claim otherwise

@@ -1,0 +1,738 @@
+"""Data files in and out of Spark: the internals every Spark-side operation builds on.
+
+Stable entry points (used by write/read and by DML: DELETE, UPDATE, MERGE, OPTIMIZE):
+
+- ``write_data_files(df, table_path, partition_columns, *, data_change=True,
+  max_records_per_file=None) -> list[AddFile]``: Parquet files written by Spark, moved into
+  the table, fsynced, described by AddFiles with stats from the Parquet footers.
+- ``read_files_df(spark, snapshot, files, columns=None, with_file_path=False) -> DataFrame``:
+  the rows of exactly ``files`` with partition columns re-attached, in table-schema order.
+- ``to_delta_schema`` / ``to_spark_schema``: schema conversion (both sides speak Spark's JSON).
+
+Nothing here commits: callers put the AddFiles (and RemoveFiles) into a core transaction.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import posixpath
+import shutil
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
+from urllib.parse import unquote, urlparse
+
+import pyarrow.parquet as pq
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from serialake.core import properties as props
+from serialake.core.actions import AddFile, decode_path, encode_path
+from serialake.core.schema import (
+    ArrayType,
+    DataType,
+    DecimalType,
+    MapType,
+    PrimitiveType,
+    StructField,
+    StructType,
+    physical_name,
+)
+from serialake.exceptions import (
+    CorruptLogError,
+    DeltaAnalysisException,
+    UnsupportedFeatureError,
+)
+
+if TYPE_CHECKING:
+    from serialake.core.snapshot import Snapshot
+
+__all__ = [
+    "FILE_COLUMN",
+    "HIVE_DEFAULT_PARTITION",
+    "ROW_INDEX_COLUMN",
+    "STAGING_DIR",
+    "STRING_STATS_PREFIX",
+    "absolute_path",
+    "column_mapping_mode",
+    "data_fields",
+    "file_stats",
+    "stats_columns",
+    "parse_partition_value",
+    "quote_name",
+    "read_files_df",
+    "select_fields",
+    "to_delta_schema",
+    "to_spark_schema",
+    "write_data_files",
+]
+
+STAGING_DIR = "_staging"
+HIVE_DEFAULT_PARTITION = "__HIVE_DEFAULT_PARTITION__"
+FILE_COLUMN = "_file"
+ROW_INDEX_COLUMN = "_row_index"
+STRING_STATS_PREFIX = 32  # Delta's default: string min/max hold the first 32 characters
+_MAX_CHAR = "\U0010ffff"  # appended to a truncated max so it stays an upper bound
+_KEY_COLUMN = "__serialake_file_key"
+_IO_THREADS = 8
+_MIN_MAX_TYPES = frozenset({"byte", "short", "integer", "long", "date", "timestamp", "timestamp_ntz", "string"})
+
+
+# ---------------------------------------------------------------------------------------------
+# Schemas
+# ---------------------------------------------------------------------------------------------
+
+
+def to_delta_schema(spark_schema: T.StructType) -> StructType:
+    """The Delta schema of a Spark ``StructType``."""
+    return StructType.from_json(spark_schema.json())
+
+
+def to_spark_schema(schema: StructType) -> T.StructType:
+    """The Spark ``StructType`` of a Delta schema."""
+    result = T.StructType.fromJson(json.loads(schema.to_json()))
+    assert isinstance(result, T.StructType)
+    return result
+
+
+def column_mapping_mode(snapshot: Snapshot) -> str:
+    """``none``, ``name`` or ``id`` (``delta.columnMapping.mode``)."""
+    return str(props.get(snapshot.configuration, props.COLUMN_MAPPING_MODE)).lower()
+
+
+def data_fields(schema: StructType, partition_columns: Sequence[str]) -> list[StructField]:
+    """The fields stored in data files: the schema without its partition columns."""
+    parts = {c.lower() for c in partition_columns}
+    return [f for f in schema.fields if f.name.lower() not in parts]
+
+
+def _physical_type(data_type: DataType) -> DataType:
+    if isinstance(data_type, StructType):
+        return StructType(tuple(_physical_field(f) for f in data_type.fields))
+    if isinstance(data_type, ArrayType):
+        return ArrayType(_physical_type(data_type.element_type), data_type.contains_null)
+    if isinstance(data_type, MapType):
+        return MapType(
+            _physical_type(data_type.key_type), _physical_type(data_type.value_type), data_type.value_contains_null
+        )
+    return data_type
+
+
+def _physical_field(f: StructField) -> StructField:
+    """The field as stored in Parquet under column mapping (physical names, nested too)."""
+    return StructField(physical_name(f), _physical_type(f.data_type), f.nullable, {})
+
+
+def _has_struct(data_type: DataType) -> bool:
+    if isinstance(data_type, StructType):
+        return True
+    if isinstance(data_type, ArrayType):
+        return _has_struct(data_type.element_type)
+    if isinstance(data_type, MapType):
+        return _has_struct(data_type.key_type) or _has_struct(data_type.value_type)
+    return False
+
+
+# ---------------------------------------------------------------------------------------------
+# Paths
+# ---------------------------------------------------------------------------------------------
+
+
+def absolute_path(table_path: str, add_path: str) -> str:
+    """The local file-system path of an ``add.path`` (relative URI-encoded, or an absolute URI)."""
+    if "://" in add_path or add_path.startswith("file:"):
+        parsed = urlparse(add_path)
+        if parsed.scheme not in ("", "file"):
+            raise UnsupportedFeatureError(
+                f"Table {table_path}: data file {add_path} is on '{parsed.scheme}', "
+                "only local files are supported"
+            )
+        return posixpath.normpath(unquote(parsed.path))
+    decoded = decode_path(add_path)
+    if decoded.startswith("/"):
+        return posixpath.normpath(decoded)
+    return posixpath.normpath(posixpath.join(table_path, decoded))
+
+
+def _glob_escape(path: str) -> str:
+    """Escape Hadoop glob characters: Spark globs any path containing them."""
+    out = []
+    for ch in path:
+        if ch in "{}[]*?\\":
+            out.append("\\")
+        out.append(ch)
+    return "".join(out)
+
+
+def _spark_file_key(file_path: Column) -> Column:
+    """Spark's ``_metadata.file_path`` (a percent-encoded URI) as a decoded local path.
+
+    ``+`` is protected first: ``url_decode`` would turn it into a space.
+    """
+    decoded = F.url_decode(F.replace(file_path, F.lit("+"), F.lit("%2B")))
+    return F.regexp_replace(decoded, r"^file:(//)?", "")
+
+
+# ---------------------------------------------------------------------------------------------
+# Partition values: log strings <-> Python values
+# ---------------------------------------------------------------------------------------------
+
+
+def parse_partition_value(value: str | None, data_type: DataType, *, table: str = "", column: str = "") -> Any:
+    """A partition value string from the log as the Python value Spark expects for the type.
+
+    Timestamps without a zone are UTC; an empty string is NULL except for strings.
+    """
+    if value is None:
+        return None
+    if not isinstance(data_type, (PrimitiveType, DecimalType)):
+        raise CorruptLogError(f"Table {table}: partition column '{column}' has unsupported type {data_type}")
+    name = data_type.to_json_value()
+    if value == "" and name != "string":
+        return None
+    try:
+        if isinstance(data_type, DecimalType):
+            return Decimal(value)
+        if name in ("byte", "short", "integer", "long"):
+            return int(value)
+        if name in ("float", "double"):
+            return float(value)
+        if name == "boolean":
+            low = value.strip().lower()
+            if low not in ("true", "false"):
+                raise ValueError(value)
+            return low == "true"
+        if name == "date":
+            return dt.date.fromisoformat(value.strip()[:10])
+        if name == "timestamp":
+            return _parse_timestamp(value, utc=True)
+        if name == "timestamp_ntz":
+            return _parse_timestamp(value, utc=False)
+        if name == "binary":
+            return value.encode("utf-8")
+        return value
+    except ValueError:
+        raise CorruptLogError(
+            f"Table {table}: partition value '{value}' of column '{column}' is not a valid {name}"
+        ) from None
+
+
+def _parse_timestamp(text: str, *, utc: bool) -> dt.datetime:
+    text = text.strip()
+    if text.endswith(("Z", "z")):
+        text = text[:-1] + "+00:00"
+    value = dt.datetime.fromisoformat(text)
+    if not utc:
+        return value.replace(tzinfo=None) if value.tzinfo is None else value.astimezone(dt.timezone.utc).replace(
+            tzinfo=None
+        )
+    if value.tzinfo is None:
+        return value.replace(tzinfo=dt.timezone.utc)
+    return value.astimezone(dt.timezone.utc)
+
+
+def _format_partition_value(text: str | None, spark_type: T.DataType, zone: dt.tzinfo) -> str | None:
+    """Spark's directory value (already unescaped) as the Delta log string."""
+    if text is None or text == HIVE_DEFAULT_PARTITION:
+        return None
+    if isinstance(spark_type, T.TimestampType):
+        value = dt.datetime.fromisoformat(text)
+        if value.tzinfo is None:
+            value = value.replace(tzinfo=zone)
+        return value.astimezone(dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")
+    if isinstance(spark_type, T.TimestampNTZType):
+        return dt.datetime.fromisoformat(text).strftime("%Y-%m-%d %H:%M:%S.%f")
+    if isinstance(spark_type, T.BooleanType):
+        return text.lower()
+    return text
+
+
+def _session_zone(spark: SparkSession) -> dt.tzinfo:
+    """The session time zone (Spark formats timestamp partition directories in it)."""
+    name = (spark.conf.get("spark.sql.session.timeZone") or "UTC").strip()
+    if name.upper() in ("UTC", "Z", "GMT", "ETC/UTC"):
+        return dt.timezone.utc
+    if name[:1] in "+-":
+        sign = -1 if name[0] == "-" else 1
+        hours, _, minutes = name[1:].partition(":")
+        return dt.timezone(sign * dt.timedelta(hours=int(hours), minutes=int(minutes or 0)))
+    from zoneinfo import ZoneInfo
+
+    return ZoneInfo(name)
+
+
+# ---------------------------------------------------------------------------------------------
+# Writing
+# ---------------------------------------------------------------------------------------------
+
+
+def write_data_files(
+    df: DataFrame,
+    table_path: str,
+    partition_columns: Sequence[str],
+    *,
+    data_change: bool = True,
+    max_records_per_file: int | None = None,
+    configuration: Mapping[str, str] | None = None,
+) -> list[AddFile]:
+    """Write ``df`` as Parquet data files of the table and describe them as AddFiles.
+
+    Spark writes into a fresh ``<table>/_staging/<uuid>`` (so concurrent writers never
+    collide and readers never see partial files); each file is then renamed to
+    ``<table>/<p1=v1>/.../part-<uuid>.<codec>.parquet``, fsynced with its directories, and
+    the staging directory removed. Stats come from the Parquet footers (no second pass).
+    ``partition_columns`` are names of ``df`` columns (the files do not hold them). Files
+    without rows are dropped. ``configuration`` (the table properties) decides which
+    columns get stats (``delta.dataSkippingNumIndexedCols``). Nothing is committed: put
+    the AddFiles in a transaction.
+    """
+    table_path = _local_path(table_path)
+    spark = df.sparkSession
+    _ensure_micros_timestamps(spark)
+    partition_columns = [_resolve(df.schema, c, table_path) for c in partition_columns]
+    staging = os.path.join(table_path, STAGING_DIR, uuid.uuid4().hex)
+    writer = df.write.format("parquet").mode("error")
+    if partition_columns:
+        writer = writer.partitionBy(*partition_columns)
+    if max_records_per_file:
+        writer = writer.option("maxRecordsPerFile", int(max_records_per_file))
+    try:
+        writer.save(staging)
+        written = _staged_files(staging)
+        spark_types = {f.name: f.dataType for f in df.schema.fields}
+        zone = _session_zone(spark)
+        file_schema = to_delta_schema(
+            T.StructType([f for f in df.schema.fields if f.name not in set(partition_columns)])
+        )
+        indexed = stats_columns(file_schema, configuration or {})
+        jobs = [
+            (rel_dir, name, _partition_values(rel_dir, partition_columns, spark_types, zone, staging))
+            for rel_dir, name in written
+        ]
+
+        def finish(job: tuple[str, str, dict[str, str | None]]) -> AddFile | None:
+            rel_dir, name, values = job
+            return _publish(table_path, staging, rel_dir, name, values, file_schema, indexed, data_change)
+
+        with ThreadPoolExecutor(_IO_THREADS) as pool:
+            adds = [a for a in pool.map(finish, jobs) if a is not None]
+        _fsync_dirs(table_path, {posixpath.dirname(decode_path(a.path)) for a in adds})
+        return adds
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+        _remove_if_empty(os.path.join(table_path, STAGING_DIR))
+
+
+def _local_path(path: str) -> str:
+    from serialake.storage import normalize_table_path
+
+    return normalize_table_path(path)
+
+
+def _ensure_micros_timestamps(spark: SparkSession) -> None:
+    """Make Spark write INT64 micros timestamps: INT96 has no footer stats and is deprecated."""
+    key = "spark.sql.parquet.outputTimestampType"
+    if spark.conf.get(key, "INT96") != "TIMESTAMP_MICROS":
+        spark.conf.set(key, "TIMESTAMP_MICROS")
+
+
+def _resolve(schema: T.StructType, name: str, table: str) -> str:
+    for f in schema.fields:
+        if f.name.lower() == name.lower():
+            return f.name
+    raise DeltaAnalysisException(
+        f"Partition column '{name}' is not a column of the data written to {table} "
+        f"(columns: {', '.join(schema.fieldNames())})"
+    )
+
+
+def _staged_files(staging: str) -> list[tuple[str, str]]:
+    """``(relative dir, file name)`` of the Parquet files Spark wrote (no .crc, no markers)."""
+    out = []
+    for root, dirs, files in os.walk(staging):
+        dirs.sort()
+        rel = os.path.relpath(root, staging)
+        for name in sorted(files):
+            if name.endswith(".parquet") and not name.startswith((".", "_")):
+                out.append(("" if rel == "." else rel, name))
+    return out
+
+
+def _partition_values(
+    rel_dir: str,
+    partition_columns: Sequence[str],
+    spark_types: dict[str, T.DataType],
+    zone: dt.tzinfo,
+    staging: str,
+) -> dict[str, str | None]:
+    """Partition values of a staged file, from its Hive-style directory names."""
+    segments = [s for s in rel_dir.split(os.sep) if s]
+    if len(segments) != len(partition_columns):
+        raise CorruptLogError(f"Unexpected directory '{rel_dir}' in staging area {staging}")
+    values: dict[str, str | None] = {}
+    for column, segment in zip(partition_columns, segments):
+        key, sep, raw = segment.partition("=")
+        if not sep or unquote(key).lower() != column.lower():
+            raise CorruptLogError(f"Directory '{segment}' in {staging} is not a partition of column '{column}'")
+        text = None if raw == HIVE_DEFAULT_PARTITION else unquote(raw)
+        values[column] = _format_partition_value(text, spark_types[column], zone)
+    return values
+
+
+def _publish(
+    table_path: str,
+    staging: str,
+    rel_dir: str,
+    name: str,
+    partition_values: dict[str, str | None],
+    file_schema: StructType,
+    indexed: list[tuple[tuple[str, ...], DataType]],
+    data_change: bool,
+) -> AddFile | None:
+    """Move one staged file into the table, fsync it, and build its AddFile (None if empty)."""
+    source = os.path.join(staging, rel_dir, name)
+    metadata = pq.read_metadata(source)
+    if metadata.num_rows == 0:
+        return None
+    stats = file_stats(metadata, indexed)
+    suffix = name[name.index(".") :] if "." in name else ".parquet"
+    new_name = f"part-{uuid.uuid4()}{suffix}"
+    rel_path = posixpath.join(rel_dir.replace(os.sep, "/"), new_name) if rel_dir else new_name
+    target = os.path.join(table_path, rel_path)
+    os.makedirs(os.path.dirname(target), exist_ok=True)
+    os.rename(source, target)
+    fd = os.open(target, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+        st = os.fstat(fd)
+    finally:
+        os.close(fd)
+    return AddFile(
+        path=encode_path(rel_path),
+        partition_values=partition_values,
+        size=st.st_size,
+        modification_time=int(st.st_mtime * 1000),
+        data_change=data_change,
+        stats=stats,
+    )
+
+
+def _fsync_dirs(table_path: str, rel_dirs: Iterable[str]) -> None:
+    """fsync every directory holding a new file and its ancestors up to the table root."""
+    todo: set[str] = {table_path}
+    for rel in rel_dirs:
+        parts = [p for p in rel.split("/") if p]
+        for i in range(1, len(parts) + 1):
+            todo.add(os.path.join(table_path, *parts[:i]))
+    for d in sorted(todo, key=len, reverse=True):
+        try:
+            fd = os.open(d, os.O_RDONLY)
+        except OSError:
+            continue
+        try:
+            os.fsync(fd)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+
+
+def _remove_if_empty(path: str) -> None:
+    try:
+        os.rmdir(path)
+    except OSError:
+        pass
+
+
+# ---------------------------------------------------------------------------------------------
+# Stats from Parquet footers
+# ---------------------------------------------------------------------------------------------
+
+
+def stats_columns(
+    file_schema: StructType, configuration: Mapping[str, str]
+) -> list[tuple[tuple[str, ...], DataType]]:
+    """Leaf columns (paths of names, type) that get stats: the first ``dataSkippingNumIndexedCols``.
+
+    Arrays and maps count as leaves but get no stats.
+    """
+    limit = props.get(configuration, "delta.dataSkippingNumIndexedCols")
+    leaves: list[tuple[tuple[str, ...], DataType]] = []
+
+    def walk(prefix: tuple[str, ...], fields: Iterable[StructField]) -> None:
+        for f in fields:
+            path = prefix + (f.name,)
+            if isinstance(f.data_type, StructType):
+                walk(path, f.data_type.fields)
+            else:
+                leaves.append((path, f.data_type))
+
+    walk((), file_schema.fields)
+    if isinstance(limit, int) and limit >= 0:
+        leaves = leaves[:limit]
+    return [(p, t) for p, t in leaves if isinstance(t, (PrimitiveType, DecimalType))]
+
+
+def file_stats(metadata: pq.FileMetaData, indexed: list[tuple[tuple[str, ...], DataType]]) -> str:
+    """Delta stats JSON (numRecords, minValues, maxValues, nullCount) from a Parquet footer.
+
+    Row groups are combined; a column whose footer lacks min/max in any row group gets no
+    min/max. Floats get no min/max (footers do not account for NaN, which Spark sorts
+    last); booleans and binaries none either, as in Delta. Strings keep 32 characters, the
+    max then followed by U+10FFFF; timestamp bounds are widened to whole milliseconds.
+    """
+    by_path = {metadata.schema.column(i).path: i for i in range(metadata.num_columns)}
+    mins: dict[str, Any] = {}
+    maxs: dict[str, Any] = {}
+    nulls: dict[str, Any] = {}
+    for path, data_type in indexed:
+        index = by_path.get(".".join(path))
+        if index is None:
+            continue
+        lo, hi, null_count = _column_stats(metadata, index)
+        if null_count is not None:
+            _put(nulls, path, null_count)
+        type_name = data_type.to_json_value() if isinstance(data_type, PrimitiveType) else "decimal"
+        if lo is None or hi is None or not (type_name in _MIN_MAX_TYPES or type_name == "decimal"):
+            continue
+        lo_json, hi_json = _stat_value(lo, type_name, upper=False), _stat_value(hi, type_name, upper=True)
+        if lo_json is not None and hi_json is not None:
+            _put(mins, path, lo_json)
+            _put(maxs, path, hi_json)
+    stats = {"numRecords": metadata.num_rows, "minValues": mins, "maxValues": maxs, "nullCount": nulls}
+    return _json(stats)
+
+
+def _column_stats(metadata: pq.FileMetaData, index: int) -> tuple[Any, Any, int | None]:
+    lo: Any = None
+    hi: Any = None
+    nulls: int | None = 0
+    has_min_max = True
+    for r in range(metadata.num_row_groups):
+        column = metadata.row_group(r).column(index)
+        st = column.statistics
+        if st is None:
+            return None, None, None
+        if st.has_null_count and nulls is not None:
+            nulls += st.null_count
+        else:
+            nulls = None
+        if not st.has_min_max:
+            if column.num_values > (st.null_count if st.has_null_count else -1):
+                has_min_max = False
+            continue
+        lo = st.min if lo is None or st.min < lo else lo
+        hi = st.max if hi is None or st.max > hi else hi
+    return (lo, hi, nulls) if has_min_max else (None, None, nulls)
+
+
+def _stat_value(value: Any, type_name: str, *, upper: bool) -> Any:
+    """A footer min/max as Delta writes it in stats JSON (None: leave it out)."""
+    if type_name == "string":
+        if not isinstance(value, str):
+            return None
+        if len(value) <= STRING_STATS_PREFIX:
+            return value
+        prefix = value[:STRING_STATS_PREFIX]
+        return prefix + _MAX_CHAR if upper else prefix
+    if type_name == "date":
+        return value.isoformat() if isinstance(value, dt.date) else None
+    if type_name in ("timestamp", "timestamp_ntz"):
+        if not isinstance(value, dt.datetime):
+            return None
+        if value.tzinfo is not None:
+            value = value.astimezone(dt.timezone.utc).replace(tzinfo=None)
+        millis = value.replace(microsecond=value.microsecond - value.microsecond % 1000)
+        if upper and millis != value:
+            millis += dt.timedelta(milliseconds=1)
+        text = millis.strftime("%Y-%m-%dT%H:%M:%S.") + f"{millis.microsecond // 1000:03d}"
+        return text + "Z" if type_name == "timestamp" else text
+    if type_name == "decimal":
+        return value if isinstance(value, Decimal) and value.is_finite() else None
+    if isinstance(value, bool) or not isinstance(value, int):
+        return None
+    return value
+
+
+def _put(tree: dict[str, Any], path: tuple[str, ...], value: Any) -> None:
+    for name in path[:-1]:
+        tree = tree.setdefault(name, {})
+    tree[path[-1]] = value
+
+
+def _json(value: Any) -> str:
+    """Compact JSON that writes decimals as exact numbers."""
+    if isinstance(value, dict):
+        return "{" + ",".join(f"{json.dumps(k)}:{_json(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, Decimal):
+        return format(value, "f")
+    return json.dumps(value, separators=(",", ":"))
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading
+# ---------------------------------------------------------------------------------------------
+
+
+def read_files_df(
+    spark: SparkSession,
+    snapshot: Snapshot,
+    files: Sequence[AddFile],
+    columns: Sequence[str] | None = None,
+    with_file_path: bool = False,
+) -> DataFrame:
+    """The rows of exactly ``files`` of ``snapshot``, columns in table-schema order.
+
+    Partition columns are re-attached with their types by a broadcast join on the file
+    path. ``with_file_path`` adds ``_file`` (the AddFile path as in the log) and
+    ``_row_index`` (the row's position in its Parquet file, what deletion vectors refer
+    to). Column-mapped tables are read by physical name and shown by logical name.
+    ``columns`` selects (and orders) logical columns. No files: an empty DataFrame.
+    """
+    schema = snapshot.schema
+    table = snapshot.table_path
+    parts = list(snapshot.partition_columns)
+    out_fields = select_fields(schema, columns, table)
+    extra = [FILE_COLUMN, ROW_INDEX_COLUMN] if with_file_path else []
+    if not files:
+        return _empty_df(spark, out_fields, with_file_path)
+    mode = column_mapping_mode(snapshot)
+    stored = data_fields(schema, parts)
+    file_schema = StructType(tuple(_physical_field(f) for f in stored)) if mode != "none" else StructType(
+        tuple(stored)
+    )
+    paths = [absolute_path(table, f.path) for f in files]
+    raw = spark.read.schema(to_spark_schema(file_schema)).parquet(*[_glob_escape(p) for p in paths])
+    has_dvs = any(f.deletion_vector is not None for f in files)
+    need_join = bool(parts) or with_file_path or has_dvs
+    selected = [_logical_column(f, mode) for f in stored]
+    if need_join:
+        selected.append(_spark_file_key(F.col("_metadata.file_path")).alias(_KEY_COLUMN))
+    if with_file_path or has_dvs:
+        selected.append(F.col("_metadata.row_index").alias(ROW_INDEX_COLUMN))
+    df = raw.select(*selected)
+    if need_join:
+        df = _attach_files(df, _files_df(spark, snapshot, files, paths, mode), table)
+    if has_dvs:
+        df = _drop_deleted_rows(spark, snapshot, df, files, paths)
+    return df.select(*[F.col(quote_name(f.name)) for f in out_fields], *extra)
+
+
+def select_fields(schema: StructType, columns: Sequence[str] | None, table: str) -> list[StructField]:
+    """The fields named by ``columns`` (case-insensitive; all when None), or an error naming the column."""
+    if columns is None:
+        return list(schema.fields)
+    out = []
+    for name in columns:
+        f = schema.field(name)
+        if f is None:
+            raise DeltaAnalysisException(
+                f"Column '{name}' does not exist in table {table} (columns: {', '.join(schema.field_names)})"
+            )
+        out.append(f)
+    return out
+
+
+def _empty_df(spark: SparkSession, fields: list[StructField], with_file_path: bool) -> DataFrame:
+    spark_schema = to_spark_schema(StructType(tuple(fields)))
+    if with_file_path:
+        spark_schema = spark_schema.add(FILE_COLUMN, T.StringType()).add(ROW_INDEX_COLUMN, T.LongType())
+    return spark.createDataFrame([], spark_schema)
+
+
+def quote_name(name: str) -> str:
+    """``name`` as a backquoted Spark identifier."""
+    return "`" + name.replace("`", "``") + "`"
+
+
+def _logical_column(f: StructField, mode: str) -> Column:
+    """The column of a stored field under its logical name (nested names via a struct cast)."""
+    if mode == "none":
+        return F.col(quote_name(f.name))
+    col = F.col(quote_name(physical_name(f)))
+    if _has_struct(f.data_type):
+        col = col.cast(to_spark_schema(StructType((f,))).fields[0].dataType)
+    return col.alias(f.name)
+
+
+def _files_df(
+    spark: SparkSession, snapshot: Snapshot, files: Sequence[AddFile], paths: Sequence[str], mode: str
+) -> DataFrame:
+    """A small DataFrame: file key, ``_file`` and the typed partition values of each file."""
+    schema = snapshot.schema
+    table = snapshot.table_path
+    part_fields = [schema.field(c) for c in snapshot.partition_columns]
+    rows = []
+    for add, path in zip(files, paths):
+        pv = add.partition_values or {}
+        row: list[Any] = [path, add.path]
+        for f in part_fields:
+            assert f is not None
+            raw = pv.get(physical_name(f)) if mode != "none" and physical_name(f) in pv else pv.get(f.name)
+            if raw is None and f.name not in pv:
+                raw = next((v for k, v in pv.items() if k.lower() == f.name.lower()), None)
+            row.append(parse_partition_value(raw, f.data_type, table=table, column=f.name))
+        rows.append(row)
+    spark_schema = T.StructType(
+        [T.StructField(_KEY_COLUMN, T.StringType(), False), T.StructField(FILE_COLUMN, T.StringType(), False)]
+        + list(to_spark_schema(StructType(tuple(f for f in part_fields if f is not None))).fields)
+    )
+    return spark.createDataFrame(rows, spark_schema)
+
+
+def _attach_files(df: DataFrame, files_df: DataFrame, table: str) -> DataFrame:
+    """Join each row to its file's columns; a row whose file path does not match fails the job.
+
+    A left join plus a check rather than an inner join: a path-normalisation mismatch must
+    be an error, never silently dropped rows.
+    """
+    joined = df.join(F.broadcast(files_df), _KEY_COLUMN, "left")
+    message = F.concat(
+        F.lit(f"Table {table}: Spark read data file '"), F.col(_KEY_COLUMN), F.lit("' that matches no file of the scan")
+    )
+    return joined.filter(F.when(F.col(FILE_COLUMN).isNull(), F.raise_error(message)).otherwise(F.lit(True)))
+
+
+def _drop_deleted_rows(
+    spark: SparkSession, snapshot: Snapshot, df: DataFrame, files: Sequence[AddFile], paths: Sequence[str]
+) -> DataFrame:
+    """Remove rows marked deleted by the files' deletion vectors: the one place DVs apply.
+
+    ``df`` carries the file key and ``_row_index``; a left anti join against the deleted
+    ``(file, row index)`` pairs drops them. The pairs travel as one Arrow batch (built
+    from the vectors' numpy arrays), so large vectors cost little on the driver.
+    """
+    import numpy as np
+    import pyarrow as pa
+
+    from serialake.core.deletion_vectors import read_deletion_vector
+
+    keys: list[Any] = []
+    indexes: list[Any] = []
+    for add, path in zip(files, paths):
+        if add.deletion_vector is None:
+            continue
+        rows = read_deletion_vector(snapshot.table_path, add.deletion_vector).to_numpy().astype(np.int64)
+        if len(rows):
+            keys.append(pa.repeat(pa.scalar(path, pa.string()), len(rows)))
+            indexes.append(pa.array(rows, pa.int64()))
+    if not keys:
+        return df
+    batch = pa.table({_KEY_COLUMN: pa.concat_arrays(keys), ROW_INDEX_COLUMN: pa.concat_arrays(indexes)})
+    schema = T.StructType(
+        [T.StructField(_KEY_COLUMN, T.StringType(), False), T.StructField(ROW_INDEX_COLUMN, T.LongType(), False)]
+    )
+    deleted = _arrow_to_df(spark, batch, schema)
+    return df.join(F.broadcast(deleted), [_KEY_COLUMN, ROW_INDEX_COLUMN], "left_anti")
+
+
+def _arrow_to_df(spark: SparkSession, table: Any, schema: T.StructType) -> DataFrame:
+    """A DataFrame from a pyarrow Table (Spark 4 takes Arrow directly; older: via pandas)."""
+    try:
+        return spark.createDataFrame(table, schema)
+    except (TypeError, ValueError):
+        return spark.createDataFrame(table.to_pandas(), schema)

@@ -1,0 +1,599 @@
+"""``DeltaTable``: delta-spark's Python table API over serialake's log.
+
+Row-level operations (delete, update, merge, optimize, restore) live in
+``serialake.spark.dml``, which attaches them to ``DeltaTable`` when it is importable.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import shutil
+from dataclasses import replace
+from typing import Any, Iterable, Sequence
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import types as T
+
+from serialake.core import DeltaLog
+from serialake.core import features
+from serialake.core import properties as props
+from serialake.core.actions import FileAction, Metadata, Protocol, now_ms
+from serialake.core.deletion_vectors import dv_referenced_files
+from serialake.core.schema import StructField, StructType, data_type_from_json_value
+from serialake.core.snapshot import Snapshot
+from serialake.exceptions import (
+    DeltaAnalysisException,
+    DeltaConcurrentModificationException,
+    DeltaIllegalArgumentException,
+    DeltaTableNotFoundError,
+    UnsupportedFeatureError,
+)
+from serialake.spark import io
+from serialake.spark.write import add_schema_features
+
+__all__ = ["DeltaTable", "DeltaTableBuilder"]
+
+RETENTION_CHECK_CONF = "spark.databricks.delta.retentionDurationCheck.enabled"
+_PROTOCOL_KEYS = {props.MIN_READER_VERSION.lower(), props.MIN_WRITER_VERSION.lower()}
+
+_HISTORY_SCHEMA = T.StructType(
+    [
+        T.StructField("version", T.LongType()),
+        T.StructField("timestamp", T.TimestampType()),
+        T.StructField("userId", T.StringType()),
+        T.StructField("userName", T.StringType()),
+        T.StructField("operation", T.StringType()),
+        T.StructField("operationParameters", T.MapType(T.StringType(), T.StringType())),
+        T.StructField(
+            "job",
+            T.StructType(
+                [
+                    T.StructField(n, T.StringType())
+                    for n in ("jobId", "jobName", "jobRunId", "runId", "jobOwnerId", "triggerType")
+                ]
+            ),
+        ),
+        T.StructField("notebook", T.StructType([T.StructField("notebookId", T.StringType())])),
+        T.StructField("clusterId", T.StringType()),
+        T.StructField("readVersion", T.LongType()),
+        T.StructField("isolationLevel", T.StringType()),
+        T.StructField("isBlindAppend", T.BooleanType()),
+        T.StructField("operationMetrics", T.MapType(T.StringType(), T.StringType())),
+        T.StructField("userMetadata", T.StringType()),
+        T.StructField("engineInfo", T.StringType()),
+    ]
+)
+
+_DETAIL_SCHEMA = T.StructType(
+    [
+        T.StructField("format", T.StringType()),
+        T.StructField("id", T.StringType()),
+        T.StructField("name", T.StringType()),
+        T.StructField("description", T.StringType()),
+        T.StructField("location", T.StringType()),
+        T.StructField("createdAt", T.TimestampType()),
+        T.StructField("lastModified", T.TimestampType()),
+        T.StructField("partitionColumns", T.ArrayType(T.StringType())),
+        T.StructField("clusteringColumns", T.ArrayType(T.StringType())),
+        T.StructField("numFiles", T.LongType()),
+        T.StructField("sizeInBytes", T.LongType()),
+        T.StructField("properties", T.MapType(T.StringType(), T.StringType())),
+        T.StructField("minReaderVersion", T.IntegerType()),
+        T.StructField("minWriterVersion", T.IntegerType()),
+        T.StructField("tableFeatures", T.ArrayType(T.StringType())),
+    ]
+)
+
+
+class DeltaTable:
+    """A Delta table at a path (``DeltaTable.forPath(spark, path)``)."""
+
+    def __init__(self, spark: SparkSession, path: str, alias: str | None = None) -> None:
+        self.spark = spark
+        self.deltaLog = DeltaLog.for_table(path)
+        self.path = self.deltaLog.table_path
+        self._alias = alias
+
+    # -- construction -------------------------------------------------------------
+    @classmethod
+    def forPath(cls, sparkSession: SparkSession, path: str) -> DeltaTable:  # noqa: N802, N803
+        """The table at ``path``; ``DeltaTableNotFoundError`` if it is not a Delta table."""
+        if not DeltaLog.for_table(path).table_exists():
+            raise DeltaTableNotFoundError(f"{DeltaLog.for_table(path).table_path} is not a Delta table.")
+        return cls(sparkSession, path)
+
+    @classmethod
+    def isDeltaTable(cls, sparkSession: SparkSession, identifier: str) -> bool:  # noqa: N802, N803
+        """Whether ``identifier`` (a path) holds a Delta table."""
+        return DeltaLog.for_table(identifier).table_exists()
+
+    @classmethod
+    def create(cls, sparkSession: SparkSession | None = None) -> DeltaTableBuilder:  # noqa: N803
+        """A builder that creates a new table (error if it exists)."""
+        return DeltaTableBuilder(sparkSession, "create")
+
+    @classmethod
+    def createIfNotExists(cls, sparkSession: SparkSession | None = None) -> DeltaTableBuilder:  # noqa: N802, N803
+        """A builder that creates the table unless it exists."""
+        return DeltaTableBuilder(sparkSession, "createIfNotExists")
+
+    @classmethod
+    def replace(cls, sparkSession: SparkSession | None = None) -> DeltaTableBuilder:  # noqa: N803
+        """A builder that replaces an existing table (error if there is none)."""
+        return DeltaTableBuilder(sparkSession, "replace")
+
+    @classmethod
+    def createOrReplace(cls, sparkSession: SparkSession | None = None) -> DeltaTableBuilder:  # noqa: N802, N803
+        """A builder that creates the table or replaces it."""
+        return DeltaTableBuilder(sparkSession, "createOrReplace")
+
+    def __repr__(self) -> str:
+        return f"DeltaTable({self.path!r})"
+
+    # -- reading ------------------------------------------------------------------
+    def snapshot(self) -> Snapshot:
+        """The latest snapshot of the table."""
+        return self.deltaLog.update()
+
+    def toDF(self) -> DataFrame:  # noqa: N802
+        """The table's rows at its latest version (pinned when called: call again after writes)."""
+        snap = self.snapshot()
+        df = io.read_files_df(self.spark, snap, snap.all_files)
+        return df.alias(self._alias) if self._alias else df
+
+    def alias(self, aliasName: str) -> DeltaTable:  # noqa: N803
+        """This table under an alias (used by ``toDF`` and in DML conditions)."""
+        return type(self)(self.spark, self.path, aliasName)
+
+    def history(self, limit: int | None = None) -> DataFrame:
+        """Commits newest first, with delta-spark's ``DESCRIBE HISTORY`` columns."""
+        rows = [_history_row(v, entry) for v, entry in self.deltaLog.history(limit)]
+        return self.spark.createDataFrame(rows, _HISTORY_SCHEMA)
+
+    def detail(self) -> DataFrame:
+        """One row with delta-spark's ``DESCRIBE DETAIL`` columns."""
+        snap = self.snapshot()
+        meta = snap.metadata
+        protocol = snap.protocol
+        row = (
+            "delta",
+            meta.id,
+            meta.name,
+            meta.description,
+            "file:" + self.path,
+            _ts(meta.created_time),
+            _ts(snap.timestamp),
+            list(meta.partition_columns),
+            [],
+            snap.num_files,
+            snap.size_in_bytes(),
+            dict(meta.configuration),
+            protocol.min_reader_version,
+            protocol.min_writer_version,
+            sorted(features.reader_features(protocol) | features.writer_features(protocol)),
+        )
+        return self.spark.createDataFrame([row], _DETAIL_SCHEMA)
+
+    # -- maintenance --------------------------------------------------------------
+    def vacuum(self, retentionHours: float | None = None) -> DataFrame:  # noqa: N803
+        """Delete files no longer referenced and older than the retention; returns their paths.
+
+        The retention defaults to ``delta.deletedFileRetentionDuration`` (7 days); a shorter
+        one is refused unless ``spark.databricks.delta.retentionDurationCheck.enabled`` is
+        false. A file survives when the latest snapshot references it, when a tombstone
+        younger than the retention does (time travel), or when it is younger than the
+        retention (a write in progress). ``_delta_log`` is never touched; ``_staging``
+        directories of abandoned writes older than the retention are removed.
+        """
+        snap = self.snapshot()
+        retention_ms = self._retention_ms(snap, retentionHours)
+        cutoff = now_ms() - retention_ms
+        keep = self._referenced_paths(snap, cutoff)
+        to_delete, stale_staging = _vacuum_candidates(self.path, snap.partition_columns, keep, cutoff)
+        params = {
+            "retentionCheckEnabled": self._retention_check_enabled(),
+            "defaultRetentionMillis": props.get(snap.configuration, props.DELETED_FILE_RETENTION),
+            "specifiedRetentionMillis": retention_ms,
+        }
+        size = sum(s for _, s in to_delete)
+        self._commit_marker("VACUUM START", params, {"numFilesToDelete": len(to_delete), "sizeOfDataToDelete": size})
+        deleted = []
+        for file_path, _ in to_delete:
+            try:
+                os.remove(file_path)
+                deleted.append(file_path)
+            except FileNotFoundError:
+                pass
+        for staging in stale_staging:
+            shutil.rmtree(staging, ignore_errors=True)
+        dirs = _remove_empty_dirs(self.path, snap.partition_columns)
+        self._commit_marker(
+            "VACUUM END", {"status": "COMPLETED"}, {"numDeletedFiles": len(deleted), "numVacuumedDirectories": dirs}
+        )
+        schema = T.StructType([T.StructField("path", T.StringType())])
+        return self.spark.createDataFrame([("file:" + p,) for p in sorted(deleted)], schema)
+
+    def _retention_check_enabled(self) -> bool:
+        return str(self.spark.conf.get(RETENTION_CHECK_CONF, "true")).strip().lower() != "false"
+
+    def _retention_ms(self, snap: Snapshot, hours: float | None) -> int:
+        default = props.get(snap.configuration, props.DELETED_FILE_RETENTION)
+        if hours is None:
+            return int(default)
+        if hours < 0:
+            raise DeltaIllegalArgumentException(f"Retention for vacuum of {self.path} cannot be negative: {hours}")
+        ms = int(hours * 3_600_000)
+        if ms < default and self._retention_check_enabled():
+            raise DeltaIllegalArgumentException(
+                f"Are you sure you would like to vacuum table {self.path} with a retention of {hours} hours? "
+                f"It is below the table's delta.deletedFileRetentionDuration ({default / 3_600_000:g} hours): "
+                "a concurrent reader or writer, or a time-travel query, may still need the files it deletes.\n"
+                f"Help: vacuum with retentionHours >= {default / 3_600_000:g}, or if you are certain no "
+                f"operation runs that needs older files, set {RETENTION_CHECK_CONF} = false."
+            )
+        return ms
+
+    def _referenced_paths(self, snap: Snapshot, cutoff: int) -> set[str]:
+        """Absolute paths of live files, recent tombstones and their deletion vectors."""
+        keep: set[str] = set()
+        actions: list[FileAction] = [*snap.all_files, *(r for r in snap.tombstones if (r.deletion_timestamp or 0) > cutoff)]
+        for a in actions:
+            keep.add(io.absolute_path(self.path, a.path))
+        keep |= dv_referenced_files(self.path, actions)
+        return keep
+
+    def _commit_marker(self, operation: str, params: dict[str, Any], metrics: dict[str, Any]) -> None:
+        txn = self.deltaLog.start_transaction()
+        txn.commit([], operation, params, metrics)
+
+    def upgradeTableProtocol(self, readerVersion: int, writerVersion: int) -> None:  # noqa: N802, N803
+        """Raise the table's protocol to (readerVersion, writerVersion), keeping its features."""
+        txn = self.deltaLog.start_transaction()
+        assert txn.snapshot is not None
+        new = _upgraded_protocol(txn.snapshot.protocol, readerVersion, writerVersion, self.path)
+        if new == txn.snapshot.protocol:
+            return
+        txn.update_protocol(new)
+        txn.commit(
+            [],
+            "UPGRADE PROTOCOL",
+            {"newProtocol": json.dumps({"minReaderVersion": readerVersion, "minWriterVersion": writerVersion})},
+        )
+
+    def setTableProperties(self, properties: dict[str, Any]) -> int:  # noqa: N802
+        """Set table properties in one metadata commit (``ALTER TABLE ... SET TBLPROPERTIES``).
+
+        Properties that turn on a table feature (e.g. ``delta.enableDeletionVectors``) upgrade
+        the protocol in the same commit; ``delta.minReaderVersion``/``minWriterVersion`` upgrade
+        it too and are not stored.
+        """
+        txn = self.deltaLog.start_transaction()
+        snap = txn.snapshot
+        assert snap is not None
+        conf = props.validate_properties(properties, table=self.path)
+        if props.COLUMN_MAPPING_MODE in conf and conf[props.COLUMN_MAPPING_MODE] != io.column_mapping_mode(snap):
+            raise UnsupportedFeatureError(
+                f"Table {self.path}: changing delta.columnMapping.mode is not supported by serialake."
+            )
+        versions = {k: int(v) for k, v in conf.items() if k.lower() in _PROTOCOL_KEYS}
+        stored = {k: v for k, v in conf.items() if k.lower() not in _PROTOCOL_KEYS}
+        txn.update_metadata(replace(snap.metadata, configuration={**snap.metadata.configuration, **stored}))
+        if versions:
+            base = txn.protocol or snap.protocol
+            txn.update_protocol(
+                _upgraded_protocol(
+                    base,
+                    max(versions.get(props.MIN_READER_VERSION, 0), base.min_reader_version),
+                    max(versions.get(props.MIN_WRITER_VERSION, 0), base.min_writer_version),
+                    self.path,
+                )
+            )
+        return txn.commit([], "SET TBLPROPERTIES", {"properties": json.dumps(conf)})
+
+    def unsetTableProperties(self, keys: Sequence[str], ifExists: bool = False) -> int:  # noqa: N802, N803
+        """Remove table properties in one metadata commit (``UNSET TBLPROPERTIES``)."""
+        txn = self.deltaLog.start_transaction()
+        snap = txn.snapshot
+        assert snap is not None
+        present = {k.lower(): k for k in snap.metadata.configuration}
+        missing = [k for k in keys if k.lower() not in present]
+        if missing and not ifExists:
+            raise DeltaAnalysisException(
+                f"Cannot unset property(ies) {', '.join(missing)} of table {self.path}: not set. "
+                "Pass ifExists=True to ignore absent keys."
+            )
+        if any(k.lower() == props.COLUMN_MAPPING_MODE.lower() for k in keys if k.lower() in present):
+            raise UnsupportedFeatureError(f"Table {self.path}: unsetting delta.columnMapping.mode is not supported.")
+        drop = {present[k.lower()] for k in keys if k.lower() in present}
+        conf = {k: v for k, v in snap.metadata.configuration.items() if k not in drop}
+        txn.update_metadata(replace(snap.metadata, configuration=conf))
+        return txn.commit(
+            [], "UNSET TBLPROPERTIES", {"properties": json.dumps(list(keys)), "ifExists": "true" if ifExists else "false"}
+        )
+
+
+class DeltaTableBuilder:
+    """Fluent builder behind ``DeltaTable.create`` / ``createIfNotExists`` / ``replace`` / ``createOrReplace``."""
+
+    _OPERATIONS = {
+        "create": "CREATE TABLE",
+        "createIfNotExists": "CREATE TABLE",
+        "replace": "REPLACE TABLE",
+        "createOrReplace": "CREATE OR REPLACE TABLE",
+    }
+
+    def __init__(self, spark: SparkSession | None, mode: str) -> None:
+        self._spark = spark
+        self._mode = mode
+        self._location: str | None = None
+        self._name: str | None = None
+        self._comment: str | None = None
+        self._fields: list[StructField] = []
+        self._partitions: list[str] = []
+        self._properties: dict[str, str] = {}
+
+    def location(self, location: str) -> DeltaTableBuilder:
+        """The table's directory (required: serialake tables are path-based)."""
+        self._location = location
+        return self
+
+    def tableName(self, identifier: str) -> DeltaTableBuilder:  # noqa: N802
+        """A name recorded in the table metadata."""
+        self._name = identifier
+        return self
+
+    def comment(self, comment: str) -> DeltaTableBuilder:
+        """The table description."""
+        self._comment = comment
+        return self
+
+    def addColumn(  # noqa: N802
+        self,
+        colName: str,  # noqa: N803
+        dataType: str | T.DataType,  # noqa: N803
+        nullable: bool = True,
+        comment: str | None = None,
+    ) -> DeltaTableBuilder:
+        """Add a column; ``dataType`` is a SQL type (``"BIGINT"``, ``"array<string>"``) or a Spark type."""
+        if isinstance(dataType, str):
+            data_type = StructType.from_ddl(f"{io.quote_name(colName)} {dataType}").fields[0].data_type
+        else:
+            data_type = data_type_from_json_value(json.loads(dataType.json()))
+        metadata = {"comment": comment} if comment is not None else {}
+        self._fields.append(StructField(colName, data_type, nullable, metadata))
+        return self
+
+    def addColumns(self, cols: T.StructType | Iterable[T.StructField]) -> DeltaTableBuilder:  # noqa: N802
+        """Add the fields of a Spark ``StructType`` (or a list of ``StructField``)."""
+        struct = cols if isinstance(cols, T.StructType) else T.StructType(list(cols))
+        self._fields.extend(io.to_delta_schema(struct).fields)
+        return self
+
+    def partitionedBy(self, *cols: str | Sequence[str]) -> DeltaTableBuilder:  # noqa: N802
+        """Partition columns (names of added columns)."""
+        for c in cols:
+            self._partitions.extend([c] if isinstance(c, str) else list(c))
+        return self
+
+    def property(self, key: str, value: str) -> DeltaTableBuilder:
+        """A table property."""
+        self._properties[key] = value
+        return self
+
+    def execute(self) -> DeltaTable:
+        """Create or replace the table; returns it."""
+        if self._location is None:
+            raise DeltaIllegalArgumentException(
+                "Set the table's location with .location(path): serialake tables are path-based"
+            )
+        if not self._fields:
+            raise DeltaAnalysisException(f"Table {self._location} needs at least one column (use addColumn)")
+        spark = self._spark or SparkSession.getActiveSession()
+        if spark is None:
+            raise DeltaIllegalArgumentException("No active SparkSession: pass one to DeltaTable.create(spark)")
+        log = DeltaLog.for_table(self._location)
+        txn = log.start_transaction()
+        exists = txn.snapshot is not None
+        if exists and self._mode == "create":
+            raise DeltaAnalysisException(
+                f"Table {log.table_path} already exists. Use createIfNotExists, replace or createOrReplace."
+            )
+        if exists and self._mode == "createIfNotExists":
+            return DeltaTable(spark, log.table_path)
+        if not exists and self._mode == "replace":
+            raise DeltaTableNotFoundError(
+                f"Cannot replace table {log.table_path}: it does not exist. Use createOrReplace."
+            )
+        metadata = self._metadata(txn.snapshot.metadata if txn.snapshot else None, log.table_path)
+        txn.update_metadata(metadata)
+        add_schema_features(txn, StructType.from_json(metadata.schema_string))
+        removes = [f.remove() for f in txn.read_whole_table()] if exists else []
+        params: dict[str, Any] = {
+            "isManaged": "false",
+            "partitionBy": json.dumps(list(metadata.partition_columns), separators=(",", ":")),
+            "properties": json.dumps(dict(metadata.configuration)),
+        }
+        if self._comment is not None:
+            params["description"] = self._comment
+        operation = self._OPERATIONS[self._mode]
+        try:
+            txn.commit(removes, operation, params)
+        except DeltaConcurrentModificationException:
+            if self._mode == "createIfNotExists" and not exists and log.table_exists():
+                return DeltaTable(spark, log.table_path)  # another writer created it first
+            raise
+        return DeltaTable(spark, log.table_path)
+
+    def _metadata(self, old: Metadata | None, table: str) -> Metadata:
+        schema = StructType(tuple(self._fields))
+        parts = []
+        for name in self._partitions:
+            f = schema.field(name)
+            if f is None:
+                raise DeltaAnalysisException(
+                    f"Partition column '{name}' of table {table} is not one of its columns "
+                    f"({', '.join(schema.field_names)})"
+                )
+            parts.append(f.name)
+        conf = props.validate_properties(self._properties, table=table)
+        if props.get(conf, props.COLUMN_MAPPING_MODE) != "none":
+            raise UnsupportedFeatureError(
+                f"Table {table}: creating tables with delta.columnMapping.mode is not supported by serialake."
+            )
+        fields = dict(
+            schema_string=schema.to_json(),
+            partition_columns=tuple(parts),
+            configuration=conf,
+            name=self._name,
+            description=self._comment,
+        )
+        if old is not None:
+            return replace(old, created_time=now_ms(), **fields)  # type: ignore[arg-type]
+        return Metadata(**fields)  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------------------------------------
+# Helpers
+# ---------------------------------------------------------------------------------------------
+
+
+def _ts(ms: int | None) -> dt.datetime | None:
+    return None if ms is None else dt.datetime.fromtimestamp(ms / 1000, dt.timezone.utc)
+
+
+def _text(value: Any) -> str | None:
+    if value is None or isinstance(value, str):
+        return value
+    return json.dumps(value)
+
+
+def _str_map(value: Any) -> dict[str, str | None] | None:
+    if not isinstance(value, dict):
+        return None
+    return {str(k): _text(v) for k, v in value.items()}
+
+
+def _history_row(version: int, entry: Any) -> tuple[Any, ...]:
+    info = entry.commit_info.values if entry.commit_info is not None else {}
+    job = info.get("job")
+    notebook = info.get("notebook")
+    read_version = info.get("readVersion")
+    return (
+        version,
+        _ts(entry.timestamp),
+        _text(info.get("userId")),
+        _text(info.get("userName")),
+        _text(info.get("operation")),
+        _str_map(info.get("operationParameters")),
+        tuple(_text(job.get(k)) for k in ("jobId", "jobName", "jobRunId", "runId", "jobOwnerId", "triggerType"))
+        if isinstance(job, dict)
+        else None,
+        (_text(notebook.get("notebookId")),) if isinstance(notebook, dict) else None,
+        _text(info.get("clusterId")),
+        int(read_version) if isinstance(read_version, (int, float)) else None,
+        _text(info.get("isolationLevel")),
+        info.get("isBlindAppend") if isinstance(info.get("isBlindAppend"), bool) else None,
+        _str_map(info.get("operationMetrics")),
+        _text(info.get("userMetadata")),
+        _text(info.get("engineInfo")),
+    )
+
+
+def _upgraded_protocol(current: Protocol, reader: int, writer: int, table: str) -> Protocol:
+    """``current`` raised to (reader, writer) with every feature it had; never a downgrade."""
+    if reader < current.min_reader_version or writer < current.min_writer_version:
+        raise DeltaIllegalArgumentException(
+            f"Protocol of table {table} cannot be downgraded from ({current.min_reader_version}, "
+            f"{current.min_writer_version}) to ({reader}, {writer})"
+        )
+    if reader > 3 or writer > 7 or reader < 1 or writer < 1:
+        raise DeltaIllegalArgumentException(f"Unsupported protocol ({reader}, {writer}) for table {table}")
+    if reader >= 3 and writer < 7:
+        raise DeltaIllegalArgumentException(
+            f"Protocol ({reader}, {writer}) for table {table} is invalid: reader version 3 needs writer version 7"
+        )
+    readers = features.reader_features(current)
+    writers = features.writer_features(current) | readers
+    return Protocol(
+        min_reader_version=reader,
+        min_writer_version=writer,
+        reader_features=tuple(sorted(readers)) if reader >= 3 else None,
+        writer_features=tuple(sorted(writers)) if writer >= 7 else None,
+    )
+
+
+def _is_hidden(name: str, partition_columns: Sequence[str]) -> bool:
+    """Delta's rule: names starting with '_' or '.' are not data, except '_col=' partitions."""
+    if not name.startswith(("_", ".")):
+        return False
+    return not any(name.startswith(f"{c}=") for c in partition_columns)
+
+
+def _vacuum_candidates(
+    table: str, partition_columns: Sequence[str], keep: set[str], cutoff: int
+) -> tuple[list[tuple[str, int]], list[str]]:
+    """Unreferenced files older than ``cutoff`` (path, size), and stale staging directories."""
+    files: list[tuple[str, int]] = []
+    for root, dirs, names in os.walk(table):
+        dirs[:] = sorted(d for d in dirs if not _is_hidden(d, partition_columns))
+        for name in names:
+            if _is_hidden(name, partition_columns):
+                continue
+            path = os.path.normpath(os.path.join(root, name))
+            if path in keep:
+                continue
+            st = os.stat(path)
+            if st.st_mtime * 1000 < cutoff:
+                files.append((path, st.st_size))
+    staging: list[str] = []
+    staging_root = os.path.join(table, io.STAGING_DIR)
+    if os.path.isdir(staging_root):
+        for entry in os.scandir(staging_root):
+            if entry.is_dir() and _newest_mtime_ms(entry.path) < cutoff:
+                staging.append(entry.path)
+    return files, staging
+
+
+def _newest_mtime_ms(directory: str) -> float:
+    newest = os.stat(directory).st_mtime
+    for root, _, names in os.walk(directory):
+        for name in names:
+            try:
+                newest = max(newest, os.stat(os.path.join(root, name)).st_mtime)
+            except FileNotFoundError:
+                pass
+    return newest * 1000
+
+
+def _remove_empty_dirs(table: str, partition_columns: Sequence[str]) -> int:
+    """Remove empty data directories below the table root; returns how many."""
+    removed = 0
+    for root, dirs, names in os.walk(table, topdown=False):
+        if root == table:
+            continue
+        rel = os.path.relpath(root, table).split(os.sep)
+        if any(_is_hidden(part, partition_columns) for part in rel):
+            continue
+        if not names and not os.listdir(root):
+            try:
+                os.rmdir(root)
+                removed += 1
+            except OSError:
+                pass
+    return removed
+
+
+def _attach_dml() -> None:
+    """Import ``serialake.spark.dml`` (if present), which adds delete/update/merge/optimize."""
+    import importlib
+
+    try:
+        importlib.import_module("serialake.spark.dml")
+    except ModuleNotFoundError as e:
+        if e.name != "serialake.spark.dml":
+            raise
+
+
+_attach_dml()

@@ -1,0 +1,475 @@
+"""``write``: a DataFrame into a Delta table (append, overwrite, replaceWhere) as one commit.
+
+Data files are written first (``serialake.spark.io.write_data_files``); the commit through
+the core transaction then makes them visible atomically. A failed or conflicting commit
+leaves only unreferenced files, which are deleted here when nothing was committed
+(``vacuum`` would remove them otherwise).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import replace
+from typing import Any, Mapping, Sequence
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from serialake.core import DeltaLog
+from serialake.core import features
+from serialake.core import predicates as P
+from serialake.core import properties as props
+from serialake.core.actions import Action, AddFile, Metadata, RemoveFile, SetTransaction, now_ms
+from serialake.core.schema import ArrayType, MapType, StructType
+from serialake.core.transaction import OptimisticTransaction
+from serialake.exceptions import (
+    CommitFailedError,
+    DeltaAnalysisException,
+    DeltaConcurrentModificationException,
+    DeltaIllegalArgumentException,
+    SchemaMismatchError,
+    UnsupportedFeatureError,
+)
+from serialake.spark import io
+
+__all__ = [
+    "MODES",
+    "add_schema_features",
+    "align_to_schema",
+    "check_rows",
+    "commit_or_clean_up",
+    "write",
+    "write_checked_files",
+]
+
+MODES = {"append": "Append", "overwrite": "Overwrite", "error": "ErrorIfExists", "errorifexists": "ErrorIfExists",
+         "ignore": "Ignore"}
+_ERROR_MARK = "[serialake-check]"
+
+# Widening casts Delta applies on write without mergeSchema (data type -> table types).
+_UPCASTS: dict[str, frozenset[str]] = {
+    "byte": frozenset({"short", "integer", "long"}),
+    "short": frozenset({"integer", "long"}),
+    "integer": frozenset({"long"}),
+    "float": frozenset({"double"}),
+}
+
+
+def write(
+    df: DataFrame,
+    path: str,
+    mode: str = "append",
+    partitionBy: str | Sequence[str] | None = None,
+    replaceWhere: str | None = None,
+    mergeSchema: bool = False,
+    overwriteSchema: bool = False,
+    properties: Mapping[str, Any] | None = None,
+    userMetadata: str | None = None,
+    txnAppId: str | None = None,
+    txnVersion: int | None = None,
+    maxRecordsPerFile: int | None = None,
+) -> int | None:
+    """Write ``df`` to the Delta table at ``path``; returns the committed version (None: skipped).
+
+    Modes as ``df.write.format("delta").mode(...)``: ``append``; ``overwrite`` (everything,
+    or with ``replaceWhere`` only the rows matching that SQL condition; written rows must
+    match it); ``error``/``errorifexists`` and ``ignore`` for an existing table. The first
+    write creates the table. ``mergeSchema`` adds new columns, ``overwriteSchema`` (with
+    ``overwrite``) replaces schema and partitioning. ``properties`` are table properties
+    (set at creation, or changed in this commit). ``txnAppId``/``txnVersion`` make the write
+    idempotent: it is skipped when that application already committed that version.
+    """
+    mode_key = _check_arguments(mode, replaceWhere, overwriteSchema, txnAppId, txnVersion)
+    parts = [partitionBy] if isinstance(partitionBy, str) else list(partitionBy or [])
+    _check_unique_columns(df.schema, path)
+
+    log = DeltaLog.for_table(path)
+    txn = log.start_transaction()
+    snap = txn.snapshot
+    table = log.table_path
+    if snap is not None:
+        if mode_key in ("error", "errorifexists"):
+            raise DeltaAnalysisException(
+                f"Table {table} already exists (save mode '{mode}'). Use mode 'append' or 'overwrite'."
+            )
+        if mode_key == "ignore":
+            return None
+        if io.column_mapping_mode(snap) != "none":
+            raise UnsupportedFeatureError(
+                f"Table {table} uses column mapping (delta.columnMapping.mode="
+                f"{io.column_mapping_mode(snap)}); serialake reads such tables but cannot write them yet."
+            )
+    if txnAppId is not None:
+        done = txn.txn_version(txnAppId)
+        if done is not None and done >= int(txnVersion):  # type: ignore[arg-type]
+            return None
+
+    replace_schema = snap is None or (overwriteSchema and replaceWhere is None)
+    if replace_schema:
+        if not parts and snap is not None:  # overwriteSchema keeps the partitioning unless told otherwise
+            parts = [c for c in snap.partition_columns if c.lower() in {n.lower() for n in df.columns}]
+        data, metadata = _new_table(df, table, parts, properties, snap.metadata if snap else None)
+    else:
+        assert snap is not None
+        data, metadata = _existing_table(df, snap.metadata, table, parts, mergeSchema, properties)
+    if metadata is not None:
+        txn.update_metadata(metadata)
+        add_schema_features(txn, StructType.from_json(metadata.schema_string))
+    final_meta = txn.metadata
+    assert final_meta is not None
+    schema = StructType.from_json(final_meta.schema_string)
+    part_cols = list(final_meta.partition_columns)
+
+    removes: list[RemoveFile] = []
+    params: dict[str, Any] = {"mode": MODES[mode_key], "partitionBy": _json_list(part_cols)}
+    if replaceWhere is not None:
+        params["predicate"] = _json_list([replaceWhere])
+    if mode_key == "overwrite":
+        if replaceWhere is None:
+            removed = txn.read_whole_table()
+        else:
+            removed, data = _replace_where(txn, data, replaceWhere, schema, part_cols)
+        stamp = now_ms()
+        removes = [f.remove(timestamp=stamp) for f in removed]
+
+    adds = write_checked_files(
+        data, table, part_cols, max_records_per_file=maxRecordsPerFile, configuration=final_meta.configuration
+    )
+    actions: list[Action] = [*removes, *adds]
+    if txnAppId is not None:
+        actions.append(SetTransaction(app_id=txnAppId, version=int(txnVersion), last_updated=now_ms()))  # type: ignore[arg-type]
+    metrics = _metrics(adds, removes)
+    return commit_or_clean_up(txn, actions, adds, "WRITE", params, metrics, user_metadata=userMetadata)
+
+
+def _check_arguments(
+    mode: str, replace_where: str | None, overwrite_schema: bool, app_id: str | None, app_version: int | None
+) -> str:
+    """The save mode's key, after checking the options fit together."""
+    mode_key = mode.lower()
+    if mode_key not in MODES:
+        raise DeltaIllegalArgumentException(f"Unknown save mode '{mode}'. Valid modes: {', '.join(MODES)}")
+    if (app_id is None) != (app_version is None):
+        raise DeltaIllegalArgumentException("Give both txnAppId and txnVersion for an idempotent write, or neither")
+    if replace_where is not None and mode_key != "overwrite":
+        raise DeltaIllegalArgumentException(f"replaceWhere needs mode 'overwrite', not '{mode}'")
+    if overwrite_schema and mode_key != "overwrite":
+        raise DeltaIllegalArgumentException(f"overwriteSchema needs mode 'overwrite', not '{mode}'")
+    return mode_key
+
+
+def commit_or_clean_up(
+    txn: OptimisticTransaction,
+    actions: list[Action],
+    adds: Sequence[AddFile],
+    operation: str,
+    params: Mapping[str, Any],
+    metrics: Mapping[str, Any],
+    *,
+    user_metadata: str | None = None,
+) -> int:
+    """Commit; if the commit certainly failed, delete the data files it would have added."""
+    try:
+        return txn.commit(actions, operation, params, metrics, user_metadata=user_metadata)
+    except (DeltaConcurrentModificationException, CommitFailedError, DeltaAnalysisException):
+        for add in adds:
+            try:
+                os.remove(io.absolute_path(txn.table_path, add.path))
+            except OSError:
+                pass
+        raise
+
+
+# ---------------------------------------------------------------------------------------------
+# Schema: new tables, existing tables, alignment
+# ---------------------------------------------------------------------------------------------
+
+
+def _new_table(
+    df: DataFrame,
+    table: str,
+    parts: list[str],
+    properties: Mapping[str, Any] | None,
+    old: Metadata | None,
+) -> tuple[DataFrame, Metadata]:
+    """Metadata for a table created (or whose schema is overwritten) by this write."""
+    schema = io.to_delta_schema(_as_nullable(df.schema))
+    resolved = []
+    for name in parts:
+        f = schema.field(name)
+        if f is None:
+            raise DeltaAnalysisException(
+                f"Partition column '{name}' is not a column of the data written to {table} "
+                f"(columns: {', '.join(schema.field_names)})"
+            )
+        if isinstance(f.data_type, (StructType, ArrayType, MapType)):
+            raise DeltaAnalysisException(
+                f"Cannot partition table {table} by column '{f.name}' of type {f.data_type.simple_string()}"
+            )
+        resolved.append(f.name)
+    conf = dict(old.configuration) if old is not None else {}
+    conf.update(props.validate_properties(properties or {}, table=table))
+    if old is not None:
+        metadata = replace(old, schema_string=schema.to_json(), partition_columns=tuple(resolved), configuration=conf)
+    else:
+        metadata = Metadata(schema_string=schema.to_json(), partition_columns=tuple(resolved), configuration=conf)
+    return df, metadata
+
+
+def _existing_table(
+    df: DataFrame,
+    meta: Metadata,
+    table: str,
+    parts: list[str],
+    merge: bool,
+    properties: Mapping[str, Any] | None,
+) -> tuple[DataFrame, Metadata | None]:
+    """The data aligned to the table, and new metadata when the schema or properties change."""
+    if parts and [p.lower() for p in parts] != [p.lower() for p in meta.partition_columns]:
+        raise DeltaAnalysisException(
+            f"Partition columns [{', '.join(parts)}] do not match the partitioning of table {table} "
+            f"([{', '.join(meta.partition_columns)}]). Leave partitionBy out, or overwrite with "
+            "overwriteSchema=True to repartition."
+        )
+    schema = meta.schema
+    data, merged = align_to_schema(df, schema, table=table, merge=merge)
+    conf = dict(meta.configuration)
+    if properties:
+        conf.update(props.validate_properties(properties, table=table))
+    if merged is None and conf == meta.configuration:
+        return data, None
+    return data, replace(meta, schema_string=(merged or schema).to_json(), configuration=conf)
+
+
+def align_to_schema(
+    df: DataFrame, schema: StructType, *, table: str, merge: bool = False
+) -> tuple[DataFrame, StructType | None]:
+    """``df`` with the table's columns in table order (missing nullable ones as NULL).
+
+    Returns the new schema when ``merge`` added columns (else None). Raises
+    ``SchemaMismatchError`` naming every missing, extra or mistyped column. Columns the
+    table declares NOT NULL are checked row by row while the data is written.
+    """
+    spark_schema = io.to_spark_schema(schema)
+    given = {f.name.lower(): f for f in df.schema.fields}
+    columns: list[Column] = []
+    problems: list[str] = []
+    not_null: list[str] = []
+    for tf in spark_schema.fields:
+        sf = given.pop(tf.name.lower(), None)
+        if sf is None:
+            if not tf.nullable:
+                problems.append(f"column '{tf.name}' ({tf.dataType.simpleString()} NOT NULL) is missing")
+            columns.append(F.lit(None).cast(tf.dataType).alias(tf.name))
+            continue
+        conformed = _conform(sf, tf)
+        if conformed is None:
+            problems.append(
+                f"column '{tf.name}' has type {sf.dataType.simpleString()} in the data but "
+                f"{tf.dataType.simpleString()} in the table"
+            )
+            continue
+        columns.append(conformed)
+        if not tf.nullable and sf.nullable:
+            not_null.append(tf.name)
+    extra = [f for f in df.schema.fields if f.name.lower() in given]
+    if extra and not merge:
+        problems.append(
+            "the data has column(s) not in the table: "
+            + ", ".join(f"'{f.name}' ({f.dataType.simpleString()})" for f in extra)
+            + " (set mergeSchema=True to add them)"
+        )
+    if problems:
+        raise SchemaMismatchError(
+            f"A schema mismatch was detected when writing to table {table}: " + "; ".join(problems) + ".\n"
+            f"Table schema: {schema.simple_string()}\nData schema: {df.schema.simpleString()}"
+        )
+    merged = None
+    if extra:
+        added = io.to_delta_schema(_as_nullable(T.StructType(extra)))
+        merged = StructType(schema.fields + added.fields)
+        columns.extend(F.col(_q(f.name)) for f in extra)
+    out = df.select(*columns)
+    if not_null:
+        out = check_rows(
+            out,
+            [F.col(_q(c)).isNotNull() for c in not_null],
+            [f"NOT NULL constraint violated for column '{c}' of table {table}" for c in not_null],
+        )
+    return out, merged
+
+
+def _conform(given: T.StructField, target: T.StructField) -> Column | None:
+    """The data column as the table column (name, widened type), or None if incompatible."""
+    col = F.col(_q(given.name))
+    if _same_type(given.dataType, target.dataType):
+        return col.alias(target.name) if given.name != target.name else col
+    if target.dataType.typeName() in _UPCASTS.get(given.dataType.typeName(), ()):
+        return col.cast(target.dataType).alias(target.name)
+    return None
+
+
+def _same_type(a: T.DataType, b: T.DataType) -> bool:
+    """Equal types, ignoring nullability and field metadata (names compare case-insensitively)."""
+    return _shape(json.loads(a.json())) == _shape(json.loads(b.json()))
+
+
+def _shape(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {
+            k: (v.lower() if k == "name" and isinstance(v, str) else _shape(v))
+            for k, v in value.items()
+            if k not in ("nullable", "containsNull", "valueContainsNull", "metadata")
+        }
+    if isinstance(value, list):
+        return [_shape(v) for v in value]
+    return value
+
+
+def _as_nullable(schema: T.StructType) -> T.StructType:
+    """Every field nullable, recursively (as Delta creates tables from DataFrames)."""
+
+    def conv(t: T.DataType) -> T.DataType:
+        if isinstance(t, T.StructType):
+            return T.StructType([T.StructField(f.name, conv(f.dataType), True, f.metadata) for f in t.fields])
+        if isinstance(t, T.ArrayType):
+            return T.ArrayType(conv(t.elementType), True)
+        if isinstance(t, T.MapType):
+            return T.MapType(conv(t.keyType), conv(t.valueType), True)
+        return t
+
+    result = conv(schema)
+    assert isinstance(result, T.StructType)
+    return result
+
+
+def _check_unique_columns(schema: T.StructType, table: str) -> None:
+    seen: dict[str, str] = {}
+    for name in schema.fieldNames():
+        if name.lower() in seen:
+            raise DeltaAnalysisException(
+                f"Found duplicate column(s) in the data written to {table}: '{seen[name.lower()]}' and '{name}'"
+            )
+        seen[name.lower()] = name
+
+
+def add_schema_features(txn: OptimisticTransaction, schema: StructType) -> None:
+    """Add the table features the schema needs (timestampNtz) to the commit's protocol."""
+    if '"timestamp_ntz"' not in schema.to_json():
+        return
+    protocol = txn.protocol
+    meta = txn.metadata
+    if protocol is not None and features.has_feature(protocol, "timestampNtz"):
+        return
+    txn.update_protocol(
+        features.required_protocol(meta.configuration if meta else {}, ["timestampNtz"], base=protocol)
+    )
+
+
+_q = io.quote_name
+
+
+# ---------------------------------------------------------------------------------------------
+# Row checks, replaceWhere, files
+# ---------------------------------------------------------------------------------------------
+
+
+def check_rows(df: DataFrame, conditions: Sequence[Column], messages: Sequence[str]) -> DataFrame:
+    """``df`` that fails the write job when a row does not satisfy ``conditions[i]`` (NULL fails).
+
+    The check runs inside the write (no extra pass); ``write_checked_files`` turns the
+    failure into a ``DeltaAnalysisException`` with ``messages[i]``.
+    """
+    out = df
+    for cond, msg in zip(conditions, messages):
+        out = out.filter(
+            F.when(F.coalesce(cond, F.lit(False)), F.lit(True)).otherwise(F.raise_error(F.lit(_ERROR_MARK + msg)))
+        )
+    return out
+
+
+def write_checked_files(
+    df: DataFrame,
+    table: str,
+    partition_columns: Sequence[str],
+    *,
+    data_change: bool = True,
+    max_records_per_file: int | None = None,
+    configuration: Mapping[str, str] | None = None,
+) -> list[AddFile]:
+    """``io.write_data_files`` where a failed ``check_rows`` check raises ``DeltaAnalysisException``."""
+    try:
+        return io.write_data_files(
+            df,
+            table,
+            partition_columns,
+            data_change=data_change,
+            max_records_per_file=max_records_per_file,
+            configuration=configuration,
+        )
+    except Exception as e:  # noqa: BLE001 - Spark wraps the check's error in several layers
+        text = str(e)
+        at = text.find(_ERROR_MARK)
+        if at < 0:
+            raise
+        message = text[at + len(_ERROR_MARK) :].split("\n", 1)[0].split(" SQLSTATE:", 1)[0].strip()
+        raise DeltaAnalysisException(message) from None
+
+
+def _replace_where(
+    txn: OptimisticTransaction,
+    data: DataFrame,
+    condition: str,
+    schema: StructType,
+    part_cols: Sequence[str],
+) -> tuple[list[AddFile], DataFrame]:
+    """Files replaceWhere removes, and the data to write: new rows plus the kept old ones.
+
+    Files are chosen by partition values and stats. When the condition reads data
+    columns, the rows of those files that do not satisfy it are written back.
+    """
+    table = txn.table_path
+    expr = P.parse_predicate(condition)
+    refs = {name for _, name in P.column_refs(expr)}
+    unknown = sorted(n for n in refs if schema.field(n) is None)
+    if unknown:
+        raise DeltaAnalysisException(
+            f"replaceWhere '{condition}' on table {table} refers to unknown column(s) "
+            f"{', '.join(unknown)} (columns: {', '.join(schema.field_names)})"
+        )
+    spark_cond = F.expr(condition)
+    checked = check_rows(
+        data,
+        [spark_cond],
+        [f"Data written to table {table} does not match replaceWhere '{condition}'; every written row must satisfy it"],
+    )
+    snap = txn.snapshot
+    if snap is None:  # creating the table: nothing to replace
+        return [], checked
+    files = txn.filter_files([condition])
+    parts = {c.lower() for c in part_cols}
+    if all(n.lower() in parts for n in refs) or not files:
+        return files, checked
+    kept = io.read_files_df(data.sparkSession, snap, files).filter(~F.coalesce(spark_cond, F.lit(False)))
+    names = [_q(f.name) for f in schema.fields]
+    combined = checked.select(*names).unionByName(kept, allowMissingColumns=True).select(*names)
+    return files, combined
+
+
+def _json_list(values: Sequence[str]) -> str:
+    """A list as delta-spark writes it in operationParameters (compact JSON)."""
+    return json.dumps(list(values), separators=(",", ":"))
+
+
+def _metrics(adds: Sequence[AddFile], removes: Sequence[RemoveFile]) -> dict[str, Any]:
+    metrics: dict[str, Any] = {
+        "numFiles": len(adds),
+        "numOutputRows": sum(a.num_records or 0 for a in adds),
+        "numOutputBytes": sum(a.size or 0 for a in adds),
+    }
+    if removes:
+        metrics["numRemovedFiles"] = len(removes)
+        metrics["numRemovedBytes"] = sum(r.size or 0 for r in removes)
+    return metrics

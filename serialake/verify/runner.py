@@ -1,0 +1,354 @@
+"""``serialake verify``: the list-append workload per isolation level, checked, plus crash trials.
+
+For each level a fresh table is hammered by ``processes`` worker processes (half of them on
+a fault-injecting log store by default), their histories are merged and checked by the
+Elle-style checker with the level's forbidden anomalies, and the log is audited so that
+every commit belongs to exactly one transaction. Optional SIGKILL crash trials follow.
+The report is text for people or JSON (``--json``); the exit code is 1 when anything is
+invalid.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+from serialake.verify.checker import (
+    SERIALIZABLE_FORBIDDEN,
+    STRICT_SERIALIZABLE_FORBIDDEN,
+    WRITE_SERIALIZABLE_FORBIDDEN,
+    check,
+)
+from serialake.verify.crash import CrashReport, run_crash_trials
+from serialake.verify.workload import (
+    FaultSpec,
+    WorkloadConfig,
+    WorkloadResult,
+    audit_log,
+    error_class,
+    run_workload,
+)
+
+__all__ = ["LevelReport", "VerifyReport", "main", "run_verify"]
+
+CONTROL_TXNS = 100
+LEVELS: dict[str, frozenset[str]] = {
+    "Serializable": SERIALIZABLE_FORBIDDEN,
+    "WriteSerializable": WRITE_SERIALIZABLE_FORBIDDEN,
+}
+
+
+@dataclass
+class LevelReport:
+    """Everything measured and checked for one isolation level."""
+
+    level: str
+    processes: int
+    txns_per_process: int
+    faulty_processes: int
+    txns: int = 0
+    committed: int = 0  # transactions that wrote and committed
+    read_only: int = 0  # read-only transactions (nothing to commit)
+    aborted: dict[str, int] = field(default_factory=dict)  # by exception class
+    unknown: dict[str, int] = field(default_factory=dict)  # info outcomes, by exception class
+    unknown_committed: int = 0  # info txns the checker proved committed (a read saw them)
+    retries: int = 0  # commit attempts beyond the first, summed
+    faults: dict[str, int] = field(default_factory=dict)
+    slowest_commit_s: float = 0.0
+    slowest_commit_version: int | None = None
+    slowest_commit_process: int | None = None
+    slowest_commit_attempts: int | None = None
+    mean_commit_s: float = 0.0
+    wall_s: float = 0.0
+    check_s: float = 0.0
+    anomalies: dict[str, int] = field(default_factory=dict)
+    violations: list[str] = field(default_factory=list)
+    strict_serializable: bool = False  # no real-time / process-order variants either
+    log_problems: list[str] = field(default_factory=list)
+    worker_problems: list[str] = field(default_factory=list)
+    checker_summary: str = ""
+    expect_invalid: bool = False  # the negative control
+
+    @property
+    def checker_valid(self) -> bool:
+        return not self.violations
+
+    @property
+    def valid(self) -> bool:
+        """Checker, log audit and workers all fine (inverted for the negative control)."""
+        if self.expect_invalid:
+            return not self.checker_valid and not self.worker_problems
+        return self.checker_valid and not self.log_problems and not self.worker_problems
+
+    @property
+    def aborted_total(self) -> int:
+        return sum(self.aborted.values())
+
+    @property
+    def unknown_total(self) -> int:
+        return sum(self.unknown.values())
+
+    @property
+    def throughput(self) -> float:
+        """Committed writes per second of wall time."""
+        return self.committed / self.wall_s if self.wall_s > 0 else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d.update(valid=self.valid, checker_valid=self.checker_valid, throughput=round(self.throughput, 1))
+        return d
+
+    def render(self) -> str:
+        """Text lines for people."""
+        title = "negative control (conflict checks disabled)" if self.expect_invalid else self.level
+        if self.expect_invalid:
+            status = f"checker found {', '.join(self.violations) or 'nothing'} - " + (
+                "as expected" if self.valid else "THE CHECKER MISSED THE BROKEN CONCURRENCY CONTROL"
+            )
+        else:
+            status = "VALID" if self.valid else "INVALID"
+            status += f" (strict serializable: {'holds' if self.strict_serializable else 'no'})"
+        aborted = ", ".join(f"{k} {v}" for k, v in sorted(self.aborted.items(), key=lambda kv: -kv[1])) or "-"
+        unknown = ", ".join(f"{k} {v}" for k, v in sorted(self.unknown.items())) or "-"
+        faults = ", ".join(f"{k} {v}" for k, v in sorted(self.faults.items())) or "none"
+        lines = [
+            f"== {title}: {status}",
+            f"  {self.processes} processes x {self.txns_per_process} txns ({self.faulty_processes} on a "
+            f"fault-injecting store); {self.wall_s:.1f}s, {self.throughput:.0f} commits/s",
+            f"  txns {self.txns}: committed {self.committed} writes + {self.read_only} read-only; "
+            f"aborted {self.aborted_total} ({aborted}); unknown {self.unknown_total} ({unknown}, "
+            f"{self.unknown_committed} proven committed)",
+            f"  retries {self.retries}; faults injected: {faults}",
+            f"  slowest commit {self.slowest_commit_s * 1000:.1f} ms (version {self.slowest_commit_version}, "
+            f"process {self.slowest_commit_process}, {self.slowest_commit_attempts} attempts); "
+            f"mean {self.mean_commit_s * 1000:.1f} ms",
+            "  log audit: " + ("every commit is exactly one txn's" if not self.log_problems else "PROBLEMS"),
+        ]
+        lines += [f"    {p}" for p in self.log_problems[:10]]
+        lines += [f"  worker: {p}" for p in self.worker_problems[:5]]
+        lines += ["  " + line for line in self.checker_summary.splitlines()]
+        return "\n".join(lines)
+
+
+@dataclass
+class VerifyReport:
+    """All levels, the optional negative control and crash trials."""
+
+    levels: list[LevelReport]
+    crash: CrashReport | None = None
+    control: LevelReport | None = None
+    workdir: str | None = None  # kept only when something is invalid
+    duration_s: float = 0.0
+
+    @property
+    def valid(self) -> bool:
+        parts = [lv.valid for lv in self.levels]
+        parts += [self.crash.valid] if self.crash is not None else []
+        parts += [self.control.valid] if self.control is not None else []
+        return all(parts)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "valid": self.valid,
+            "duration_s": round(self.duration_s, 2),
+            "levels": [lv.to_dict() for lv in self.levels],
+            "control": self.control.to_dict() if self.control else None,
+            "crash": self.crash.to_dict() if self.crash else None,
+            "workdir": self.workdir,
+        }
+
+    def render(self) -> str:
+        """The whole report as text."""
+        parts = [lv.render() for lv in self.levels]
+        if self.control is not None:
+            parts.append(self.control.render())
+        if self.crash is not None:
+            parts.append(self.crash.summary())
+        verdict = "VALID" if self.valid else "INVALID"
+        tail = f"serialake verify: {verdict} in {self.duration_s:.1f}s"
+        if self.workdir:
+            tail += f" (histories and tables kept in {self.workdir})"
+        return "\n\n".join(parts + [tail])
+
+
+def _level_report(result: WorkloadResult, forbidden: frozenset[str], expect_invalid: bool) -> LevelReport:
+    cfg = result.config
+    rep = LevelReport(cfg.isolation_level, cfg.processes, cfg.txns, cfg.faulty_processes, expect_invalid=expect_invalid)
+    _count_outcomes(rep, result)
+    _merge_stats(rep, result)
+    t0 = time.monotonic()
+    report = check(result.history, realtime=True, process=True, forbidden=forbidden)
+    rep.check_s = time.monotonic() - t0
+    rep.anomalies = {k: len(v) for k, v in report.anomalies.items()}
+    rep.violations = report.violations
+    rep.strict_serializable = not (report.anomaly_types & STRICT_SERIALIZABLE_FORBIDDEN)
+    rep.unknown_committed = report.stats.get("info_committed", 0)
+    rep.checker_summary = report.summary(limit=1 if expect_invalid else 3)
+    if not expect_invalid:
+        rep.log_problems = audit_log(result.table_path, result.history)
+    return rep
+
+
+def _count_outcomes(rep: LevelReport, result: WorkloadResult) -> None:
+    aborted: Counter[str] = Counter()
+    unknown: Counter[str] = Counter()
+    for t in result.history:
+        rep.txns += 1
+        if t.outcome == "fail":
+            aborted[error_class(t.error)] += 1
+        elif t.outcome == "info":
+            unknown[error_class(t.error)] += 1
+        elif t.attempts is not None:
+            rep.committed += 1
+        else:
+            rep.read_only += 1
+    rep.aborted, rep.unknown = dict(aborted), dict(unknown)
+
+
+def _merge_stats(rep: LevelReport, result: WorkloadResult) -> None:
+    faults: Counter[str] = Counter()
+    total_time = 0.0
+    commits = 0
+    for s in result.stats:
+        rep.retries += s.retries
+        faults.update(s.faults)
+        total_time += s.commit_time_s
+        commits += s.commits
+        if s.slowest_commit_s > rep.slowest_commit_s:
+            rep.slowest_commit_s, rep.slowest_commit_version = s.slowest_commit_s, s.slowest_commit_version
+            rep.slowest_commit_process, rep.slowest_commit_attempts = s.process, s.slowest_commit_attempts
+        if s.crashed:
+            rep.worker_problems.append(f"process {s.process}: {s.crashed.strip().splitlines()[-1]}")
+    for p, code in enumerate(result.exit_codes):
+        if code != 0:
+            rep.worker_problems.append(f"process {p} exited with code {code}")
+    rep.faults = dict(faults)
+    rep.mean_commit_s = total_time / commits if commits else 0.0
+    rep.wall_s = result.wall_s
+
+
+def _normalize_levels(levels: Sequence[str]) -> list[str]:
+    out = []
+    for name in levels:
+        match = next((lv for lv in LEVELS if lv.lower() == name.strip().lower()), None)
+        if match is None:
+            raise ValueError(f"unknown isolation level {name!r}; choose from {', '.join(LEVELS)}")
+        out.append(match)
+    return out
+
+
+def run_verify(
+    processes: int = 8,
+    txns: int = 500,
+    isolation_levels: Sequence[str] = ("Serializable", "WriteSerializable"),
+    *,
+    crash_trials: int = 0,
+    faulty_processes: int | None = None,
+    faults: FaultSpec | None = None,
+    control: bool = False,
+    key_count: int = 8,
+    seed: int = 0,
+    workdir: str | None = None,
+    out: TextIO | None = None,
+) -> VerifyReport:
+    """Run the whole verification; progress lines go to ``out`` (None: silent).
+
+    ``faulty_processes`` defaults to half of them; ``control`` adds the negative control
+    (conflict checks disabled, the checker must find anomalies; at most ``CONTROL_TXNS``
+    txns per process, since lost updates make lists grow fast). Tables and histories
+    live in ``workdir`` (a temporary directory when None, deleted unless a check failed).
+    """
+    t0 = time.monotonic()
+    base = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="serialake-verify-"))
+    faulty = processes // 2 if faulty_processes is None else faulty_processes
+    spec = faults or FaultSpec()
+    runs = [(lv, False) for lv in _normalize_levels(isolation_levels)]
+    if control:
+        runs.append(("Serializable", True))
+    reports: list[LevelReport] = []
+    control_report: LevelReport | None = None
+    for i, (level, negative) in enumerate(runs):
+        cfg = WorkloadConfig(
+            processes=processes, txns=min(txns, CONTROL_TXNS) if negative else txns, isolation_level=level, key_count=key_count,
+            faulty_processes=0 if negative else faulty, faults=spec,
+            disable_conflict_checks=negative, seed=seed + i,
+        )  # fmt: skip
+        name = "control" if negative else level
+        _say(out, f"running {name}: {processes} processes x {cfg.txns} txns ...")
+        result = run_workload(str(base / f"{name}-table"), cfg, base / f"{name}-history")
+        rep = _level_report(result, LEVELS[level], negative)
+        _say(out, rep.render().splitlines()[0])
+        if negative:
+            control_report = rep
+        else:
+            reports.append(rep)
+    crash = None
+    if crash_trials > 0:
+        _say(out, f"running {crash_trials} crash trials ...")
+        crash = run_crash_trials(crash_trials, workdir=base / "crash", seed=seed)
+        _say(out, crash.summary().splitlines()[0])
+    report = VerifyReport(reports, crash, control_report, duration_s=time.monotonic() - t0)
+    if report.valid and workdir is None:
+        shutil.rmtree(base, ignore_errors=True)
+    else:
+        report.workdir = str(base)
+    return report
+
+
+def _say(out: TextIO | None, line: str) -> None:
+    if out is not None:
+        print(line, file=out, flush=True)
+
+
+def build_parser(prog: str = "serialake verify") -> argparse.ArgumentParser:
+    """The ``verify`` command line."""
+    ap = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
+    ap.add_argument("--processes", type=int, default=8, help="worker processes per level (default 8)")
+    ap.add_argument("--txns", type=int, default=500, help="transactions per process (default 500)")
+    ap.add_argument(
+        "--levels", default="Serializable,WriteSerializable", help="comma-separated isolation levels"
+    )
+    ap.add_argument(
+        "--crash-trials", type=int, default=100, help="SIGKILL crash trials to run (default 100; 0 skips them)"
+    )
+    ap.add_argument("--faulty", type=int, default=None, help="processes on a fault-injecting store (default half)")
+    ap.add_argument("--no-faults", action="store_true", help="no fault injection")
+    ap.add_argument(
+        "--control", action="store_true", help="also run the negative control: conflict checks off, must be INVALID"
+    )
+    ap.add_argument("--keys", type=int, default=8, help="keys active at once (fewer: more contention)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--workdir", default=None, help="keep tables and histories here")
+    ap.add_argument("--json", action="store_true", help="print the report as JSON")
+    return ap
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """CLI entry: run, print the report, return 0 when valid else 1."""
+    args = build_parser().parse_args(argv)
+    try:
+        levels = _normalize_levels([s for s in args.levels.split(",") if s.strip()])
+    except ValueError as e:
+        print(f"serialake verify: {e}", file=sys.stderr)
+        return 2
+    report = run_verify(
+        args.processes, args.txns, levels,
+        crash_trials=args.crash_trials, faulty_processes=0 if args.no_faults else args.faulty,
+        control=args.control, key_count=args.keys, seed=args.seed, workdir=args.workdir,
+        out=None if args.json else sys.stderr,
+    )  # fmt: skip
+    print(json.dumps(report.to_dict(), indent=2) if args.json else report.render())
+    return 0 if report.valid else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -26,6 +26,7 @@ from urllib.parse import unquote, urlparse
 from pyroaring import BitMap, BitMap64, FrozenBitMap64
 
 from serialake.core.actions import DeletionVectorDescriptor, FileAction
+from serialake.storage.local import fsync_dir
 from serialake.exceptions import CorruptLogError, DeltaIllegalArgumentException
 from serialake.storage import normalize_table_path
 
@@ -630,14 +631,6 @@ def _read_dv_file(table_path: str, path: str, dv: DeletionVectorDescriptor) -> b
 # -- writing ----------------------------------------------------------------------------
 
 
-def _fsync_dir(directory: str) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def write_deletion_vector(
     table_path: str,
     rows: RowIndexSet,
@@ -677,7 +670,7 @@ def write_deletion_vector(
     if not os.path.isdir(directory):
         os.makedirs(directory, exist_ok=True)
         # The new directory's own entry must survive a crash too.
-        _fsync_dir(os.path.dirname(directory))
+        fsync_dir(os.path.dirname(directory))
     dv_uuid = uuid.uuid4()
     path = os.path.join(directory, dv_file_name(dv_uuid))
     payload = b"".join(
@@ -703,7 +696,7 @@ def write_deletion_vector(
             pass
         raise
     os.close(fd)
-    _fsync_dir(directory)
+    fsync_dir(directory)
     return DeletionVectorDescriptor(
         storage_type="u",
         path_or_inline_dv=prefix + uuid_to_z85(dv_uuid),

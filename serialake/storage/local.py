@@ -20,7 +20,8 @@ from serialake.exceptions import FileAlreadyExistsError
 from serialake.storage.base import FileStatus, LogStore
 
 
-def _fsync_dir(directory: str) -> None:
+def fsync_dir(directory: str) -> None:
+    """fsync a directory so the names created in it survive a crash."""
     fd = os.open(directory, os.O_RDONLY)
     try:
         os.fsync(fd)

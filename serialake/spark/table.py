@@ -1,7 +1,7 @@
 """``DeltaTable``: delta-spark's Python table API over serialake's log.
 
-Row-level operations (delete, update, merge, optimize, restore) live in
-``serialake.spark.dml``, which attaches them to ``DeltaTable`` when it is importable.
+Row-level operations (delete, update, merge, optimize, restore, addColumns) are
+implemented in ``serialake.spark.dml``; the methods here delegate to it.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import shutil
 from dataclasses import replace
 from typing import Any, Iterable, Sequence
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import types as T
 
 from serialake.core import DeltaLog
@@ -146,6 +146,51 @@ class DeltaTable:
     def alias(self, aliasName: str) -> DeltaTable:  # noqa: N803
         """This table under an alias (used by ``toDF`` and in DML conditions)."""
         return type(self)(self.spark, self.path, aliasName)
+
+    # -- DML (serialake.spark.dml) -------------------------------------------------------
+    def delete(self, condition: str | Column | None = None) -> DataFrame:
+        """Delete the rows matching ``condition`` (all rows when None)."""
+        from serialake.spark import dml
+
+        return dml.delete(self.spark, self.path, condition, alias=self._alias)
+
+    def update(
+        self, condition: str | Column | None = None, set: dict[str, str | Column] | None = None  # noqa: A002
+    ) -> DataFrame:
+        """Set columns (SQL strings or Columns) on the rows matching ``condition``."""
+        from serialake.spark import dml
+
+        return dml.update(self.spark, self.path, condition, set, alias=self._alias)
+
+    def merge(self, source: DataFrame, condition: str | Column) -> Any:
+        """Start a MERGE of ``source`` into this table; add clauses, then ``execute()``."""
+        from serialake.spark import dml
+
+        return dml.merge(self.spark, self.path, source, condition, alias=self._alias)
+
+    def optimize(self) -> Any:
+        """Start an OPTIMIZE: ``.where(...)``, then ``executeCompaction()`` or ``executeZOrderBy(cols)``."""
+        from serialake.spark import dml
+
+        return dml.optimize(self.spark, self.path)
+
+    def restoreToVersion(self, version: int) -> DataFrame:  # noqa: N802
+        """Make the table's data what it was at ``version`` (a new commit)."""
+        from serialake.spark import dml
+
+        return dml.restoreToVersion(self.spark, self.path, version)
+
+    def restoreToTimestamp(self, timestamp: Any) -> DataFrame:  # noqa: N802
+        """Make the table's data what it was at ``timestamp`` (a new commit)."""
+        from serialake.spark import dml
+
+        return dml.restoreToTimestamp(self.spark, self.path, timestamp)
+
+    def addColumns(self, columns: Any) -> None:  # noqa: N802
+        """Add columns (a DDL string such as ``'c STRING'`` or Spark fields): a metadata change."""
+        from serialake.spark import dml
+
+        dml.add_columns(self.spark, self.path, columns)
 
     def history(self, limit: int | None = None) -> DataFrame:
         """Commits newest first, with delta-spark's ``DESCRIBE HISTORY`` columns."""
@@ -583,17 +628,3 @@ def _remove_empty_dirs(table: str, partition_columns: Sequence[str]) -> int:
             except OSError:
                 pass
     return removed
-
-
-def _attach_dml() -> None:
-    """Import ``serialake.spark.dml`` (if present), which adds delete/update/merge/optimize."""
-    import importlib
-
-    try:
-        importlib.import_module("serialake.spark.dml")
-    except ModuleNotFoundError as e:
-        if e.name != "serialake.spark.dml":
-            raise
-
-
-_attach_dml()

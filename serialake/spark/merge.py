@@ -1,0 +1,581 @@
+"""MERGE INTO with delta-spark's builder API: ``merge(source, condition).whenMatchedUpdate(...)...execute()``.
+
+Semantics follow Delta: clauses of one kind are tried in order and the first whose
+condition holds acts on the row; only the last clause of a kind may omit its condition; a
+target row matched by several source rows that a MATCHED clause would change is an error
+(unless the only MATCHED clause is an unconditional delete); unmatched source rows are
+inserted by NOT MATCHED clauses; target rows no source row matches are handled by NOT
+MATCHED BY SOURCE clauses.
+
+What the transaction records as read is the target side of the ON condition: conjuncts
+that reference only target columns (``t.date = '2024-01-01'``), plus, for equality keys
+``t.k = s.k`` on data columns with few distinct source values, ``k IN (values)``. The
+latter narrows files by stats and lets row-level conflict checks evaluate the read
+exactly; it is not added for partition columns, so a condition that only says
+``s.date = t.date`` still reads every partition (Delta's documented behaviour: spell the
+partitions out to make concurrent MERGEs into different partitions commit).
+
+Execution: one aggregate job finds the target rows each clause changes (and fails on
+multiple matches), then one write job produces the new files: updated rows, inserted
+rows, and (copy-on-write) the unchanged rows of touched files. With deletion vectors the
+changed rows are marked deleted instead of copying the rest of their files.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any, Mapping, Sequence
+
+from pyspark import StorageLevel
+from pyspark.errors import AnalysisException
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from serialake.core import predicates as P
+from serialake.core.actions import Action, AddFile, now_ms
+from serialake.core.deletion_vectors import RowIndexSet
+from serialake.exceptions import DeltaAnalysisException, DeltaIllegalArgumentException
+from serialake.spark import io
+from serialake.spark.dml import (
+    FILE_COL,
+    ROW_COL,
+    TARGET_ALIAS,
+    BeforeCommit,
+    DmlResult,
+    Touched,
+    analysis_error,
+    commit,
+    condition_text,
+    elapsed_ms,
+    file_bytes,
+    is_true,
+    json_list,
+    mark_deleted,
+    open_transaction,
+    parse_or_true,
+    read_target,
+    resolve_assignments,
+    resolved_condition_sql,
+    table_columns,
+    target_conjuncts,
+    to_column,
+    updated_columns,
+    uses_deletion_vectors,
+    write_rows,
+)
+
+__all__ = ["DeltaMergeBuilder", "MAX_KEY_VALUES"]
+
+MAX_KEY_VALUES = 10_000  # distinct source key values turned into an IN list of the read predicate
+_CLAUSE = "__serialake_clause"
+_CODE = "__serialake_code"
+
+MATCHED = "matched"
+NOT_MATCHED = "notMatched"
+NOT_MATCHED_BY_SOURCE = "notMatchedBySource"
+
+# Kinds of change a fired clause makes (for metrics, deletion vectors and what is written).
+_MATCHED_UPDATE, _MATCHED_DELETE, _NMBS_UPDATE, _NMBS_DELETE, _INSERT = 0, 1, 2, 3, 4
+
+_RESULT_SCHEMA = T.StructType(
+    [
+        T.StructField(n, T.LongType(), False)
+        for n in ("num_affected_rows", "num_updated_rows", "num_deleted_rows", "num_inserted_rows")
+    ]
+)
+
+_KEY_TYPES = (
+    T.ByteType, T.ShortType, T.IntegerType, T.LongType, T.StringType, T.DateType, T.TimestampType,
+    T.TimestampNTZType, T.DecimalType, T.BooleanType,
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class MergeClause:
+    """One WHEN clause: its kind, action (update/delete/insert), condition and assignments."""
+
+    kind: str
+    action: str
+    condition: str | Column | None = None
+    assignments: Mapping[str, str | Column] | None = None
+    star: bool = False  # updateAll / insertAll
+
+    def describe(self) -> dict[str, str]:
+        out = {"actionType": self.action + ("*" if self.star else "")}
+        if self.condition is not None:
+            out["predicate"] = condition_text(self.condition) or ""
+        return out
+
+
+class DeltaMergeBuilder:
+    """Builder returned by ``DeltaTable.merge(source, condition)``; ``execute()`` runs the MERGE."""
+
+    def __init__(
+        self,
+        spark: SparkSession,
+        table_path: str,
+        source: DataFrame,
+        condition: str | Column,
+        *,
+        alias: str | None = None,
+    ) -> None:
+        if not isinstance(source, DataFrame):
+            raise DeltaIllegalArgumentException(f"MERGE source must be a DataFrame, not {type(source).__name__}")
+        if not isinstance(condition, (str, Column)):
+            raise DeltaIllegalArgumentException("MERGE condition must be a SQL string or a pyspark Column")
+        self._spark = spark
+        self._path = table_path
+        self._source = source
+        self._condition = condition
+        self._alias = alias
+        self._clauses: list[MergeClause] = []
+
+    # -- clauses ------------------------------------------------------------------
+    def _add(self, clause: MergeClause) -> DeltaMergeBuilder:
+        if clause.condition is not None and not isinstance(clause.condition, (str, Column)):
+            raise DeltaIllegalArgumentException("A MERGE clause condition must be a SQL string or a pyspark Column")
+        self._clauses.append(clause)
+        return self
+
+    def whenMatchedUpdate(  # noqa: N802
+        self, condition: str | Column | None = None, set: Mapping[str, str | Column] | None = None  # noqa: A002
+    ) -> DeltaMergeBuilder:
+        """Update matched target rows: ``set`` maps target columns to SQL strings or Columns."""
+        if not set:
+            raise DeltaIllegalArgumentException("whenMatchedUpdate needs a non-empty 'set' dict")
+        return self._add(MergeClause(MATCHED, "update", condition, dict(set)))
+
+    def whenMatchedUpdateAll(self, condition: str | Column | None = None) -> DeltaMergeBuilder:  # noqa: N802
+        """Update every target column from the source column of the same name."""
+        return self._add(MergeClause(MATCHED, "update", condition, None, star=True))
+
+    def whenMatchedDelete(self, condition: str | Column | None = None) -> DeltaMergeBuilder:  # noqa: N802
+        """Delete matched target rows."""
+        return self._add(MergeClause(MATCHED, "delete", condition))
+
+    def whenNotMatchedInsert(  # noqa: N802
+        self, condition: str | Column | None = None, values: Mapping[str, str | Column] | None = None
+    ) -> DeltaMergeBuilder:
+        """Insert unmatched source rows: ``values`` maps target columns to expressions (others NULL)."""
+        if not values:
+            raise DeltaIllegalArgumentException("whenNotMatchedInsert needs a non-empty 'values' dict")
+        return self._add(MergeClause(NOT_MATCHED, "insert", condition, dict(values)))
+
+    def whenNotMatchedInsertAll(self, condition: str | Column | None = None) -> DeltaMergeBuilder:  # noqa: N802
+        """Insert unmatched source rows, every target column from the source column of the same name."""
+        return self._add(MergeClause(NOT_MATCHED, "insert", condition, None, star=True))
+
+    def whenNotMatchedBySourceUpdate(  # noqa: N802
+        self, condition: str | Column | None = None, set: Mapping[str, str | Column] | None = None  # noqa: A002
+    ) -> DeltaMergeBuilder:
+        """Update target rows no source row matches (expressions may use target columns only)."""
+        if not set:
+            raise DeltaIllegalArgumentException("whenNotMatchedBySourceUpdate needs a non-empty 'set' dict")
+        return self._add(MergeClause(NOT_MATCHED_BY_SOURCE, "update", condition, dict(set)))
+
+    def whenNotMatchedBySourceDelete(self, condition: str | Column | None = None) -> DeltaMergeBuilder:  # noqa: N802
+        """Delete target rows no source row matches."""
+        return self._add(MergeClause(NOT_MATCHED_BY_SOURCE, "delete", condition))
+
+    # -- execution ----------------------------------------------------------------
+    def execute(self) -> DataFrame:
+        """Run the MERGE; one row: num_affected_rows, num_updated_rows, num_deleted_rows, num_inserted_rows."""
+        return merge_result_df(self._spark, self.run())
+
+    def run(self, *, before_commit: BeforeCommit = None) -> DmlResult:
+        """Run the MERGE and return its version and delta-spark's MERGE metrics."""
+        self._validate_clauses()
+        return _MergeRun(self, before_commit).run()
+
+    def _validate_clauses(self) -> None:
+        if not self._clauses:
+            raise DeltaAnalysisException(
+                f"MERGE into table {self._path} needs at least one WHEN clause (whenMatched..., whenNotMatched...)"
+            )
+        for kind in (MATCHED, NOT_MATCHED, NOT_MATCHED_BY_SOURCE):
+            group = [c for c in self._clauses if c.kind == kind]
+            for c in group[:-1]:
+                if c.condition is None:
+                    raise DeltaAnalysisException(
+                        f"MERGE into table {self._path}: when there is more than one {kind} clause, only the "
+                        f"last one can omit its condition (a clause '{c.action}' without condition comes first)."
+                    )
+
+    def clauses(self, kind: str) -> list[MergeClause]:
+        return [c for c in self._clauses if c.kind == kind]
+
+
+class _MergeRun:
+    """One execution of a MERGE: plan, find touched rows, write, commit."""
+
+    def __init__(self, builder: DeltaMergeBuilder, before_commit: BeforeCommit) -> None:
+        self.b = builder
+        self.spark = builder._spark
+        self.source = builder._source
+        self.before_commit = before_commit
+        self.start = time.monotonic()
+        self.txn, self.snap = open_transaction(builder._path, "MERGE")
+        self.table = self.snap.table_path
+        self.alias = builder._alias or TARGET_ALIAS
+        self.cond = to_column(builder._condition, "MERGE condition")
+        self.matched = builder.clauses(MATCHED)
+        self.inserts = builder.clauses(NOT_MATCHED)
+        self.by_source = builder.clauses(NOT_MATCHED_BY_SOURCE)
+        self.source_names = {n.lower(): n for n in self.source.columns}
+
+    # -- planning -----------------------------------------------------------------
+    def run(self) -> DmlResult:
+        snap = self.snap
+        empty = self.spark.createDataFrame([], io.to_spark_schema(snap.schema)).alias(self.alias)
+        try:
+            probe = empty.join(self.source, self.cond, "inner")
+        except AnalysisException as e:
+            raise analysis_error(self.table, "MERGE condition", e) from None
+        self.on_sql = resolved_condition_sql(probe)
+        cached: list[DataFrame] = []
+        try:
+            # The source feeds several joins: cache it (this also keeps its rows identical between
+            # finding the changed rows and writing them).
+            if not self.source.is_cached:
+                cached.append(self.source.persist(StorageLevel.MEMORY_AND_DISK))
+            files = self.txn.filter_files([self._read_predicate(empty)])
+            self.files = files
+            self.target = read_target(self.spark, snap, files, self.alias).persist(StorageLevel.MEMORY_AND_DISK)
+            cached.append(self.target)
+            self._resolve_clauses()
+            changes = self._changes().persist(StorageLevel.MEMORY_AND_DISK)
+            cached.append(changes)
+            touched, counts = self._find_touched(changes)
+            self.scan_ms = elapsed_ms(self.start)
+            return self._write_and_commit(changes, touched, counts)
+        except AnalysisException as e:
+            raise analysis_error(self.table, "MERGE clause expressions", e) from None
+        finally:
+            for df in cached:
+                df.unpersist()
+
+    def _is_target_name(self, name: str) -> bool:
+        """For a condition written as text: an unqualified column is the target's if only the target has it."""
+        return self.snap.schema.field(name) is not None and name.lower() not in self.source_names
+
+    def _on_expr(self) -> tuple[P.Expr, Any]:
+        """The ON condition parsed, and how to classify its unqualified columns."""
+        if isinstance(self.b._condition, str):
+            return parse_or_true(self.b._condition), self._is_target_name
+        # Spark's resolution qualified every target column with the target alias.
+        return parse_or_true(self.on_sql), lambda name: False
+
+    def _read_predicate(self, empty_target: DataFrame) -> P.Expr:
+        """What this MERGE reads of the target (see module docstring)."""
+        expr, is_target = self._on_expr()
+        conjuncts = target_conjuncts(expr, self.alias, is_target)
+        conjuncts += self._key_in_lists(expr, is_target)
+        matched_read = P.conjunction(conjuncts)
+        if not self.by_source:
+            return matched_read
+        # A target row no source row matches is read by NOT MATCHED BY SOURCE clauses.
+        extra: list[P.Expr] = []
+        for clause in self.by_source:
+            if clause.condition is None:
+                return P.TRUE
+            part = self._target_only(clause.condition, empty_target)
+            if part is None:
+                return P.TRUE
+            extra.append(part)
+        return P.disjunction([matched_read, *extra])
+
+    def _target_only(self, condition: str | Column, empty_target: DataFrame) -> P.Expr | None:
+        """A NOT MATCHED BY SOURCE condition as a target predicate (None if not understood)."""
+        if isinstance(condition, str):
+            expr = parse_or_true(condition)
+            names: Any = lambda n: self.snap.schema.field(n) is not None  # noqa: E731
+        else:
+            try:
+                expr = parse_or_true(resolved_condition_sql(empty_target.filter(condition)))
+            except AnalysisException as e:
+                raise analysis_error(self.table, "NOT MATCHED BY SOURCE condition", e) from None
+            names = lambda n: False  # noqa: E731
+        if expr == P.TRUE:
+            return None
+        kept = target_conjuncts(expr, self.alias, names)
+        if len(kept) != len(P.split_conjuncts(expr)):
+            return None
+        return P.conjunction(kept)
+
+    def _key_in_lists(self, expr: P.Expr, is_target: Any) -> list[P.Expr]:
+        """``k IN (source values)`` for ON equalities ``t.k = s.k`` on target data columns."""
+        parts = {c.lower() for c in self.snap.partition_columns}
+        out: list[P.Expr] = []
+        seen: set[str] = set()
+        for c in P.split_conjuncts(expr):
+            if not (isinstance(c, P.Comparison) and c.op == "="):
+                continue
+            for t_side, s_side in ((c.left, c.right), (c.right, c.left)):
+                if not (isinstance(t_side, P.Column) and isinstance(s_side, P.Column)):
+                    continue
+                if not self._is_target_column(t_side, is_target) or self._is_target_column(s_side, is_target):
+                    continue
+                f = self.snap.schema.field(t_side.name)
+                if f is None or f.name.lower() in parts or f.name.lower() in seen:
+                    continue
+                values = self._distinct_source_values(s_side)
+                if values is None:
+                    continue
+                seen.add(f.name.lower())
+                out.append(P.In(P.Column(f.name), tuple(values)) if values else P.FALSE)
+        return out
+
+    def _is_target_column(self, col: P.Column, is_target: Any) -> bool:
+        if col.qualifier is None:
+            return bool(is_target(col.name))
+        return P.strip_qualifier(col, self.alias) is not None
+
+    def _distinct_source_values(self, col: P.Column) -> list[P.Literal] | None:
+        """Distinct non-NULL values of a source column as literals, or None (too many, odd type)."""
+        name = ".".join(io.quote_name(p) for p in [*(col.qualifier.split(".") if col.qualifier else []), col.name])
+        try:
+            keys = self.source.select(F.col(name).alias("k"))
+        except AnalysisException:
+            return None
+        data_type = keys.schema.fields[0].dataType
+        if not isinstance(data_type, _KEY_TYPES):
+            return None
+        rows = keys.where(F.col("k").isNotNull()).distinct().limit(MAX_KEY_VALUES + 1).collect()
+        if len(rows) > MAX_KEY_VALUES:
+            return None
+        return [_literal(r[0], data_type) for r in rows]
+
+    # -- clauses as Spark expressions -----------------------------------------------
+    def _resolve_clauses(self) -> None:
+        """Each clause's guard Column and assignments (star clauses expanded to source columns)."""
+        self.assignments: dict[int, dict[str, Column]] = {}
+        for i, clause in enumerate(self.b._clauses):
+            if clause.action == "delete":
+                continue
+            if clause.star:
+                self.assignments[i] = self._star_assignments(clause)
+            else:
+                assert clause.assignments is not None
+                self.assignments[i] = resolve_assignments(
+                    self.snap, clause.assignments, self.alias, f"MERGE {clause.kind} {clause.action}"
+                )
+
+    def _star_assignments(self, clause: MergeClause) -> dict[str, Column]:
+        out: dict[str, Column] = {}
+        missing = []
+        for f in self.snap.schema.fields:
+            name = self.source_names.get(f.name.lower())
+            if name is None:
+                missing.append(f.name)
+                continue
+            out[f.name] = self.source[name]
+        if missing:
+            what = "updateAll" if clause.action == "update" else "insertAll"
+            raise DeltaAnalysisException(
+                f"MERGE {what} into table {self.table}: the source has no column(s) {', '.join(missing)} "
+                f"(source columns: {', '.join(self.source.columns)}). Use explicit assignments instead."
+            )
+        return out
+
+    def _index(self, clauses: Sequence[MergeClause]) -> Column:
+        """The index (in the builder) of the first clause whose condition holds, else -1."""
+        expr: Column | None = None
+        for clause in clauses:
+            i = self.b._clauses.index(clause)
+            guard = F.lit(True)
+            if clause.condition is not None:
+                guard = is_true(to_column(clause.condition, "MERGE clause condition"))
+            expr = F.when(guard, F.lit(i)) if expr is None else expr.when(guard, F.lit(i))
+        assert expr is not None
+        return expr.otherwise(F.lit(-1))
+
+    def _ids(self, clauses: Sequence[MergeClause], action: str) -> list[int]:
+        return [self.b._clauses.index(c) for c in clauses if c.action == action]
+
+    # -- changes: every row this MERGE changes or inserts, computed once --------------
+    def _changes(self) -> DataFrame:
+        """``(file, row, code, table columns...)`` of each changed target row and each inserted row.
+
+        Updated rows carry their new values, deleted rows their old ones (never written),
+        inserted rows a NULL file and row. The joins run once: this is cached, then both
+        aggregated (touched files, metrics, multiple matches) and written.
+        """
+        target = self.target
+        parts: list[DataFrame] = []
+        if self.matched:
+            pairs = target.join(self.source, self.cond, "inner").withColumn(_CLAUSE, self._index(self.matched))
+            parts.append(self._target_changes(pairs, self.matched, _MATCHED_UPDATE, _MATCHED_DELETE))
+        if self.by_source:
+            alone = target.join(self.source, self.cond, "left_anti").withColumn(_CLAUSE, self._index(self.by_source))
+            parts.append(self._target_changes(alone, self.by_source, _NMBS_UPDATE, _NMBS_DELETE))
+        if self.inserts:
+            new = self.source.join(target, self.cond, "left_anti").withColumn(_CLAUSE, self._index(self.inserts))
+            parts.append(
+                new.where(F.col(_CLAUSE) >= 0).select(
+                    F.lit(None).cast("string").alias(FILE_COL),
+                    F.lit(None).cast("long").alias(ROW_COL),
+                    F.lit(_INSERT).alias(_CODE),
+                    *self._inserted_columns(),
+                )
+            )
+        out = parts[0]
+        for p in parts[1:]:
+            out = out.union(p)
+        return out
+
+    def _target_changes(self, rows: DataFrame, clauses: Sequence[MergeClause], update: int, delete: int) -> DataFrame:
+        """Target rows a clause of ``clauses`` fires for, with the change code and new values."""
+        fired = rows.where(F.col(_CLAUSE) >= 0)
+        updates = self._ids(clauses, "update")
+        code = F.when(F.col(_CLAUSE).isin(self._ids(clauses, "delete")), delete).otherwise(update)
+        branches = [(F.col(_CLAUSE) == i, self.assignments[i]) for i in updates]
+        return fired.select(FILE_COL, ROW_COL, code.alias(_CODE), *updated_columns(self.snap, self.alias, branches))
+
+    def _find_touched(self, changes: DataFrame) -> tuple[dict[str, Touched], dict[int, int]]:
+        """Touched files (with their changed rows) and the number of rows per change code."""
+        counts = {k: 0 for k in (_MATCHED_UPDATE, _MATCHED_DELETE, _NMBS_UPDATE, _NMBS_DELETE, _INSERT)}
+        # One aggregate per file; a row id seen in more pairs than once is a multiple match.
+        aggs = [F.count(F.lit(1)).alias("pairs"), F.collect_set(ROW_COL).alias("ids")]
+        aggs += [F.sum(F.when(F.col(_CODE) == k, 1).otherwise(0)).alias(f"k{k}") for k in counts]
+        by_path = {f.path: f for f in self.files}
+        touched: dict[str, Touched] = {}
+        for r in changes.groupBy(FILE_COL).agg(*aggs).collect():
+            if r[FILE_COL] is None:
+                counts[_INSERT] += int(r[f"k{_INSERT}"])
+                continue
+            ids = sorted(int(i) for i in r["ids"])
+            pairs = int(r["pairs"])
+            add = by_path[r[FILE_COL]]
+            if pairs > len(ids):
+                if not self._single_unconditional_delete():
+                    raise self._multiple_match_error(add.path, pairs - len(ids))
+                counts[_MATCHED_DELETE] += len(ids)  # every pair deletes: count each row once
+            else:
+                for k in counts:
+                    counts[k] += int(r[f"k{k}"])
+            touched[add.path] = Touched(add, len(ids), RowIndexSet.from_iter(ids))
+        return touched, counts
+
+    def _single_unconditional_delete(self) -> bool:
+        return len(self.matched) == 1 and self.matched[0].action == "delete" and self.matched[0].condition is None
+
+    def _multiple_match_error(self, path: str, n: int) -> DeltaAnalysisException:
+        return DeltaAnalysisException(
+            f"Cannot perform Merge as multiple source rows matched and attempted to modify the same target row "
+            f"in the Delta table {self.table}, possibly in conflicting ways ({n} extra source row match(es) on "
+            f"rows of data file {path}). By SQL semantics of Merge, when multiple source rows match on the same "
+            "target row, the result may be ambiguous as it is unclear which source row should be used to update "
+            "or delete the matching target row.\nHelp: preprocess the source to eliminate multiple matches (e.g. "
+            "dropDuplicates on the join keys), or make the ON condition more selective."
+        )
+
+    # -- output -------------------------------------------------------------------
+    def _outputs(self, changes: DataFrame, touched: dict[str, Touched], copy_on_write: bool) -> DataFrame:
+        """Rows to write: updated and inserted rows, and (copy-on-write) the unchanged rows of touched files."""
+        names = [io.quote_name(f.name) for f in self.snap.schema.fields]
+        out = changes.where(F.col(_CODE).isin(_MATCHED_UPDATE, _NMBS_UPDATE, _INSERT)).select(*names)
+        if copy_on_write and touched:
+            rows = self.target.where(F.col(FILE_COL).isin(list(touched)))
+            changed = changes.where(F.col(FILE_COL).isNotNull()).select(FILE_COL, ROW_COL)
+            kept = rows.join(changed, [FILE_COL, ROW_COL], "left_anti")
+            out = out.union(kept.select(*table_columns(self.snap, kept)))
+        return out
+
+    def _inserted_columns(self) -> list[Column]:
+        """Table columns of inserted rows: the first NOT MATCHED clause that holds assigns (others NULL)."""
+        out: list[Column] = []
+        for f in io.to_spark_schema(self.snap.schema).fields:
+            value: Column = F.lit(None).cast(f.dataType)
+            for clause in reversed(self.inserts):
+                i = self.b._clauses.index(clause)
+                assigned = self.assignments[i].get(f.name)
+                if assigned is not None:
+                    value = F.when(F.col(_CLAUSE) == i, assigned.cast(f.dataType)).otherwise(value)
+            out.append(value.cast(f.dataType).alias(f.name))
+        return out
+
+    def _write_and_commit(self, changes: DataFrame, touched: dict[str, Touched], counts: dict[int, int]) -> DmlResult:
+        snap = self.snap
+        dvs = uses_deletion_vectors(snap)
+        rewrite_start = time.monotonic()
+        updated = counts[_MATCHED_UPDATE] + counts[_NMBS_UPDATE]
+        deleted = counts[_MATCHED_DELETE] + counts[_NMBS_DELETE]
+        inserted = counts[_INSERT]
+        adds: list[AddFile] = []
+        if touched or inserted:
+            adds = write_rows(snap, self._outputs(changes, touched, copy_on_write=not dvs))
+        stamp = now_ms()
+        written = sum(a.num_records or 0 for a in adds)
+        new_dvs: list[AddFile] = []
+        if dvs:
+            changes_dv = mark_deleted(self.table, touched.values(), stamp)
+            actions: list[Action] = changes_dv.actions + list(adds)
+            new_dvs = changes_dv.written
+            removed_files, removed_bytes = changes_dv.files_removed, changes_dv.bytes_removed
+            dv_counts = (changes_dv.dvs_added, changes_dv.dvs_updated, changes_dv.dvs_removed)
+        else:
+            rewritten = [t.add for t in touched.values()]
+            actions = [f.remove(timestamp=stamp) for f in rewritten] + list(adds)
+            removed_files, removed_bytes = len(rewritten), file_bytes(rewritten)
+            dv_counts = (0, 0, sum(1 for f in rewritten if f.deletion_vector))
+        metrics: dict[str, Any] = {
+            "numTargetRowsInserted": inserted,
+            "numTargetRowsUpdated": updated,
+            "numTargetRowsMatchedUpdated": counts[_MATCHED_UPDATE],
+            "numTargetRowsNotMatchedBySourceUpdated": counts[_NMBS_UPDATE],
+            "numTargetRowsDeleted": deleted,
+            "numTargetRowsMatchedDeleted": counts[_MATCHED_DELETE],
+            "numTargetRowsNotMatchedBySourceDeleted": counts[_NMBS_DELETE],
+            "numTargetRowsCopied": written - updated - inserted,
+            "numOutputRows": written,
+            "numTargetFilesAdded": len(adds),
+            "numTargetFilesRemoved": removed_files,
+            "numTargetBytesAdded": file_bytes(adds),
+            "numTargetBytesRemoved": removed_bytes,
+            "numTargetDeletionVectorsAdded": dv_counts[0],
+            "numTargetDeletionVectorsUpdated": dv_counts[1],
+            "numTargetDeletionVectorsRemoved": dv_counts[2],
+            "numTargetChangeFilesAdded": 0,
+            "executionTimeMs": elapsed_ms(self.start),
+            "scanTimeMs": self.scan_ms,
+            "rewriteTimeMs": elapsed_ms(rewrite_start),
+        }
+        result = {**metrics, "num_affected_rows": updated + deleted + inserted}
+        if not actions:
+            return DmlResult(None, result)
+        params = {
+            "predicate": json_list([condition_text(self.b._condition, self.on_sql)]),
+            "matchedPredicates": json_list([c.describe() for c in self.matched]),
+            "notMatchedPredicates": json_list([c.describe() for c in self.inserts]),
+            "notMatchedBySourcePredicates": json_list([c.describe() for c in self.by_source]),
+        }
+        version = commit(
+            self.txn, actions, "MERGE", params, metrics, new_files=adds, new_dvs=new_dvs,
+            before_commit=self.before_commit,
+        )
+        return DmlResult(version, result)
+
+
+def _literal(value: Any, data_type: T.DataType) -> P.Literal:
+    """A collected Spark value as a predicate literal of the column's kind."""
+    if isinstance(data_type, T.TimestampType) and isinstance(value, dt.datetime):
+        # PySpark returns TIMESTAMP values as naive local times; literals are naive UTC.
+        if value.tzinfo is None:
+            value = value.astimezone()
+        return P.Literal(value.astimezone(dt.timezone.utc).replace(tzinfo=None), "timestamp")
+    if isinstance(data_type, T.TimestampNTZType):
+        return P.Literal(value, "timestamp_ntz")
+    if isinstance(data_type, T.DecimalType) and not isinstance(value, Decimal):
+        return P.Literal(Decimal(str(value)), "decimal")
+    return P.Literal(value)
+
+
+def merge_result_df(spark: SparkSession, result: DmlResult) -> DataFrame:
+    """delta-spark's MERGE result row from a ``DmlResult``."""
+    m = result.metrics
+    row = (m["num_affected_rows"], m["numTargetRowsUpdated"], m["numTargetRowsDeleted"], m["numTargetRowsInserted"])
+    return spark.createDataFrame([row], _RESULT_SCHEMA)

@@ -1,0 +1,412 @@
+"""OPTIMIZE: bin-packing compaction and Z-ordering, with delta-spark's builder API.
+
+``optimize().where("p = 1").executeCompaction()`` packs, per partition, the files smaller
+than the target size into bins of at most that size and rewrites each bin as one file;
+``executeZOrderBy("x", "y")`` rewrites every file of the selected partitions sorted by an
+interleaved z-value of the columns' ranks. Both commit with ``dataChange=false`` (rows
+are rearranged, not changed) and record no reads: concurrent appends never conflict, and
+a concurrent change of an input file fails the OPTIMIZE (or, with deletion vectors, is
+carried over by the core's conflict checker).
+
+Row mapping: each compaction output holds the live rows of its inputs in input order
+(inputs in the order recorded, rows in physical order, deleted rows skipped) and carries
+the tag ``serialake.compactedFrom`` = JSON ``[[input path, input DV unique id or null,
+live row count], ...]``. The core uses it to move a concurrent DELETE's row marks from an
+input to the same rows of the output. Z-ordered files reorder rows and get no tag.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+from typing import Any, Sequence
+
+import pyarrow.parquet as pq
+from pyspark.sql import Column, DataFrame, SparkSession, Window
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from serialake.core import predicates as P
+from serialake.core import properties as props
+from serialake.core.actions import Action, AddFile, now_ms
+from serialake.core.row_level import COMPACTED_FROM_TAG
+from serialake.core.snapshot import Snapshot
+from serialake.exceptions import DeltaAnalysisException, DeltaIllegalArgumentException
+from serialake.spark import io
+from serialake.spark.dml import (
+    FILE_COL,
+    ROW_COL,
+    BeforeCommit,
+    DmlResult,
+    commit,
+    elapsed_ms,
+    file_bytes,
+    json_list,
+    live_rows,
+    open_transaction,
+    read_target,
+    table_columns,
+    write_rows,
+)
+
+__all__ = ["DeltaOptimizeBuilder", "MAX_FILE_SIZE_CONF", "MAX_THREADS_CONF", "ZORDER_BITS"]
+
+MAX_FILE_SIZE_CONF = "spark.databricks.delta.optimize.maxFileSize"
+MAX_FILE_SIZE_DEFAULT = 1024 * 1024 * 1024
+MAX_THREADS_CONF = "spark.databricks.delta.optimize.maxThreads"
+MAX_THREADS_DEFAULT = 4
+DELETED_RATIO_CONF = "spark.databricks.delta.optimize.maxDeletedRowsRatio"
+DELETED_RATIO_DEFAULT = 0.05
+ZORDER_BITS = 16  # rank bits per column in the z-value (fewer when many columns share 62 bits)
+
+_ORDINAL = "__serialake_ordinal"
+_Z = "__serialake_z"
+_ALIAS = "__serialake_optimize"
+
+_FILE_STATS = T.StructType(
+    [
+        T.StructField("min", T.LongType()),
+        T.StructField("max", T.LongType()),
+        T.StructField("avg", T.DoubleType()),
+        T.StructField("totalFiles", T.LongType()),
+        T.StructField("totalSize", T.LongType()),
+    ]
+)
+_RESULT_SCHEMA = T.StructType(
+    [
+        T.StructField("path", T.StringType()),
+        T.StructField(
+            "metrics",
+            T.StructType(
+                [
+                    T.StructField("numFilesAdded", T.LongType()),
+                    T.StructField("numFilesRemoved", T.LongType()),
+                    T.StructField("filesAdded", _FILE_STATS),
+                    T.StructField("filesRemoved", _FILE_STATS),
+                    T.StructField("partitionsOptimized", T.LongType()),
+                    T.StructField("numBatches", T.LongType()),
+                    T.StructField("totalConsideredFiles", T.LongType()),
+                    T.StructField("totalFilesSkipped", T.LongType()),
+                    T.StructField("preserveInsertionOrder", T.BooleanType()),
+                    T.StructField("numDeletionVectorsRemoved", T.LongType()),
+                ]
+            ),
+        ),
+    ]
+)
+
+
+class DeltaOptimizeBuilder:
+    """Builder returned by ``DeltaTable.optimize()``."""
+
+    def __init__(self, spark: SparkSession, table_path: str, *, target_file_size: int | None = None) -> None:
+        if target_file_size is not None and target_file_size <= 0:
+            raise DeltaIllegalArgumentException(f"target_file_size must be positive, got {target_file_size}")
+        self._spark = spark
+        self._path = table_path
+        self._where: list[str] = []
+        self._target = target_file_size
+
+    def where(self, partitionFilter: str) -> DeltaOptimizeBuilder:  # noqa: N803
+        """Optimize only the partitions matching this SQL predicate on partition columns."""
+        if not isinstance(partitionFilter, str):
+            raise DeltaIllegalArgumentException("OPTIMIZE where() takes a SQL string on partition columns")
+        self._where.append(partitionFilter)
+        return self
+
+    def executeCompaction(self) -> DataFrame:  # noqa: N802
+        """Bin-pack small files; one row ``(path, metrics)`` as delta-spark returns."""
+        return self._result_df(self.run_compaction())
+
+    def executeZOrderBy(self, *cols: str | Sequence[str]) -> DataFrame:  # noqa: N802
+        """Rewrite the selected partitions clustered by a z-order of ``cols``."""
+        names = [c for group in cols for c in ([group] if isinstance(group, str) else list(group))]
+        return self._result_df(self.run_zorder(names))
+
+    # -- runs ---------------------------------------------------------------------
+    def run_compaction(self, *, before_commit: BeforeCommit = None) -> DmlResult:
+        """Compaction as a ``DmlResult`` (``before_commit`` runs just before committing)."""
+        start = time.monotonic()
+        txn, snap = open_transaction(self._path, "OPTIMIZE")
+        target = self._target_size(snap)
+        files = self._selected_files(snap)
+        bins = _bins(snap, files, target, self._max_deleted_ratio())
+        adds = self._write_bins(snap, bins)
+        inputs = [f for b in bins for f in b]
+        return self._commit(txn, snap, inputs, adds, files, len(bins), [], start, before_commit)
+
+    def run_zorder(self, columns: Sequence[str], *, before_commit: BeforeCommit = None) -> DmlResult:
+        """Z-order as a ``DmlResult``."""
+        start = time.monotonic()
+        txn, snap = open_transaction(self._path, "OPTIMIZE")
+        names = self._zorder_columns(snap, columns)
+        files = self._selected_files(snap)
+        adds: list[AddFile] = []
+        if files:
+            n_files = max(1, math.ceil(file_bytes(files) / self._target_size(snap)))
+            df = io.read_files_df(self._spark, snap, files)
+            adds = write_rows(snap, _zordered(df, list(snap.partition_columns), names, n_files), data_change=False)
+        batches = 1 if files else 0
+        return self._commit(txn, snap, files, adds, files, batches, names, start, before_commit)
+
+    # -- planning -----------------------------------------------------------------
+    def _target_size(self, snap: Snapshot) -> int:
+        """The bin size: the builder's, else ``delta.targetFileSize`` if set, else Spark's maxFileSize conf."""
+        if self._target is not None:
+            return self._target
+        if any(k.lower() == props.TARGET_FILE_SIZE.lower() for k in snap.configuration):
+            return int(props.get(snap.configuration, props.TARGET_FILE_SIZE))
+        conf = self._spark.conf.get(MAX_FILE_SIZE_CONF, None)
+        return _parse_size(conf) if conf else MAX_FILE_SIZE_DEFAULT
+
+    def _max_deleted_ratio(self) -> float:
+        conf = self._spark.conf.get(DELETED_RATIO_CONF, None)
+        return float(conf) if conf else DELETED_RATIO_DEFAULT
+
+    def _selected_files(self, snap: Snapshot) -> list[AddFile]:
+        """Files of the partitions matching ``where`` (no read is recorded: OPTIMIZE reads no data)."""
+        if not self._where:
+            return snap.all_files
+        parts = {c.lower() for c in snap.partition_columns}
+        exprs = []
+        for text in self._where:
+            try:
+                expr = P.parse_predicate(text)
+            except P.PredicateError as e:
+                raise DeltaAnalysisException(f"OPTIMIZE on table {snap.table_path}: {e}") from None
+            bad = sorted({n for _, n in P.column_refs(expr) if n.lower() not in parts})
+            if bad:
+                raise DeltaAnalysisException(
+                    f"OPTIMIZE on table {snap.table_path}: predicate '{text}' references non-partition column(s) "
+                    f"{', '.join(bad)}. Only the partition columns may be referenced: "
+                    f"[{', '.join(snap.partition_columns)}]"
+                )
+            exprs.append(expr)
+        match = P.compile_predicate(P.conjunction(exprs), snap.schema, snap.partition_columns)
+        return [f for f in snap.all_files if match(f.partition_values or {}, None)]
+
+    def _zorder_columns(self, snap: Snapshot, columns: Sequence[str]) -> list[str]:
+        if not columns:
+            raise DeltaIllegalArgumentException(f"OPTIMIZE ZORDER BY on table {snap.table_path} needs columns")
+        parts = {c.lower() for c in snap.partition_columns}
+        out = []
+        for name in columns:
+            f = snap.schema.field(name)
+            if f is None:
+                raise DeltaAnalysisException(
+                    f"OPTIMIZE ZORDER BY on table {snap.table_path}: column '{name}' does not exist "
+                    f"(columns: {', '.join(snap.schema.field_names)})"
+                )
+            if f.name.lower() in parts:
+                raise DeltaAnalysisException(
+                    f"OPTIMIZE ZORDER BY on table {snap.table_path}: '{f.name}' is a partition column; "
+                    "Z-ordering can only use data columns."
+                )
+            out.append(f.name)
+        return out
+
+    # -- writing ------------------------------------------------------------------
+    def _write_bins(self, snap: Snapshot, bins: list[list[AddFile]]) -> list[AddFile]:
+        """One output file per bin (bins run as parallel Spark jobs)."""
+        if not bins:
+            return []
+        conf = self._spark.conf.get(MAX_THREADS_CONF, None)
+        threads = max(1, min(len(bins), int(conf) if conf else MAX_THREADS_DEFAULT))
+        if threads == 1:
+            results = [self._write_bin(snap, b) for b in bins]
+        else:
+            with ThreadPoolExecutor(threads, thread_name_prefix="serialake-optimize") as pool:
+                results = list(pool.map(lambda b: self._write_bin(snap, b), bins))
+        return [a for r in results for a in r]
+
+    def _write_bin(self, snap: Snapshot, inputs: list[AddFile]) -> list[AddFile]:
+        """The live rows of ``inputs`` in input order, as one file tagged with the row mapping."""
+        df = read_target(self._spark, snap, inputs, _ALIAS)
+        ordinal = F.create_map(*[x for i, f in enumerate(inputs) for x in (F.lit(f.path), F.lit(i))])
+        parts = [F.col(io.quote_name(c)) for c in snap.partition_columns]
+        ordered = (
+            df.withColumn(_ORDINAL, ordinal[F.col(FILE_COL)])
+            .coalesce(1)
+            .sortWithinPartitions(*parts, F.col(_ORDINAL), F.col(ROW_COL))
+        )
+        adds = write_rows(snap, ordered.select(*table_columns(snap, ordered)), data_change=False)
+        sources = [[f.path, f.deletion_vector.unique_id if f.deletion_vector else None, _live(snap, f)] for f in inputs]
+        expected = sum(n for _, _, n in sources)
+        if len(adds) != 1 or adds[0].num_records != expected:
+            return adds  # no exact mapping (e.g. no live rows): the outputs carry no tag
+        tags = {**(adds[0].tags or {}), COMPACTED_FROM_TAG: json.dumps(sources, separators=(",", ":"))}
+        return [replace(adds[0], tags=tags)]
+
+    def _commit(
+        self,
+        txn: Any,
+        snap: Snapshot,
+        inputs: list[AddFile],
+        adds: list[AddFile],
+        considered: list[AddFile],
+        batches: int,
+        zorder: list[str],
+        start: float,
+        before_commit: BeforeCommit,
+    ) -> DmlResult:
+        sizes = sorted(a.size or 0 for a in adds)
+        metrics: dict[str, Any] = {
+            "numAddedFiles": len(adds),
+            "numRemovedFiles": len(inputs),
+            "numAddedBytes": file_bytes(adds),
+            "numRemovedBytes": file_bytes(inputs),
+            "minFileSize": sizes[0] if sizes else 0,
+            "p25FileSize": _percentile(sizes, 0.25),
+            "p50FileSize": _percentile(sizes, 0.5),
+            "p75FileSize": _percentile(sizes, 0.75),
+            "maxFileSize": sizes[-1] if sizes else 0,
+            "numDeletionVectorsRemoved": sum(1 for f in inputs if f.deletion_vector),
+        }
+        details = {
+            "path": snap.table_path,
+            "filesAdded": _file_stats(adds),
+            "filesRemoved": _file_stats(inputs),
+            "partitionsOptimized": len({_partition_key(f) for f in inputs}),
+            "numBatches": batches,
+            "totalConsideredFiles": len(considered),
+            "totalFilesSkipped": len(considered) - len(inputs),
+            "executionTimeMs": elapsed_ms(start),
+        }
+        if not inputs:
+            return DmlResult(None, {**metrics, **details})
+        stamp = now_ms()
+        actions: list[Action] = [f.remove(data_change=False, timestamp=stamp) for f in inputs] + list(adds)
+        params = {
+            "predicate": json_list(self._where),
+            "zOrderBy": json_list(zorder),
+            "auto": "false",
+        }
+        version = commit(txn, actions, "OPTIMIZE", params, metrics, new_files=adds, before_commit=before_commit)
+        return DmlResult(version, {**metrics, **details})
+
+    def _result_df(self, result: DmlResult) -> DataFrame:
+        m = result.metrics
+        row = (
+            m["path"],
+            (
+                m["numAddedFiles"],
+                m["numRemovedFiles"],
+                m["filesAdded"],
+                m["filesRemoved"],
+                m["partitionsOptimized"],
+                m["numBatches"],
+                m["totalConsideredFiles"],
+                m["totalFilesSkipped"],
+                True,
+                m["numDeletionVectorsRemoved"],
+            ),
+        )
+        return self._spark.createDataFrame([row], _RESULT_SCHEMA)
+
+
+# ---------------------------------------------------------------------------------------------
+# Bin packing
+# ---------------------------------------------------------------------------------------------
+
+
+def _partition_key(f: AddFile) -> tuple[tuple[str, str | None], ...]:
+    return tuple(sorted((f.partition_values or {}).items()))
+
+
+def _bins(snap: Snapshot, files: Sequence[AddFile], target: int, max_deleted_ratio: float) -> list[list[AddFile]]:
+    """Per partition, files below ``target`` (or with many deleted rows) packed greedily by size.
+
+    A bin of one file is kept only when rewriting it drops deleted rows.
+    """
+    by_partition: dict[tuple[tuple[str, str | None], ...], list[AddFile]] = {}
+    for f in files:
+        if (f.size or 0) < target or _deleted_ratio(f) > max_deleted_ratio:
+            by_partition.setdefault(_partition_key(f), []).append(f)
+    bins: list[list[AddFile]] = []
+    for key in sorted(by_partition, key=repr):
+        current: list[AddFile] = []
+        size = 0
+        for f in sorted(by_partition[key], key=lambda a: (a.size or 0, a.path)):
+            if current and size + (f.size or 0) > target:
+                bins.append(current)
+                current, size = [], 0
+            current.append(f)
+            size += f.size or 0
+        if current:
+            bins.append(current)
+    return [b for b in bins if len(b) > 1 or b[0].deletion_vector is not None]
+
+
+def _deleted_ratio(f: AddFile) -> float:
+    if f.deletion_vector is None or not f.num_records:
+        return 0.0
+    return f.deletion_vector.cardinality / f.num_records
+
+
+def _live(snap: Snapshot, f: AddFile) -> int:
+    """Live rows of an input (numRecords from stats, else the Parquet footer)."""
+    n = live_rows(snap.table_path, f)
+    if n is not None:
+        return n
+    total = pq.read_metadata(io.absolute_path(snap.table_path, f.path)).num_rows
+    return total - (f.deletion_vector.cardinality if f.deletion_vector else 0)
+
+
+# ---------------------------------------------------------------------------------------------
+# Z-order
+# ---------------------------------------------------------------------------------------------
+
+
+def _zordered(df: DataFrame, partition_columns: list[str], columns: list[str], n_files: int) -> DataFrame:
+    """``df`` clustered by the z-value of ``columns`` within each partition (``n_files`` ranges)."""
+    parts = [F.col(io.quote_name(c)) for c in partition_columns]
+    bits = max(1, min(ZORDER_BITS, 62 // len(columns)))
+    scale = float((1 << bits) - 1)
+    ranks: list[Column] = []
+    for name in columns:
+        window = Window.partitionBy(*parts).orderBy(F.col(io.quote_name(name)).asc_nulls_first())
+        ranks.append(F.floor(F.percent_rank().over(window) * scale).cast("long"))
+    z: Column | None = None
+    n = len(columns)
+    for b in range(bits):
+        for i, r in enumerate(ranks):
+            term = F.shiftleft(F.shiftright(r, b).bitwiseAND(F.lit(1)), b * n + i)
+            z = term if z is None else z + term
+    assert z is not None
+    out = df.withColumn(_Z, z)
+    if n_files <= 1:
+        out = out.repartition(1)
+    else:
+        out = out.repartitionByRange(n_files, *parts, F.col(_Z))
+    out = out.sortWithinPartitions(*parts, F.col(_Z))
+    return out.select(*[F.col(io.quote_name(c)) for c in df.columns])
+
+
+# ---------------------------------------------------------------------------------------------
+# Helpers
+# ---------------------------------------------------------------------------------------------
+
+
+def _parse_size(text: str) -> int:
+    """``"1073741824"``, ``"128m"``, ``"1g"``: a size in bytes (Spark's byte-string forms)."""
+    value = text.strip().lower().rstrip("b")
+    units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+    if value and value[-1] in units:
+        return int(float(value[:-1]) * units[value[-1]])
+    return int(value)
+
+
+def _percentile(sorted_values: list[int], q: float) -> int:
+    if not sorted_values:
+        return 0
+    return sorted_values[min(len(sorted_values) - 1, int(q * len(sorted_values)))]
+
+
+def _file_stats(files: Sequence[AddFile]) -> tuple[int | None, int | None, float, int, int]:
+    sizes = [f.size or 0 for f in files]
+    if not sizes:
+        return (None, None, 0.0, 0, 0)
+    return (min(sizes), max(sizes), sum(sizes) / len(sizes), len(sizes), sum(sizes))

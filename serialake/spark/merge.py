@@ -324,10 +324,36 @@ class _MergeRun:
                     continue
                 values = self._distinct_source_values(s_side)
                 if values is None:
+                    key_range = self._source_range(s_side)
+                    if key_range is None:
+                        continue
+                    seen.add(f.name.lower())
+                    low, high = key_range
+                    out.append(P.conjunction([P.Comparison(">=", P.Column(f.name), low),
+                                              P.Comparison("<=", P.Column(f.name), high)]))
                     continue
                 seen.add(f.name.lower())
                 out.append(P.In(P.Column(f.name), tuple(values)) if values else P.FALSE)
         return out
+
+    def _source_range(self, col: P.Column) -> tuple[P.Literal, P.Literal] | None:
+        """``(min, max)`` of a source key with too many values for an IN list: prunes target files by stats.
+
+        Every target row a source row can match lies in the range, so the read it records
+        stays exact enough for conflict detection while skipping files outside it.
+        """
+        name = ".".join(io.quote_name(p) for p in [*(col.qualifier.split(".") if col.qualifier else []), col.name])
+        try:
+            keys = self.source.select(F.col(name).alias("k"))
+        except AnalysisException:
+            return None
+        data_type = keys.schema.fields[0].dataType
+        if not isinstance(data_type, _KEY_TYPES):
+            return None
+        row = keys.agg(F.min("k").alias("lo"), F.max("k").alias("hi")).collect()[0]
+        if row["lo"] is None:
+            return None
+        return _literal(row["lo"], data_type), _literal(row["hi"], data_type)
 
     def _is_target_column(self, col: P.Column, is_target: Any) -> bool:
         if col.qualifier is None:

@@ -1,0 +1,186 @@
+"""The table-name registry: names to table paths, in-process and in a JSON file.
+
+Names are resolved case-insensitively; ``default.`` and ``spark_catalog.default.`` prefixes
+are dropped (Spark's current database). The file (``~/.serialake/catalog.json``, or
+``$SERIALAKE_CATALOG``: a file path, or a directory holding ``catalog.json``) is shared by
+processes: it is rewritten atomically under an advisory lock, so concurrent registrations
+never lose each other. In-process registrations (``persist=False``) shadow the file.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import tempfile
+import threading
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator
+
+from serialake.exceptions import DeltaIllegalArgumentException, CorruptLogError
+from serialake.storage import normalize_table_path
+
+__all__ = [
+    "CATALOG_ENV",
+    "DEFAULT_CATALOG",
+    "catalog_file",
+    "list_tables",
+    "lookup",
+    "normalize_name",
+    "register",
+    "unregister",
+    "warehouse_dir",
+]
+
+CATALOG_ENV = "SERIALAKE_CATALOG"
+DEFAULT_CATALOG = "~/.serialake/catalog.json"
+_FORMAT_VERSION = 1
+
+_session: dict[str, str] = {}
+_lock = threading.Lock()
+
+
+def catalog_file() -> Path:
+    """The JSON file of the registry (from ``$SERIALAKE_CATALOG`` or the default)."""
+    raw = os.environ.get(CATALOG_ENV) or DEFAULT_CATALOG
+    path = Path(raw).expanduser()
+    if raw.endswith(os.sep) or path.is_dir():
+        path = path / "catalog.json"
+    return path.absolute()
+
+
+def warehouse_dir() -> Path:
+    """Where ``CREATE TABLE name`` without ``LOCATION`` puts the table: ``<catalog dir>/warehouse``."""
+    return catalog_file().parent / "warehouse"
+
+
+def normalize_name(name: str) -> str:
+    """The registry key of a (possibly qualified, possibly backquoted) table name."""
+    parts = [p.strip().strip("`").lower() for p in _split_name(name)]
+    if not parts or any(not p for p in parts):
+        raise DeltaIllegalArgumentException(f"Invalid table name {name!r}")
+    if len(parts) == 3 and parts[0] == "spark_catalog":
+        parts = parts[1:]
+    if len(parts) == 2 and parts[0] == "default":
+        parts = parts[1:]
+    return ".".join(parts)
+
+
+def register(name: str, path: str, *, persist: bool = True) -> str:
+    """Make ``name`` refer to the Delta table at ``path``; returns the absolute path.
+
+    ``persist=False`` keeps the name in this process only. Re-registering a name replaces it.
+    """
+    key = normalize_name(name)
+    location = normalize_table_path(str(path))
+    with _lock:
+        if persist:
+            with _locked_file() as tables:
+                tables[key] = {"location": location}
+            _session.pop(key, None)
+        else:
+            _session[key] = location
+    return location
+
+
+def unregister(name: str, *, persist: bool = True) -> bool:
+    """Forget ``name`` (in-process, and in the file unless ``persist=False``); whether it was known.
+
+    The table's data is never touched.
+    """
+    key = normalize_name(name)
+    with _lock:
+        found = _session.pop(key, None) is not None
+        if persist and catalog_file().exists():
+            with _locked_file() as tables:
+                found = tables.pop(key, None) is not None or found
+    return found
+
+
+def lookup(name: str) -> str | None:
+    """The path registered for ``name``, or None."""
+    key = normalize_name(name)
+    with _lock:
+        if key in _session:
+            return _session[key]
+    entry = _read_file().get(key)
+    return entry.get("location") if isinstance(entry, dict) else None
+
+
+def list_tables() -> dict[str, str]:
+    """Every registered name and its path (in-process names shadow the file's)."""
+    out = {k: v["location"] for k, v in _read_file().items() if isinstance(v, dict) and "location" in v}
+    with _lock:
+        out.update(_session)
+    return dict(sorted(out.items()))
+
+
+def _split_name(name: str) -> list[str]:
+    """Split ``a.`b.c`.d`` on dots outside backquotes."""
+    parts: list[str] = []
+    buf: list[str] = []
+    quoted = False
+    for ch in name:
+        if ch == "`":
+            quoted = not quoted
+        if ch == "." and not quoted:
+            parts.append("".join(buf))
+            buf = []
+        else:
+            buf.append(ch)
+    parts.append("".join(buf))
+    return parts
+
+
+def _read_file() -> dict[str, Any]:
+    path = catalog_file()
+    try:
+        raw = path.read_text()
+    except FileNotFoundError:
+        return {}
+    return _parse(raw, path)
+
+
+def _parse(raw: str, path: Path) -> dict[str, Any]:
+    if not raw.strip():
+        return {}
+    try:
+        data = json.loads(raw)
+    except ValueError as e:
+        raise CorruptLogError(f"Table catalog {path} is not valid JSON ({e}); fix or delete the file") from None
+    tables = data.get("tables") if isinstance(data, dict) else None
+    if not isinstance(tables, dict):
+        raise CorruptLogError(f"Table catalog {path} has no 'tables' object; fix or delete the file")
+    return tables
+
+
+@contextmanager
+def _locked_file() -> Iterator[dict[str, Any]]:
+    """The file's tables for read-modify-write under an exclusive lock; written back atomically."""
+    path = catalog_file()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(str(path) + ".lock", "a+") as lock_fd:
+        fcntl.flock(lock_fd, fcntl.LOCK_EX)
+        try:
+            try:
+                tables = _parse(path.read_text(), path)
+            except FileNotFoundError:
+                tables = {}
+            yield tables
+            body = json.dumps({"version": _FORMAT_VERSION, "tables": dict(sorted(tables.items()))}, indent=2)
+            fd, tmp = tempfile.mkstemp(prefix=".catalog-", dir=str(path.parent))
+            try:
+                with os.fdopen(fd, "w") as f:
+                    f.write(body + "\n")
+                    f.flush()
+                    os.fsync(f.fileno())
+                os.replace(tmp, path)
+            except BaseException:
+                try:
+                    os.remove(tmp)
+                except OSError:
+                    pass
+                raise
+        finally:
+            fcntl.flock(lock_fd, fcntl.LOCK_UN)

@@ -1,0 +1,489 @@
+"""Running parsed statements with Spark and serialake's table API; each returns a DataFrame.
+
+DML goes through ``DeltaTable`` (delta-spark's Python API names) and ``serialake.write``,
+so SQL and the Python API share one implementation and one set of conflict rules.
+Results have the columns Delta's SQL returns (``num_affected_rows``, ...), taken from the
+commit's ``operationMetrics``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import types as T
+from sqlglot import exp
+
+from serialake.core import DeltaLog
+from serialake.core.schema import StructType
+from serialake.exceptions import DeltaAnalysisException, DeltaTableNotFoundError
+from serialake.sql import catalog, isolation
+from serialake.sql.errors import SqlError, UnsupportedStatementError
+from serialake.sql.features import drop_feature, purge_deletion_vectors
+from serialake.sql.insert import run_insert
+from serialake.sql.results import empty, metric, rows
+from serialake.sql.statements import (
+    AddColumns,
+    ColumnSpec,
+    CreateTable,
+    CreateTempView,
+    Delete,
+    DescribeDetail,
+    DescribeHistory,
+    DescribeTable,
+    DropFeature,
+    DropTable,
+    Insert,
+    Merge,
+    Optimize,
+    Passthrough,
+    Query,
+    Reorg,
+    Restore,
+    SetIsolation,
+    SetProperties,
+    ShowIsolation,
+    Statement,
+    UnsetProperties,
+    Update,
+    Vacuum,
+)
+from serialake.sql.tables import delta_tables_in, resolve, run_query, timestamp_millis, try_resolve
+from serialake.storage import normalize_table_path
+
+__all__ = ["execute"]
+
+
+def execute(spark: SparkSession, st: Statement) -> DataFrame:
+    """Run one parsed statement."""
+    handler = _HANDLERS.get(type(st))
+    if handler is None:  # pragma: no cover - every statement type has a handler
+        raise UnsupportedStatementError(type(st).__name__, statement=st.text)
+    return handler(spark, st)
+
+
+# ---------------------------------------------------------------------------------------------
+# Queries and pass-through
+# ---------------------------------------------------------------------------------------------
+
+
+def _query(spark: SparkSession, st: Query) -> DataFrame:
+    return run_query(spark, st.expression)
+
+
+def _passthrough(spark: SparkSession, st: Passthrough) -> DataFrame:
+    if st.expression is None or not delta_tables_in(st.expression):
+        return spark.sql(st.text)
+    return run_query(spark, st.expression)
+
+
+def _create_temp_view(spark: SparkSession, st: CreateTempView) -> DataFrame:
+    df = run_query(spark, st.query)
+    if st.replace:
+        df.createOrReplaceTempView(st.name)
+    else:
+        df.createTempView(st.name)
+    return empty(spark)
+
+
+# ---------------------------------------------------------------------------------------------
+# CREATE / DROP TABLE
+# ---------------------------------------------------------------------------------------------
+
+
+def _create_table(spark: SparkSession, st: CreateTable) -> DataFrame:
+    from serialake.spark.table import DeltaTable
+    from serialake.spark.write import write
+
+    name = st.table.name
+    location = _create_location(st)
+    log = DeltaLog.for_table(location)
+    exists = log.table_exists()
+    if exists and st.mode == "create":
+        if st.if_not_exists:
+            _register(name, location)
+            return empty(spark)
+        if st.query is not None:
+            raise DeltaAnalysisException(f"Table {st.table.text} already exists at {log.table_path}.")
+        if st.columns:
+            _check_same_schema(log, st)
+        _register(name, location)
+        return empty(spark)
+    if not exists and st.mode == "replace":
+        raise DeltaTableNotFoundError(f"Cannot REPLACE table {st.table.text}: there is no table at {log.table_path}.")
+    if st.query is not None:
+        df = run_query(spark, st.query)
+        write(
+            df,
+            location,
+            mode="overwrite" if exists else "error",
+            partitionBy=list(st.partition_by) or None,
+            overwriteSchema=exists,
+            properties=st.properties or None,
+        )
+    elif st.columns:
+        builder = {
+            "create": DeltaTable.createIfNotExists if st.if_not_exists else DeltaTable.create,
+            "replace": DeltaTable.replace,
+            "createOrReplace": DeltaTable.createOrReplace,
+        }[st.mode](spark).location(location)
+        for col in st.columns:
+            builder = builder.addColumn(col.name, col.type, nullable=col.nullable, comment=col.comment)
+        if st.partition_by:
+            builder = builder.partitionedBy(*st.partition_by)
+        for key, value in st.properties.items():
+            builder = builder.property(key, value)
+        if st.comment is not None:
+            builder = builder.comment(st.comment)
+        if name is not None:
+            builder = builder.tableName(name)
+        builder.execute()
+    else:
+        raise DeltaTableNotFoundError(
+            f"CREATE TABLE {st.table.text} without columns needs an existing Delta table at its location "
+            f"({log.table_path} has none)."
+        )
+    _register(name, location)
+    isolation.note_write(spark, location)
+    return empty(spark)
+
+
+def _create_location(st: CreateTable) -> str:
+    if st.table.path is not None:
+        if st.location and normalize_table_path(st.location) != normalize_table_path(st.table.path):
+            raise SqlError(
+                f"CREATE TABLE {st.table.text} LOCATION '{st.location}': a path table cannot have another location.",
+                statement=st.text,
+            )
+        return normalize_table_path(st.table.path)
+    assert st.table.name is not None
+    registered = catalog.lookup(st.table.name)
+    if st.location is not None:
+        location = normalize_table_path(st.location)
+        if registered and registered != location and st.mode == "create" and not st.if_not_exists:
+            raise DeltaAnalysisException(
+                f"Table {st.table.name} already exists (location {registered}), not at {location}. "
+                f"DROP TABLE {st.table.name} first, or use CREATE OR REPLACE TABLE."
+            )
+        return location
+    if registered is not None:
+        return registered
+    return str(catalog.warehouse_dir() / catalog.normalize_name(st.table.name))
+
+
+def _check_same_schema(log: DeltaLog, st: CreateTable) -> None:
+    """CREATE TABLE (cols) LOCATION of an existing table: allowed when the schemas agree."""
+    have = log.update().schema
+    given = StructType.from_ddl(", ".join(f"`{c.name}` {c.type}" for c in st.columns))
+    mine = [(f.name.lower(), f.data_type.simple_string()) for f in have.fields]
+    theirs = [(f.name.lower(), f.data_type.simple_string()) for f in given.fields]
+    if mine != theirs:
+        raise DeltaAnalysisException(
+            f"Table {st.table.text}: a Delta table already exists at {log.table_path} with schema "
+            f"{have.simple_string()}, which differs from the one given ({given.simple_string()}). "
+            "Leave out the column list to register it as it is, or use CREATE OR REPLACE TABLE."
+        )
+
+
+def _register(name: str | None, location: str) -> None:
+    if name is not None:
+        catalog.register(name, location)
+
+
+def _drop_table(spark: SparkSession, st: DropTable) -> DataFrame:
+    if st.table.name is None:
+        raise UnsupportedStatementError(
+            f"DROP TABLE on a path ({st.table.text})",
+            statement=st.text,
+            hint="Path tables have no catalog entry; delete the directory to remove the data.",
+        )
+    if not catalog.unregister(st.table.name):
+        if spark.catalog.tableExists(st.table.name):
+            return spark.sql(st.text)
+        if not st.if_exists:
+            raise DeltaTableNotFoundError(f"Cannot DROP TABLE {st.table.name}: it is not registered.")
+    return empty(spark)
+
+
+# ---------------------------------------------------------------------------------------------
+# DELETE / UPDATE / MERGE
+# ---------------------------------------------------------------------------------------------
+
+
+def _delete(spark: SparkSession, st: Delete) -> DataFrame:
+    table, log = _table(spark, st.table)
+    return _dml(spark, log, ("DELETE", "TRUNCATE"), lambda: table.delete(st.condition), _AFFECTED["DELETE"])
+
+
+def _update(spark: SparkSession, st: Update) -> DataFrame:
+    table, log = _table(spark, st.table)
+    sets = dict(st.assignments)
+    return _dml(spark, log, ("UPDATE",), lambda: table.update(condition=st.condition, set=sets), _AFFECTED["UPDATE"])
+
+
+def _merge(spark: SparkSession, st: Merge) -> DataFrame:
+    table, log = _table(spark, st.target)
+    source = run_query(spark, exp.select("*").from_(st.source) if isinstance(st.source, exp.Table) else st.source)
+    builder = table.alias(st.target_alias).merge(source.alias(st.source_alias), st.condition)
+    for c in st.clauses:
+        sets = dict(c.assignments)
+        if c.match == "matched":
+            if c.action == "update":
+                builder = builder.whenMatchedUpdate(condition=c.condition, set=sets)
+            elif c.action == "update_all":
+                builder = builder.whenMatchedUpdateAll(condition=c.condition)
+            else:
+                builder = builder.whenMatchedDelete(condition=c.condition)
+        elif c.match == "not_matched":
+            if c.action == "insert":
+                builder = builder.whenNotMatchedInsert(condition=c.condition, values=sets)
+            else:
+                builder = builder.whenNotMatchedInsertAll(condition=c.condition)
+        elif c.action == "update":
+            builder = builder.whenNotMatchedBySourceUpdate(condition=c.condition, set=sets)
+        else:
+            builder = builder.whenNotMatchedBySourceDelete(condition=c.condition)
+    return _dml(spark, log, ("MERGE",), builder.execute, _AFFECTED["MERGE"])
+
+
+# Delta SQL's result columns per operation, from the commit's operationMetrics.
+_AFFECTED: dict[str, list[tuple[str, tuple[str, ...]]]] = {
+    "DELETE": [("num_affected_rows", ("numDeletedRows",))],
+    "UPDATE": [("num_affected_rows", ("numUpdatedRows",))],
+    "MERGE": [
+        ("num_affected_rows", ("numTargetRowsUpdated", "numTargetRowsDeleted", "numTargetRowsInserted")),
+        ("num_updated_rows", ("numTargetRowsUpdated",)),
+        ("num_deleted_rows", ("numTargetRowsDeleted",)),
+        ("num_inserted_rows", ("numTargetRowsInserted",)),
+    ],
+}
+
+
+def _dml(
+    spark: SparkSession,
+    log: DeltaLog,
+    operations: tuple[str, ...],
+    run: Callable[[], Any],
+    columns: list[tuple[str, tuple[str, ...]]],
+) -> DataFrame:
+    """Run a DeltaTable DML call; its result DataFrame, or one built from its commit's metrics."""
+    before = log.update().version
+    result = run()
+    isolation.note_write(spark, log.table_path)
+    if isinstance(result, DataFrame):
+        return result
+    version = result if isinstance(result, int) and not isinstance(result, bool) else _found(log, before, operations)
+    return rows(spark, [(name, sum(metric(log, version, k) for k in keys)) for name, keys in columns])
+
+
+def _found(log: DeltaLog, before: int, operations: tuple[str, ...]) -> int | None:
+    """The first commit after ``before`` with one of ``operations`` (for APIs that return nothing)."""
+    for entry in log.commits_after(before):
+        info = entry.commit_info
+        if info is not None and str(info.values.get("operation", "")).upper() in operations:
+            return entry.version
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+# ALTER TABLE
+# ---------------------------------------------------------------------------------------------
+
+
+def _set_properties(spark: SparkSession, st: SetProperties) -> DataFrame:
+    table, log = _table(spark, st.table)
+    table.setTableProperties(dict(st.properties))
+    isolation.note_write(spark, log.table_path)
+    return empty(spark)
+
+
+def _unset_properties(spark: SparkSession, st: UnsetProperties) -> DataFrame:
+    table, log = _table(spark, st.table)
+    table.unsetTableProperties(list(st.keys), ifExists=st.if_exists)
+    isolation.note_write(spark, log.table_path)
+    return empty(spark)
+
+
+def _add_columns(spark: SparkSession, st: AddColumns) -> DataFrame:
+    table, log = _table(spark, st.table)
+    table.addColumns(T.StructType(spark_fields(st.columns)))
+    isolation.note_write(spark, log.table_path)
+    return empty(spark)
+
+
+def spark_fields(columns: tuple[ColumnSpec, ...]) -> list[T.StructField]:
+    """Spark ``StructField``s for column specs (types parsed by Spark, comments as metadata)."""
+    from pyspark.sql.types import _parse_datatype_string
+
+    out = []
+    for c in columns:
+        meta = {"comment": c.comment} if c.comment is not None else {}
+        out.append(T.StructField(c.name, _parse_datatype_string(c.type), c.nullable, meta))
+    return out
+
+
+def _drop_feature(spark: SparkSession, st: DropFeature) -> DataFrame:
+    path = _existing(st.table)
+    drop_feature(spark, path, st.feature, st.truncate_history)
+    isolation.note_write(spark, path)
+    return empty(spark)
+
+
+# ---------------------------------------------------------------------------------------------
+# Maintenance and inspection
+# ---------------------------------------------------------------------------------------------
+
+
+def _optimize(spark: SparkSession, st: Optimize) -> DataFrame:
+    table, log = _table(spark, st.table)
+    builder = table.optimize()
+    if st.where:
+        builder = builder.where(st.where)
+    result = builder.executeZOrderBy(*st.zorder_by) if st.zorder_by else builder.executeCompaction()
+    isolation.note_write(spark, log.table_path)
+    return result
+
+
+def _reorg(spark: SparkSession, st: Reorg) -> DataFrame:
+    path = _existing(st.table)
+    metrics = purge_deletion_vectors(spark, path, st.where)
+    isolation.note_write(spark, path)
+    return rows(spark, [("path", path)] + [(k, int(v)) for k, v in metrics.items() if k != "version"])
+
+
+def _describe_history(spark: SparkSession, st: DescribeHistory) -> DataFrame:
+    table, _ = _table(spark, st.table)
+    return table.history(st.limit)
+
+
+def _describe_detail(spark: SparkSession, st: DescribeDetail) -> DataFrame:
+    table, _ = _table(spark, st.table)
+    return table.detail()
+
+
+def _describe_table(spark: SparkSession, st: DescribeTable) -> DataFrame:
+    path = try_resolve(st.table)
+    if path is None:
+        return spark.sql(st.text)
+    snap = isolation.read_snapshot(spark, path, name=st.table.name)
+    rows: list[tuple[str, str, str | None]] = [
+        (f.name, f.data_type.simple_string(), f.metadata.get("comment")) for f in snap.schema.fields
+    ]
+    if snap.partition_columns:
+        rows.append(("# Partition Information", "", ""))
+        rows.append(("# col_name", "data_type", "comment"))
+        for name in snap.partition_columns:
+            f = snap.schema.field(name)
+            rows.append((name, f.data_type.simple_string() if f else "", None))
+    if st.extended:
+        rows.append(("", "", ""))
+        rows.append(("# Detailed Table Information", "", ""))
+        rows.append(("Name", st.table.name or "", ""))
+        rows.append(("Location", snap.table_path, ""))
+        rows.append(("Provider", "delta", ""))
+        rows.append(("Version", str(snap.version), ""))
+        rows.append(("Isolation Level", snap.isolation_level, ""))
+        conf = ", ".join(f"{k}={v}" for k, v in sorted(snap.configuration.items()))
+        rows.append(("Table Properties", f"[{conf}]", ""))
+    schema = T.StructType(
+        [T.StructField("col_name", T.StringType()), T.StructField("data_type", T.StringType()),
+         T.StructField("comment", T.StringType())]  # fmt: skip
+    )
+    return spark.createDataFrame(rows, schema)
+
+
+def _vacuum(spark: SparkSession, st: Vacuum) -> DataFrame:
+    table, _ = _table(spark, st.table)
+    if st.dry_run:
+        return _vacuum_dry_run(table, st)
+    return table.vacuum(st.retain_hours)
+
+
+def _vacuum_dry_run(table: Any, st: Vacuum) -> DataFrame:
+    """The files VACUUM would delete, deleting nothing.
+
+    Uses ``DeltaTable.vacuum(dryRun=True)`` when the table API has it; otherwise the
+    same selection as ``vacuum`` (its retention check, referenced files and candidates).
+    """
+    import inspect
+
+    from serialake.core.actions import now_ms
+    from serialake.spark import table as table_module
+
+    if "dryRun" in inspect.signature(table.vacuum).parameters:
+        return table.vacuum(st.retain_hours, dryRun=True)
+    snap = table.snapshot()
+    cutoff = now_ms() - table._retention_ms(snap, st.retain_hours)
+    keep = table._referenced_paths(snap, cutoff)
+    files, _ = table_module._vacuum_candidates(table.path, snap.partition_columns, keep, cutoff)
+    schema = T.StructType([T.StructField("path", T.StringType())])
+    return table.spark.createDataFrame([("file:" + p,) for p, _ in sorted(files)], schema)
+
+
+def _restore(spark: SparkSession, st: Restore) -> DataFrame:
+    table, log = _table(spark, st.table)
+    if st.version is not None:
+        result = table.restoreToVersion(st.version)
+    else:
+        assert st.timestamp is not None
+        ms = timestamp_millis(spark, st.timestamp)
+        from serialake.core.log import format_ms
+
+        result = table.restoreToTimestamp(format_ms(ms).removesuffix(" UTC"))
+    isolation.note_write(spark, log.table_path)
+    return result if isinstance(result, DataFrame) else empty(spark)
+
+
+def _set_isolation(spark: SparkSession, st: SetIsolation) -> DataFrame:
+    isolation.set_session_isolation(spark, st.requested)
+    return empty(spark)
+
+
+def _show_isolation(spark: SparkSession, st: ShowIsolation) -> DataFrame:
+    return rows(spark, [("transaction_isolation", isolation.session_isolation(spark))])
+
+
+# ---------------------------------------------------------------------------------------------
+# Helpers
+# ---------------------------------------------------------------------------------------------
+
+
+def _existing(ref: Any) -> str:
+    path = resolve(ref)
+    if not DeltaLog.for_table(path).table_exists():
+        label = f"Table {ref.name} (location {path})" if ref.name else path
+        raise DeltaTableNotFoundError(f"{label} is not a Delta table (no _delta_log commits found).")
+    return path
+
+
+def _table(spark: SparkSession, ref: Any) -> tuple[Any, DeltaLog]:
+    from serialake.spark.table import DeltaTable
+
+    path = _existing(ref)
+    return DeltaTable.forPath(spark, path), DeltaLog.for_table(path)
+
+
+_HANDLERS: dict[type, Callable[[SparkSession, Any], DataFrame]] = {
+    Query: _query,
+    Passthrough: _passthrough,
+    CreateTempView: _create_temp_view,
+    CreateTable: _create_table,
+    DropTable: _drop_table,
+    Insert: run_insert,
+    Delete: _delete,
+    Update: _update,
+    Merge: _merge,
+    SetProperties: _set_properties,
+    UnsetProperties: _unset_properties,
+    AddColumns: _add_columns,
+    DropFeature: _drop_feature,
+    Optimize: _optimize,
+    Reorg: _reorg,
+    DescribeHistory: _describe_history,
+    DescribeDetail: _describe_detail,
+    DescribeTable: _describe_table,
+    Vacuum: _vacuum,
+    Restore: _restore,
+    SetIsolation: _set_isolation,
+    ShowIsolation: _show_isolation,
+}

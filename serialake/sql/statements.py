@@ -1,0 +1,275 @@
+"""The statements ``serialake.sql`` runs, as typed values produced by the parser (no Spark here)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from sqlglot import exp
+
+__all__ = [
+    "AddColumns",
+    "ColumnSpec",
+    "CreateTable",
+    "CreateTempView",
+    "Delete",
+    "DescribeDetail",
+    "DescribeHistory",
+    "DescribeTable",
+    "DropFeature",
+    "DropTable",
+    "Insert",
+    "Merge",
+    "MergeClause",
+    "Optimize",
+    "Passthrough",
+    "Query",
+    "Reorg",
+    "Restore",
+    "SetIsolation",
+    "SetProperties",
+    "ShowIsolation",
+    "Statement",
+    "TableRef",
+    "UnsetProperties",
+    "Update",
+    "Vacuum",
+]
+
+
+@dataclass(frozen=True)
+class TableRef:
+    """A table as written: a path (``delta.`/p```, ``'/p'``) or a name to look up in the registry."""
+
+    text: str
+    path: str | None = None
+    name: str | None = None
+
+    @property
+    def short_name(self) -> str:
+        """The last part of the name (or of the path): the default alias in conditions."""
+        if self.name is not None:
+            return self.name.split(".")[-1].strip("`")
+        return (self.path or self.text).rstrip("/").rsplit("/", 1)[-1]
+
+
+@dataclass(frozen=True)
+class Statement:
+    """Base of every parsed statement; ``text`` is the statement as given."""
+
+    text: str = field(default="", kw_only=True)
+
+
+@dataclass(frozen=True)
+class ColumnSpec:
+    """A column in CREATE TABLE / ADD COLUMNS: name, Spark SQL type, nullability, comment."""
+
+    name: str
+    type: str
+    nullable: bool = True
+    comment: str | None = None
+
+
+@dataclass(frozen=True)
+class CreateTable(Statement):
+    """CREATE [OR REPLACE] TABLE [IF NOT EXISTS] ... USING DELTA [AS SELECT]."""
+
+    table: TableRef
+    columns: tuple[ColumnSpec, ...] = ()
+    partition_by: tuple[str, ...] = ()
+    properties: dict[str, str] = field(default_factory=dict)
+    location: str | None = None
+    comment: str | None = None
+    if_not_exists: bool = False
+    mode: Literal["create", "replace", "createOrReplace"] = "create"
+    query: exp.Expression | None = None
+
+
+@dataclass(frozen=True)
+class CreateTempView(Statement):
+    """CREATE [OR REPLACE] TEMP VIEW name AS query (a query that may read Delta tables)."""
+
+    name: str
+    query: exp.Expression
+    replace: bool = False
+
+
+@dataclass(frozen=True)
+class Insert(Statement):
+    """INSERT INTO / INSERT OVERWRITE [PARTITION (...)] [REPLACE WHERE] VALUES | SELECT."""
+
+    table: TableRef
+    query: exp.Expression
+    columns: tuple[str, ...] | None = None
+    overwrite: bool = False
+    replace_where: str | None = None
+    static_partition: dict[str, exp.Expression] = field(default_factory=dict)
+    by_name: bool = False
+
+
+@dataclass(frozen=True)
+class Delete(Statement):
+    """DELETE FROM table [WHERE condition] (also TRUNCATE TABLE)."""
+
+    table: TableRef
+    condition: str | None = None
+    operation: str = "DELETE"
+
+
+@dataclass(frozen=True)
+class Update(Statement):
+    """UPDATE table SET col = expr, ... [WHERE condition]."""
+
+    table: TableRef
+    assignments: tuple[tuple[str, str], ...]
+    condition: str | None = None
+
+
+@dataclass(frozen=True)
+class MergeClause:
+    """One WHEN clause of a MERGE."""
+
+    match: Literal["matched", "not_matched", "not_matched_by_source"]
+    action: Literal["update", "update_all", "delete", "insert", "insert_all"]
+    condition: str | None = None
+    assignments: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class Merge(Statement):
+    """MERGE INTO target [alias] USING source [alias] ON condition WHEN ..."""
+
+    target: TableRef
+    target_alias: str
+    source: exp.Expression
+    source_alias: str
+    condition: str
+    clauses: tuple[MergeClause, ...]
+
+
+@dataclass(frozen=True)
+class SetProperties(Statement):
+    """ALTER TABLE ... SET TBLPROPERTIES (...)."""
+
+    table: TableRef
+    properties: dict[str, str]
+
+
+@dataclass(frozen=True)
+class UnsetProperties(Statement):
+    """ALTER TABLE ... UNSET TBLPROPERTIES [IF EXISTS] (...)."""
+
+    table: TableRef
+    keys: tuple[str, ...]
+    if_exists: bool = False
+
+
+@dataclass(frozen=True)
+class AddColumns(Statement):
+    """ALTER TABLE ... ADD COLUMN[S] (...)."""
+
+    table: TableRef
+    columns: tuple[ColumnSpec, ...]
+
+
+@dataclass(frozen=True)
+class DropFeature(Statement):
+    """ALTER TABLE ... DROP FEATURE name [TRUNCATE HISTORY]."""
+
+    table: TableRef
+    feature: str
+    truncate_history: bool = False
+
+
+@dataclass(frozen=True)
+class Optimize(Statement):
+    """OPTIMIZE table [WHERE partition predicate] [ZORDER BY (cols)]."""
+
+    table: TableRef
+    where: str | None = None
+    zorder_by: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Reorg(Statement):
+    """REORG TABLE table [WHERE partition predicate] APPLY (PURGE)."""
+
+    table: TableRef
+    where: str | None = None
+
+
+@dataclass(frozen=True)
+class DescribeHistory(Statement):
+    """DESCRIBE HISTORY table [LIMIT n]."""
+
+    table: TableRef
+    limit: int | None = None
+
+
+@dataclass(frozen=True)
+class DescribeDetail(Statement):
+    """DESCRIBE DETAIL table."""
+
+    table: TableRef
+
+
+@dataclass(frozen=True)
+class DescribeTable(Statement):
+    """DESCRIBE [TABLE] [EXTENDED] table: our columns for a Delta table, else Spark's answer."""
+
+    table: TableRef
+    extended: bool = False
+
+
+@dataclass(frozen=True)
+class Vacuum(Statement):
+    """VACUUM table [RETAIN n HOURS] [DRY RUN]."""
+
+    table: TableRef
+    retain_hours: float | None = None
+    dry_run: bool = False
+
+
+@dataclass(frozen=True)
+class Restore(Statement):
+    """RESTORE [TABLE] table [TO] VERSION AS OF n | TIMESTAMP AS OF expr."""
+
+    table: TableRef
+    version: int | None = None
+    timestamp: str | None = None
+
+
+@dataclass(frozen=True)
+class DropTable(Statement):
+    """DROP TABLE [IF EXISTS] name: forget the name (the data stays)."""
+
+    table: TableRef
+    if_exists: bool = False
+
+
+@dataclass(frozen=True)
+class SetIsolation(Statement):
+    """SET TRANSACTION_ISOLATION TO 'level' (session read isolation)."""
+
+    level: str
+    requested: str
+
+
+@dataclass(frozen=True)
+class ShowIsolation(Statement):
+    """SHOW TRANSACTION_ISOLATION."""
+
+
+@dataclass(frozen=True)
+class Query(Statement):
+    """A query (SELECT, VALUES, set operations, WITH ...) whose Delta tables are read by us."""
+
+    expression: exp.Expression
+
+
+@dataclass(frozen=True)
+class Passthrough(Statement):
+    """Any other statement: given to ``spark.sql`` with Delta table names resolved (when parsed)."""
+
+    expression: exp.Expression | None = None
+    kind: str = ""

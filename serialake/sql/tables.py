@@ -1,0 +1,163 @@
+"""Finding Delta tables in statements: names and paths to locations, and queries bound to snapshots.
+
+A query that reads Delta tables runs in Spark against temporary views, one per table
+reference, each holding the rows of the snapshot read (the session's isolation level
+decides which). Every reference to the same table and version in one statement uses the
+same snapshot, so a statement never mixes versions of a table.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from sqlglot import exp
+
+from serialake.core.snapshot import Snapshot
+from serialake.exceptions import DeltaTableNotFoundError
+from serialake.sql import catalog
+from serialake.sql.errors import SqlError
+from serialake.sql.parser import DIALECT, table_ref_of
+from serialake.sql.statements import TableRef
+from serialake.storage import normalize_table_path
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+    from serialake.core.transaction import OptimisticTransaction
+
+__all__ = ["Binding", "bind_query", "delta_tables_in", "resolve", "run_query", "timestamp_millis", "try_resolve"]
+
+VIEW_PREFIX = "__serialake_"
+
+
+def try_resolve(ref: TableRef) -> str | None:
+    """The location of ``ref`` (a path, or a registered name), or None for names we do not know."""
+    if ref.path is not None:
+        return normalize_table_path(ref.path)
+    assert ref.name is not None
+    return catalog.lookup(ref.name)
+
+
+def resolve(ref: TableRef) -> str:
+    """The location of ``ref``; a clear error when the name is not registered."""
+    path = try_resolve(ref)
+    if path is None:
+        raise DeltaTableNotFoundError(
+            f"Table '{ref.name}' is not a known Delta table (catalog {catalog.catalog_file()}). Register it with "
+            f"serialake.register('{ref.name}', '/path/to/table'), create it with CREATE TABLE {ref.name} ... "
+            f"LOCATION '/path', or name it by path: delta.`/path/to/table`."
+        )
+    return path
+
+
+def delta_tables_in(tree: exp.Expression) -> list[tuple[exp.Table, TableRef, str]]:
+    """Each table reference in ``tree`` that is a Delta table: (node, ref, location); CTE names excluded."""
+    ctes = {cte.alias_or_name.lower() for cte in tree.find_all(exp.CTE)}
+    out = []
+    for node in tree.find_all(exp.Table):
+        if not isinstance(node.this, exp.Identifier):
+            continue  # table-valued functions, e.g. range(10)
+        if not node.args.get("db") and node.name.lower() in ctes:
+            continue
+        try:
+            ref = table_ref_of(node)
+        except SqlError:
+            continue
+        path = try_resolve(ref)
+        if path is not None:
+            out.append((node, ref, path))
+    return out
+
+
+@dataclass
+class Binding:
+    """Temporary views created for one statement; ``drop()`` once the DataFrame is built."""
+
+    spark: SparkSession
+    views: list[str] = field(default_factory=list)
+    snapshots: dict[tuple[str, Any, Any], Snapshot] = field(default_factory=dict)
+
+    def view_of(self, df: DataFrame) -> str:
+        name = f"{VIEW_PREFIX}{uuid.uuid4().hex}"
+        df.createOrReplaceTempView(name)
+        self.views.append(name)
+        return name
+
+    def drop(self) -> None:
+        """Drop the views; DataFrames built from them keep working (their plans are resolved)."""
+        for name in self.views:
+            self.spark.catalog.dropTempView(name)
+        self.views.clear()
+
+
+def bind_query(
+    spark: SparkSession,
+    tree: exp.Expression,
+    binding: Binding,
+    *,
+    pinned: dict[str, tuple[OptimisticTransaction, list[Any]]] | None = None,
+) -> exp.Expression:
+    """A copy of ``tree`` whose Delta tables read temp views of their snapshots.
+
+    ``pinned`` maps a location to a transaction and the files it recorded as read: that
+    table is read from the transaction's snapshot, those files only (INSERT ... SELECT
+    from its own target).
+    """
+    from serialake.spark import io
+    from serialake.sql.isolation import read_snapshot
+
+    tree = tree.copy()
+    for node, ref, path in delta_tables_in(tree):
+        version_node = node.args.get("version")
+        version = timestamp = None
+        if version_node is not None:
+            kind = str(version_node.this).upper()
+            value = version_node.expression
+            if kind == "VERSION":
+                version = int(value.this) if isinstance(value, exp.Literal) and not value.is_string else None
+                if version is None:
+                    got = value.sql(DIALECT)
+                    raise SqlError(f"VERSION AS OF needs a whole number, got {got!r} (table {ref.text}).")
+            else:
+                timestamp = timestamp_millis(spark, value)
+        if pinned is not None and path in pinned and version is None and timestamp is None:
+            txn, files = pinned[path]
+            assert txn.snapshot is not None
+            df = io.read_files_df(spark, txn.snapshot, files)
+        else:
+            key = (path, version, timestamp)
+            snap = binding.snapshots.get(key)
+            if snap is None:
+                snap = read_snapshot(spark, path, version=version, timestamp=timestamp, name=ref.name)
+                binding.snapshots[key] = snap
+            df = io.read_files_df(spark, snap, snap.all_files)
+        view = exp.to_table(binding.view_of(df))
+        alias = node.args.get("alias")
+        if alias is not None:
+            view.set("alias", alias.copy())
+        elif ref.name is not None:
+            view.set("alias", exp.TableAlias(this=exp.to_identifier(ref.short_name)))
+        node.replace(view)
+    return tree
+
+
+def timestamp_millis(spark: SparkSession, value: exp.Expression | str) -> int:
+    """A TIMESTAMP AS OF value in epoch ms, evaluated by Spark (session time zone, Spark's casts)."""
+    sql = value if isinstance(value, str) else value.sql(DIALECT)
+    row = spark.sql(f"SELECT unix_millis(CAST({sql} AS TIMESTAMP)) AS ms").first()
+    if row is None or row["ms"] is None:
+        raise SqlError(f"TIMESTAMP AS OF {sql}: not a timestamp.")
+    return int(row["ms"])
+
+
+def run_query(spark: SparkSession, tree: exp.Expression, **bind: Any) -> DataFrame:
+    """A query as a DataFrame, its Delta tables read at the session's isolation level."""
+    binding = Binding(spark)
+    try:
+        bound = bind_query(spark, tree, binding, **bind)
+        return spark.sql(bound.sql(DIALECT))
+    finally:
+        binding.drop()
+

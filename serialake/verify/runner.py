@@ -259,6 +259,7 @@ def run_verify(
     seed: int = 0,
     workdir: str | None = None,
     out: TextIO | None = None,
+    row_level: bool = False,
 ) -> VerifyReport:
     """Run the whole verification; progress lines go to ``out`` (None: silent).
 
@@ -271,21 +272,26 @@ def run_verify(
     base = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="serialake-verify-"))
     faulty = processes // 2 if faulty_processes is None else faulty_processes
     spec = faults or FaultSpec()
-    runs = [(lv, False) for lv in _normalize_levels(isolation_levels)]
+    levels = _normalize_levels(isolation_levels)
+    runs = [(lv, False, False) for lv in levels]
+    if row_level:  # the same workload on rows of shared files, through deletion vectors
+        runs += [(lv, False, True) for lv in levels]
     if control:
-        runs.append(("Serializable", True))
+        runs.append(("Serializable", True, False))
     reports: list[LevelReport] = []
     control_report: LevelReport | None = None
-    for i, (level, negative) in enumerate(runs):
+    for i, (level, negative, rows_mode) in enumerate(runs):
         cfg = WorkloadConfig(
             processes=processes, txns=min(txns, CONTROL_TXNS) if negative else txns, isolation_level=level, key_count=key_count,
             faulty_processes=0 if negative else faulty, faults=spec,
-            disable_conflict_checks=negative, seed=seed + i,
+            disable_conflict_checks=negative, seed=seed + i, row_level=rows_mode,
         )  # fmt: skip
-        name = "control" if negative else level
+        name = "control" if negative else (f"{level}-row-level" if rows_mode else level)
         _say(out, f"running {name}: {processes} processes x {cfg.txns} txns ...")
         result = run_workload(str(base / f"{name}-table"), cfg, base / f"{name}-history")
         rep = _level_report(result, LEVELS[level], negative)
+        if rows_mode:
+            rep.level = f"{level} (row-level, deletion vectors)"
         _say(out, rep.render().splitlines()[0])
         if negative:
             control_report = rep
@@ -326,6 +332,10 @@ def build_parser(prog: str = "serialake verify") -> argparse.ArgumentParser:
         "--control", action="store_true", help="also run the negative control: conflict checks off, must be INVALID"
     )
     ap.add_argument("--keys", type=int, default=8, help="keys active at once (fewer: more contention)")
+    ap.add_argument(
+        "--no-row-level", action="store_true",
+        help="skip the runs on a deletion-vector table with row-level concurrency",
+    )
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--workdir", default=None, help="keep tables and histories here")
     ap.add_argument("--json", action="store_true", help="print the report as JSON")
@@ -344,7 +354,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.processes, args.txns, levels,
         crash_trials=args.crash_trials, faulty_processes=0 if args.no_faults else args.faulty,
         control=args.control, key_count=args.keys, seed=args.seed, workdir=args.workdir,
-        out=None if args.json else sys.stderr,
+        out=None if args.json else sys.stderr, row_level=not args.no_row_level,
     )  # fmt: skip
     print(json.dumps(report.to_dict(), indent=2) if args.json else report.render())
     return 0 if report.valid else 1

@@ -32,6 +32,7 @@ from serialake.exceptions import CommitFailedError, DeltaConcurrentModificationE
 from serialake.storage.base import LogStore
 from serialake.storage.faulty import FaultPlan, FaultyLogStore
 from serialake.storage.local import LocalLogStore
+from serialake.verify import rows
 from serialake.verify.history import History, Mop, Recorder
 
 __all__ = [
@@ -97,6 +98,7 @@ class WorkloadConfig:
     fsync: bool = True
     seed: int = 0
     timeout_s: float = 900.0
+    row_level: bool = False  # keys as rows of shared Parquet files, updated through deletion vectors
 
 
 @dataclass(frozen=True)
@@ -198,7 +200,7 @@ def generate_txn(rng: random.Random, cfg: WorkloadConfig, position: int, next_va
     The window follows the table version (not a per-process counter) so that processes
     running at different speeds still contend on the same keys while lists stay short.
     """
-    base = position // max(1, cfg.rotate_every)
+    base = 0 if cfg.row_level else position // max(1, cfg.rotate_every)  # row keys are created up front
     n = rng.randint(cfg.min_mops, cfg.max_mops)
     read_only = rng.random() < cfg.read_only_fraction
     mops: list[Mop] = []
@@ -304,7 +306,7 @@ def _worker(table: str, cfg: WorkloadConfig, process: int, workdir: str, start: 
             for _ in range(cfg.txns):
                 mops = generate_txn(rng, cfg, _position(log), next_value)
                 handle = rec.invoke(mops)
-                res = execute_txn(log, mops)
+                res = rows.execute_txn(log, mops) if cfg.row_level else execute_txn(log, mops)
                 rec.complete(handle, res.outcome, res.mops, res.error, res.commit_version, res.attempts)  # type: ignore[arg-type]
                 _tally(stats, errors, res)
         log.wait_for_checkpoints()
@@ -345,7 +347,11 @@ def run_workload(table: str, cfg: WorkloadConfig, workdir: str | os.PathLike[str
     work = Path(workdir)
     work.mkdir(parents=True, exist_ok=True)
     DeltaLog.clear_cache()
-    create_table(table, cfg.isolation_level, cfg.checkpoint_interval, cfg.fsync)
+    if cfg.row_level:
+        rows.create_table(table, cfg.isolation_level, [key_name(i) for i in range(cfg.key_count)],
+                          cfg.checkpoint_interval, cfg.fsync)
+    else:
+        create_table(table, cfg.isolation_level, cfg.checkpoint_interval, cfg.fsync)
     ctx = mp.get_context("fork")
     start = ctx.Event()
     procs = [
@@ -380,6 +386,19 @@ def _load_stats(work: Path, processes: int) -> list[WorkerStats]:
 
 
 # -- log audit ------------------------------------------------------------------------------
+def _commit_lists(table: str, actions: Sequence[Any]) -> list[list[int]]:
+    """The lists a commit wrote: in file tags (file-level mode) or in its new rows (row-level mode)."""
+    out: list[list[int]] = []
+    for a in actions:
+        if not isinstance(a, AddFile):
+            continue
+        if a.tags and "list" in a.tags:
+            out.append(_list_of(a))
+        elif a.deletion_vector is None and os.path.exists(os.path.join(table, a.path)):
+            out += [[int(x) for x in lst.split()] for lst in rows.file_lists(table, a)]
+    return out
+
+
 def audit_log(table: str, history: History) -> list[str]:
     """Check the log against the history: every commit after version 0 is exactly one txn's.
 
@@ -405,7 +424,7 @@ def audit_log(table: str, history: History) -> list[str]:
         if tid is None or tid in txn_ids:
             problems.append(f"version {version}: missing or duplicate commitInfo.txnId {tid!r}")
         txn_ids.add(tid or "")
-        owners = {writer.get(_list_of(a)[-1], -1) for a in entry.actions if isinstance(a, AddFile) and _list_of(a)}
+        owners = {writer.get(lst[-1], -1) for lst in _commit_lists(table, entry.actions) if lst}
         if len(owners) != 1 or -1 in owners:
             problems.append(f"version {version}: cannot attribute the commit to one txn (owners {sorted(owners)})")
             continue

@@ -22,6 +22,8 @@ MARK = "<!-- results:{name} -->"
 
 
 def _fmt(v: Any) -> str:
+    if v is None:
+        return "–"
     if isinstance(v, float):
         return f"{v:.3f}" if abs(v) < 100 else f"{v:.0f}"
     return str(v)
@@ -30,7 +32,7 @@ def _fmt(v: Any) -> str:
 def _table(rows: list[dict[str, Any]]) -> str:
     if not rows:
         return "(no rows)"
-    cols = list(rows[0])
+    cols = list(dict.fromkeys(c for r in rows for c in r))  # rows of one benchmark may differ in columns
     out = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     out += ["| " + " | ".join(_fmt(r.get(c)) for c in cols) + " |" for r in rows]
     return "\n".join(out)

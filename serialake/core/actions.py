@@ -302,15 +302,20 @@ class FileAction(Action):
         """Log-replay identity: ``(path, dv unique id)``."""
         return (self.path, self.dv_id)
 
-    @property
-    def num_records(self) -> int | None:
-        """``stats.numRecords`` when present."""
+    def parsed_stats(self) -> dict[str, Any] | None:
+        """``stats`` as a dict, or None when absent or not valid JSON."""
         if not self.stats:
             return None
         try:
-            n = json.loads(self.stats).get("numRecords")
+            value = json.loads(self.stats)
         except ValueError:
             return None
+        return value if isinstance(value, dict) else None
+
+    @property
+    def num_records(self) -> int | None:
+        """``stats.numRecords`` when present."""
+        n = (self.parsed_stats() or {}).get("numRecords")
         return int(n) if n is not None else None
 
 

@@ -15,9 +15,12 @@ Where we go further than OSS Delta (by design, see conflict-matrix.md):
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import Any, Callable, Mapping
 
 from serialake.core import features
+from serialake.core import row_level as RL
+from serialake.core.deletion_vectors import RowIndexSet
 from serialake.core import properties as props
 from serialake.core.actions import (
     Action,
@@ -91,6 +94,15 @@ class WinnerSummary:
     @property
     def operation(self) -> str | None:
         return self.commit_info.operation if self.commit_info else None
+
+    @cached_property
+    def removed_paths(self) -> frozenset[str]:
+        return frozenset(r.path for r in self.removes)
+
+    @cached_property
+    def dv_updates(self) -> dict[str, tuple[RemoveFile, AddFile]]:
+        """Files this winner changed through deletion vectors: path -> (old remove, new add)."""
+        return RL.dv_update_pairs({r.path: r for r in self.removes}, self.adds) if self.removes else {}
 
     @property
     def is_blind_append(self) -> bool:
@@ -323,7 +335,7 @@ def append_candidates(info: TransactionInfo, w: WinnerSummary) -> list[AddFile]:
         return []
     if level == props.WRITE_SERIALIZABLE and w.is_blind_append and info.metadata is None:
         return []
-    removed = {r.path for r in w.removes} if w.removes else ()
+    removed = w.removed_paths
     return [a for a in w.adds if a.data_change and a.path not in removed]
 
 
@@ -395,59 +407,32 @@ def _append_help(info: TransactionInfo, w: WinnerSummary, pred: ReadPredicate) -
 
 def _rows_may_match(info: TransactionInfo, pred: ReadPredicate, add: AddFile) -> bool:
     """Whether a winner's new file holds a row this read would have seen (exact, on its rows)."""
-    from serialake.core.row_level import CannotEvaluate
-
     if pred.expr is None or info.reader is None:
         return True
-    if pred.may_match_stats is not None and not pred.may_match_stats(add.partition_values or {}, _stats(add)):
+    if pred.may_match_stats is not None and not pred.may_match_stats(add.partition_values or {}, add.parsed_stats()):
         return False
     try:
         return info.reader.any_match(add, [pred.expr])
-    except (CannotEvaluate, OSError, ValueError) as e:  # undecidable: keep the file-level outcome
+    except (RL.CannotEvaluate, OSError, ValueError) as e:  # undecidable: keep the file-level outcome
         del e
         return True
 
 
-def _stats(add: AddFile) -> Any:
-    import json
-
-    try:
-        return json.loads(add.stats) if add.stats else None
-    except ValueError:
-        return None
-
-
 def _winner_dv_update(w: WinnerSummary, path: str) -> tuple[RemoveFile, AddFile] | None:
-    from serialake.core.row_level import same_dv
-
-    rem = next((r for r in w.removes if r.path == path), None)
-    add = next((a for a in w.adds if a.path == path), None)
-    if rem is None or add is None or add.deletion_vector is None or same_dv(rem.deletion_vector, add.deletion_vector):
-        return None
-    return rem, add
+    return w.dv_updates.get(path)
 
 
 def _own_dv_update(info: TransactionInfo, path: str) -> tuple[RemoveFile, AddFile] | None:
-    from serialake.core.row_level import same_dv
-
-    rem = info.removes.get(path)
-    add = next((a for a in info.adds if a.path == path), None)
-    if rem is None or add is None or add.deletion_vector is None or same_dv(rem.deletion_vector, add.deletion_vector):
-        return None
-    return rem, add
+    return RL.dv_update_pairs(info.removes, [a for a in info.adds if a.path == path]).get(path)
 
 
 def _newly_deleted(info: TransactionInfo, pair: tuple[RemoveFile, AddFile]) -> Any:
-    from serialake.core.row_level import dv_rows
-
     rem, add = pair
-    return dv_rows(info.table, add.deletion_vector) - dv_rows(info.table, rem.deletion_vector)
+    return RL.dv_rows(info.table, add.deletion_vector) - RL.dv_rows(info.table, rem.deletion_vector)
 
 
 def _row_level_read_ok(info: TransactionInfo, w: WinnerSummary, r: RemoveFile) -> bool:
     """A winner's DV update of a file we read is harmless if no row it deleted was ours to read."""
-    from serialake.core.row_level import CannotEvaluate
-
     if not info.row_level or info.reader is None or info.read_whole_table:
         return False
     pair = _winner_dv_update(w, r.path)
@@ -466,14 +451,12 @@ def _row_level_read_ok(info: TransactionInfo, w: WinnerSummary, r: RemoveFile) -
         if len(exprs) != len(info.read_predicates):
             return False
         return not info.reader.any_match(base, exprs, rows=w_deleted)
-    except (CannotEvaluate, OSError, ValueError):
+    except (RL.CannotEvaluate, OSError, ValueError):
         return False
 
 
 def _same_base(a: RemoveFile, b: RemoveFile) -> bool:
-    from serialake.core.row_level import same_dv
-
-    return same_dv(a.deletion_vector, b.deletion_vector)
+    return RL.same_dv(a.deletion_vector, b.deletion_vector)
 
 
 def _check_delete_read(info: TransactionInfo, w: WinnerSummary) -> None:
@@ -523,8 +506,6 @@ def _resolve_same_file(info: TransactionInfo, w: WinnerSummary, r: RemoveFile, o
 
     Raises ``ConcurrentDeleteDeleteException`` when both deleted the same rows.
     """
-    from serialake.core import row_level as RL
-
     if not (info.row_level or info.compaction_carry) or not _same_base(r, ours):
         return False
     try:
@@ -545,8 +526,6 @@ def _merge_vectors(
     info: TransactionInfo, w: WinnerSummary, own: tuple[RemoveFile, AddFile], theirs: tuple[RemoveFile, AddFile]
 ) -> bool:
     """Both marked rows of one file deleted: disjoint rows merge into one vector."""
-    from serialake.core import row_level as RL
-
     mine = _newly_deleted(info, own)
     their_rows = _newly_deleted(info, theirs)
     overlap = mine & their_rows
@@ -575,8 +554,6 @@ def _carry_into_compaction(
     info: TransactionInfo, w: WinnerSummary, own: tuple[RemoveFile, AddFile], r: RemoveFile
 ) -> bool:
     """A winner compacted our file into G: mark our deleted rows in G instead."""
-    from serialake.core import row_level as RL
-
     dv_id = r.deletion_vector.unique_id if r.deletion_vector else None
     for g in w.adds:
         sources = RL.compaction_sources(g)
@@ -589,8 +566,6 @@ def _carry_into_compaction(
         base = RL.dv_rows(info.table, r.deletion_vector)
         mapped = RL.map_rows(base, mine, src.offset)
         current = RL.dv_rows(info.table, g.deletion_vector)
-        from serialake.core.deletion_vectors import RowIndexSet
-
         new_dv = RL.write_dv(info.table, current | RowIndexSet.from_iter(mapped))
         info.replace_actions({id(own[0]), id(own[1])}, [g.remove(), RL.with_dv(g, new_dv)])
         return True
@@ -599,9 +574,6 @@ def _carry_into_compaction(
 
 def _absorb_into_own_compaction(info: TransactionInfo, theirs: tuple[RemoveFile, AddFile], ours: RemoveFile) -> bool:
     """We compact a file a winner marked rows of: carry its deletions into our output."""
-    from serialake.core import row_level as RL
-    from serialake.core.deletion_vectors import RowIndexSet
-
     dv_id = ours.deletion_vector.unique_id if ours.deletion_vector else None
     for g in info.adds:
         sources = RL.compaction_sources(g)

@@ -120,7 +120,7 @@ class DeltaLog:
         data = self._read_with_retry(path)
         actions = parse_commit(data, self.table_path, version)
         try:
-            mtime = int(os.stat(path).st_mtime * 1000) if os.path.exists(path) else 0
+            mtime = int(os.stat(path).st_mtime * 1000)
         except OSError:
             mtime = 0
         entry = CommitEntry(version, tuple(actions), commit_timestamp(actions, mtime))

@@ -185,7 +185,7 @@ class OptimisticTransaction:
         if schema is not None:
             match_part = P.compile_predicate(part_expr, schema, part_cols)
             match_full = P.compile_predicate(full, schema, part_cols)
-            files = [f for f in files if match_full(f.partition_values or {}, _stats(f))]
+            files = [f for f in files if match_full(f.partition_values or {}, f.parsed_stats())]
             self.read_predicates.append(
                 ReadPredicate(
                     text,
@@ -443,15 +443,6 @@ class OptimisticTransaction:
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        return None
-
-
-def _stats(f: AddFile) -> dict[str, Any] | None:
-    if not f.stats:
-        return None
-    try:
-        return json.loads(f.stats)
-    except ValueError:
         return None
 
 

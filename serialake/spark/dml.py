@@ -632,9 +632,8 @@ def _delete_rows(
     return DmlResult(version, {**metrics, "num_affected_rows": deleted})
 
 
-def _delete_metrics(
+def _rewrite_metrics(
     *,
-    deleted: int,
     start: float,
     scan_ms: int,
     files_removed: int = 0,
@@ -647,11 +646,11 @@ def _delete_metrics(
     dvs_removed: int = 0,
     rewrite_ms: int = 0,
 ) -> dict[str, int]:
+    """delta-spark's file and timing metrics shared by DELETE and UPDATE."""
     return {
-        "numDeletedRows": deleted,
+        "numCopiedRows": copied,
         "numRemovedFiles": files_removed,
         "numAddedFiles": files_added,
-        "numCopiedRows": copied,
         "numRemovedBytes": bytes_removed,
         "numAddedBytes": bytes_added,
         "numDeletionVectorsAdded": dvs_added,
@@ -662,6 +661,10 @@ def _delete_metrics(
         "scanTimeMs": scan_ms,
         "rewriteTimeMs": rewrite_ms,
     }
+
+
+def _delete_metrics(*, deleted: int, **kw: Any) -> dict[str, int]:
+    return {"numDeletedRows": deleted, **_rewrite_metrics(**kw)}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -790,36 +793,8 @@ def updated_columns(
     return out
 
 
-def _update_metrics(
-    *,
-    updated: int,
-    start: float,
-    scan_ms: int,
-    files_removed: int = 0,
-    bytes_removed: int = 0,
-    files_added: int = 0,
-    bytes_added: int = 0,
-    copied: int = 0,
-    dvs_added: int = 0,
-    dvs_updated: int = 0,
-    dvs_removed: int = 0,
-    rewrite_ms: int = 0,
-) -> dict[str, int]:
-    return {
-        "numUpdatedRows": updated,
-        "numCopiedRows": copied,
-        "numRemovedFiles": files_removed,
-        "numAddedFiles": files_added,
-        "numRemovedBytes": bytes_removed,
-        "numAddedBytes": bytes_added,
-        "numDeletionVectorsAdded": dvs_added,
-        "numDeletionVectorsUpdated": dvs_updated,
-        "numDeletionVectorsRemoved": dvs_removed,
-        "numAddedChangeFiles": 0,
-        "executionTimeMs": elapsed_ms(start),
-        "scanTimeMs": scan_ms,
-        "rewriteTimeMs": rewrite_ms,
-    }
+def _update_metrics(*, updated: int, **kw: Any) -> dict[str, int]:
+    return {"numUpdatedRows": updated, **_rewrite_metrics(**kw)}
 
 
 def affected_rows_df(spark: SparkSession, result: DmlResult) -> DataFrame:

@@ -22,9 +22,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from serialake.core.actions import AddFile, Metadata
-from serialake.core.deletion_vectors import RowIndexSet, read_deletion_vector, write_deletion_vector
+from serialake.core.deletion_vectors import RowIndexSet, write_deletion_vector
+from serialake.core.row_level import dv_rows
 from serialake.core.log import DeltaLog
-from serialake.exceptions import CommitFailedError, DeltaConcurrentModificationException
 from serialake.storage.local import LocalLogStore
 from serialake.verify.history import Mop
 
@@ -70,7 +70,7 @@ def create_table(path: str, isolation_level: str, keys: Sequence[str], checkpoin
 def _live_rows(table: str, f: AddFile, key: str) -> list[tuple[int, str, int]]:
     """``(row index, list, rv)`` of the live rows of ``key`` in file ``f``."""
     data = pq.read_table(os.path.join(table, f.path))
-    gone = read_deletion_vector(table, f.deletion_vector) if f.deletion_vector else RowIndexSet.from_iter([])
+    gone = dv_rows(table, f.deletion_vector)
     ks, lists, rvs = data.column("k").to_pylist(), data.column("list").to_pylist(), data.column("rv").to_pylist()
     return [(i, lists[i], rvs[i]) for i in range(len(ks)) if ks[i] == key and i not in gone]
 
@@ -82,7 +82,7 @@ def file_lists(table: str, f: AddFile) -> list[str]:
 
 def execute_txn(log: DeltaLog, mops: Sequence[Mop]) -> Any:
     """Run ``mops`` as one transaction over rows; same outcomes as the file-level workload."""
-    from serialake.verify.workload import TxnResult, _err
+    from serialake.verify.workload import TxnResult, _err, commit_txn
 
     table = log.table_path
     try:
@@ -116,19 +116,9 @@ def execute_txn(log: DeltaLog, mops: Sequence[Mop]) -> Any:
             marks.setdefault(add.path, (add, set()))[1].add(i)
     actions: list[Any] = []
     for add, rows in marks.values():
-        old = read_deletion_vector(table, add.deletion_vector) if add.deletion_vector else RowIndexSet.from_iter([])
+        old = dv_rows(table, add.deletion_vector)
         dv = write_deletion_vector(table, old | RowIndexSet.from_iter(sorted(rows)))
         actions += [add.remove(), replace(add, deletion_vector=dv)]
     new_rows = [(k, " ".join(map(str, dict.fromkeys(lists[k]))), txn.read_version) for k in appended]
     actions.append(write_rows(table, new_rows))
-    try:
-        txn.commit(actions, operation="UPDATE", operation_parameters={"workload": "list-append-rows"})
-    except DeltaConcurrentModificationException as e:
-        return TxnResult("fail", tuple(mops), _err(e))
-    except CommitFailedError as e:
-        return TxnResult("info", tuple(mops), _err(e))
-    except Exception as e:  # noqa: BLE001 - e.g. an I/O error: the commit may or may not exist
-        return TxnResult("info", tuple(mops), _err(e))
-    res = txn.committed
-    assert res is not None
-    return TxnResult("ok", tuple(done), None, res.version, res.attempts, res.duration_s)
+    return commit_txn(txn, actions, mops, done, "list-append-rows")

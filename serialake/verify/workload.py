@@ -241,8 +241,13 @@ def execute_txn(log: DeltaLog, mops: Sequence[Mop]) -> TxnResult:
         # dict.fromkeys: after a lost update (2+ live files) the read shows the duplicates to
         # the checker, but the rewrite stores each value once so lists cannot snowball.
         actions.append(_new_file(key, list(dict.fromkeys(lists[key])), txn.read_version, txn.txn_id))
+    return commit_txn(txn, actions, mops, done, "list-append")
+
+
+def commit_txn(txn: Any, actions: list[Any], mops: Sequence[Mop], done: list[Mop], workload: str) -> TxnResult:
+    """Commit a workload transaction and classify the outcome: ok, fail (conflict) or info (unknown)."""
     try:
-        txn.commit(actions, operation="UPDATE", operation_parameters={"workload": "list-append"})
+        txn.commit(actions, operation="UPDATE", operation_parameters={"workload": workload})
     except DeltaConcurrentModificationException as e:
         return TxnResult("fail", tuple(mops), _err(e))
     except CommitFailedError as e:  # gave up retrying: a lost response may still have landed

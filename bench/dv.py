@@ -1,7 +1,8 @@
 """Deletion vectors: DELETE cost, and the false-conflict rate of writers on disjoint rows.
 
 1. DELETE of 0.1% of a 10-million-row table: serialake with deletion vectors (rows are
-   marked, no data file rewritten) against delta-rs's copy-on-write DELETE, same data.
+   marked, no data file rewritten) against delta-rs's copy-on-write DELETE, same data;
+   one untimed run each, then the median of ``bench.dml.RUNS`` runs on fresh copies.
 2. 8 concurrent writers each UPDATE their own rows (disjoint ids) of the same files:
    serialake with deletion vectors and row-level concurrency (8 threads on one Spark
    session) against delta-rs (8 processes). A failed update is a false conflict: no two
@@ -20,7 +21,7 @@ import threading
 import time
 from typing import Any
 
-from bench.dml import ROWS, _timed, last_commit_summary, make_base
+from bench.dml import ROWS, make_base, median_run
 
 
 def _rs_updater(path: str, ids: list[int], q: Any) -> None:
@@ -87,14 +88,13 @@ def bench_rows(quick: bool = False) -> list[dict[str, Any]]:
         spark = serialake.spark_session("serialake-bench")
         DeltaTable.forPath(spark, base).toDF().limit(10).count()
         cut = rows // 1000
-        ours = os.path.join(root, "ours")
-        shutil.copytree(base, ours)
-        DeltaTable.forPath(spark, ours).setTableProperties({"delta.enableDeletionVectors": "true"})
-        theirs = os.path.join(root, "theirs")
-        shutil.copytree(base, theirs)
-        t_ours = _timed(lambda: DeltaTable.forPath(spark, ours).delete(f"key < {cut}"))
-        t_theirs = _timed(lambda: RsTable(theirs).delete(f"key < {cut}"))
-        s_ours, s_theirs = last_commit_summary(ours), last_commit_summary(theirs)
+        dv_base = os.path.join(root, "dv-base")
+        shutil.copytree(base, dv_base)
+        DeltaTable.forPath(spark, dv_base).setTableProperties({"delta.enableDeletionVectors": "true"})
+        t_ours, s_ours = median_run(dv_base, os.path.join(root, "ours"),
+                                    lambda p: DeltaTable.forPath(spark, p).delete(f"key < {cut}"))
+        t_theirs, s_theirs = median_run(base, os.path.join(root, "theirs"),
+                                        lambda p: RsTable(p).delete(f"key < {cut}"))
         row = {"benchmark": f"DELETE 0.1% of {rows:,} rows", "serialake (DV) s": t_ours,
                "delta-rs (copy-on-write) s": t_theirs, "speed-up": t_theirs / t_ours,
                "serialake MB written": s_ours["bytes_written"] / 1e6,

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import dataclass, replace
 from typing import Any, Mapping, Sequence
 
@@ -198,6 +199,119 @@ class RowReader:
         return False
 
 
+# Column types whose comparisons pyarrow computes exactly as Spark does (no NaN ordering, no
+# time zones, no decimal rescaling), and the literal kinds each compares with without a cast.
+_EXACT_FAMILIES = {"byte": "integer", "short": "integer", "integer": "integer", "long": "integer",
+                   "string": "string", "boolean": "boolean", "date": "date"}
+_ISO_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
+
+
+def inexact_reason(expr: Any, schema: Any) -> str | None:
+    """None when ``_eval`` of ``expr`` keeps exactly the rows Spark's ``filter(expr)`` keeps.
+
+    Otherwise why not. The accepted subset: AND / OR / NOT, comparisons (incl. ``<=>``),
+    IN and IS [NOT] NULL between unqualified columns of integer, string, boolean and date
+    types and literals of the same kind (or NULL; ISO date strings for dates), and boolean
+    columns or TRUE / FALSE / NULL as predicates. Anything else (floats and their NaN order,
+    decimals, timestamps, LIKE, functions, implicit casts) is left to Spark.
+    """
+
+    def family(e: Any) -> str | None:
+        if isinstance(e, P.Column):
+            if e.qualifier:
+                raise _Inexact(f"qualified column {e.qualifier}.{e.name}")
+            f = schema.field(e.name)
+            if f is None:
+                raise _Inexact(f"unknown column {e.name}")
+            if f.metadata.get("delta.columnMapping.physicalName"):
+                raise _Inexact("column mapping")
+            kind = _EXACT_FAMILIES.get(getattr(f.data_type, "name", ""))
+            if kind is None:
+                raise _Inexact(f"column {e.name} has type {f.data_type.simple_string()}")
+            return kind
+        raise _Inexact(type(e).__name__)
+
+    def literal_fits(lit: Any, kind: str) -> bool:
+        if not isinstance(lit, P.Literal):
+            return False
+        if lit.value is None:
+            return True
+        if kind == "date" and lit.type_hint == "string":
+            return bool(_ISO_DATE.fullmatch(lit.value))
+        if kind == "integer" and isinstance(lit.value, bool):
+            return False
+        return lit.type_hint == kind
+
+    def operands(a: Any, b: Any) -> None:
+        if isinstance(a, P.Column) and isinstance(b, P.Column):
+            if family(a) != family(b):
+                raise _Inexact(f"{a.name} and {b.name} need a cast to compare")
+            return
+        col, lit = (a, b) if isinstance(a, P.Column) else (b, a)
+        if not isinstance(col, P.Column) or not literal_fits(lit, family(col)):
+            raise _Inexact(f"{P.to_sql(a)} vs {P.to_sql(b)} needs a cast or is not a column")
+
+    def check(e: Any) -> None:
+        if isinstance(e, (P.And, P.Or)):
+            for a in e.args:
+                check(a)
+        elif isinstance(e, P.Not):
+            check(e.arg)
+        elif isinstance(e, P.Comparison):
+            operands(e.left, e.right)
+        elif isinstance(e, P.In):
+            kind = family(e.expr)
+            if not all(literal_fits(v, kind) for v in e.values):
+                raise _Inexact("IN list values need a cast")
+        elif isinstance(e, P.IsNull):
+            family(e.expr)
+        elif isinstance(e, P.Column):
+            if family(e) != "boolean":
+                raise _Inexact(f"column {e.name} is not boolean")
+        elif isinstance(e, P.Literal):
+            if e.value not in (True, False, None) or isinstance(e.value, int) and not isinstance(e.value, bool):
+                raise _Inexact("non-boolean literal predicate")
+        else:
+            raise _Inexact(type(e).__name__)
+
+    try:
+        check(expr)
+    except _Inexact as e:
+        return str(e)
+    return None
+
+
+class _Inexact(Exception):
+    pass
+
+
+def scan_matching_rows(
+    reader: RowReader, files: Sequence[AddFile], expr: Any, *, threads: int = 4
+) -> list[tuple[AddFile, Any]]:
+    """``(file, live rows matching expr)`` for each of ``files`` with at least one match.
+
+    Reads only the columns ``expr`` mentions, several files at a time. Raises
+    ``CannotEvaluate`` when a file cannot be read here or a value cannot be compared
+    exactly; callers then evaluate with Spark.
+    """
+    import pyarrow as pa
+
+    def one(add: AddFile) -> tuple[AddFile, Any]:
+        try:
+            return add, reader.matching_rows(add, expr)
+        except (pa.ArrowException, OSError, KeyError) as e:
+            raise CannotEvaluate(f"{add.path}: {e}") from None
+
+    if len(files) <= 1 or threads <= 1:
+        found = [one(f) for f in files]
+    else:
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(min(threads, len(files))) as pool:
+            found = list(pool.map(one, files))
+    return [(f, rows) for f, rows in found if len(rows) > 0]
+
+
 def _eval(expr: Any, table: Any, n: int, pv: Mapping[str, str | None], schema: Any, parts: Sequence[str]) -> Any:
     """A pyarrow boolean array (or a Python bool/None constant) for ``expr`` over ``table``."""
     import pyarrow as pa
@@ -221,7 +335,9 @@ def _eval(expr: Any, table: Any, n: int, pv: Mapping[str, str | None], schema: A
     def coerce(left: Any, right: Any) -> tuple[Any, Any]:
         # Cast a Python literal to the other side's Arrow type (e.g. '2024-01-01' vs date32).
         for a, b, flip in ((left, right, False), (right, left, True)):
-            if isinstance(a, (pa.Array, pa.ChunkedArray)) and not isinstance(b, (pa.Array, pa.ChunkedArray, pa.Scalar)):
+            if isinstance(a, (pa.Array, pa.ChunkedArray, pa.Scalar)) and not isinstance(
+                b, (pa.Array, pa.ChunkedArray, pa.Scalar)
+            ):
                 try:
                     s = pa.scalar(b).cast(a.type) if b is not None else pa.scalar(None, a.type)
                 except (pa.ArrowInvalid, pa.ArrowNotImplementedError, TypeError):
@@ -273,6 +389,11 @@ def _eval(expr: Any, table: Any, n: int, pv: Mapping[str, str | None], schema: A
             return pc.invert(r) if e.negated else r
         if isinstance(e, P.Literal) and (e.value is True or e.value is False or e.value is None):
             return e.value
+        if isinstance(e, P.Column):
+            v = value(e)
+            if getattr(v, "type", None) != pa.bool_():
+                raise CannotEvaluate(f"column {e.name} used as a predicate is not boolean")
+            return v
         raise CannotEvaluate(type(e).__name__)
 
     return go(expr)
@@ -286,8 +407,16 @@ def _arr(v: Any, n: int) -> Any:
     if isinstance(v, pa.Array):
         return v
     if isinstance(v, pa.Scalar):
-        return pa.array([v.as_py()] * n, type=v.type) if n else pa.array([], type=v.type)
+        return pa.repeat(v, n)
     return pa.array([v] * n) if n else pa.array([], type=pa.bool_() if isinstance(v, bool) or v is None else None)
+
+
+def _arrow_types() -> dict[str, Any]:
+    import pyarrow as pa
+
+    return {"byte": pa.int64(), "short": pa.int64(), "integer": pa.int64(), "long": pa.int64(),
+            "float": pa.float64(), "double": pa.float64(), "boolean": pa.bool_(), "date": pa.date32(),
+            "timestamp": pa.timestamp("us"), "timestamp_ntz": pa.timestamp("us"), "string": pa.string()}
 
 
 def _typed_scalar(raw: str | None, data_type: Any) -> Any:
@@ -299,7 +428,7 @@ def _typed_scalar(raw: str | None, data_type: Any) -> Any:
 
     name = getattr(data_type, "name", None)
     if raw is None:
-        return pa.scalar(None)
+        return pa.scalar(None, _arrow_types().get(name or "", pa.null()))
     try:
         if name in ("byte", "short", "integer", "long"):
             return pa.scalar(int(raw), pa.int64())

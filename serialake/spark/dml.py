@@ -44,6 +44,7 @@ from pyspark.sql import types as T
 from serialake.core import DeltaLog
 from serialake.core import features
 from serialake.core import predicates as P
+from serialake.core import row_level
 from serialake.core import properties as props
 from serialake.core.actions import Action, AddFile, now_ms
 from serialake.core.deletion_vectors import (
@@ -93,6 +94,13 @@ FILE_COL = "__serialake_file"
 ROW_COL = "__serialake_row"
 TARGET_ALIAS = "__serialake_target"  # the target's alias when the caller gave none
 DV_INLINE_MAX_BYTES = 0  # 'u' files, as Delta writes them (delta-rs reads both kinds)
+
+# Finding the rows a DELETE/UPDATE condition matches: when the condition is in the subset the
+# core evaluates exactly as Spark does (``row_level.inexact_reason``) and the candidate files
+# total at most this many bytes, the driver reads only the condition's columns with pyarrow
+# instead of running a Spark job. 0 turns it off.
+LOCAL_SCAN_CONF = "spark.serialake.dml.localScan.maxBytes"
+LOCAL_SCAN_DEFAULT_BYTES = 1 << 30
 
 ConditionLike = str | Column | None
 BeforeCommit = Callable[[], None] | None
@@ -459,7 +467,7 @@ def run_delete(
         matched = _partition_matches(spark, snap, plan.files, name, plan.cond)
         if all(live_rows(snap.table_path, f) is not None for f in matched):
             return _delete_files(txn, snap, matched, plan.text, start, before_commit)
-    return _delete_rows(spark, txn, snap, plan.files, name, plan.cond, plan.text, start, before_commit)
+    return _delete_rows(spark, txn, snap, plan, name, start, before_commit)
 
 
 @dataclass(frozen=True)
@@ -470,6 +478,7 @@ class PlannedCondition:
     expr: P.Expr
     files: list[AddFile]
     text: str | None
+    exact: P.Expr | None = None  # the condition, unqualified, when the core evaluates it exactly
 
 
 def plan_condition(
@@ -487,10 +496,70 @@ def plan_condition(
     if condition is None:
         return PlannedCondition(F.lit(True), P.TRUE, txn.filter_files([]), None)
     cond = to_column(condition, f"{operation} condition")
-    sql = resolved_condition_sql(_probe(spark, snap, alias, cond, operation))
+    # A condition the core evaluates exactly names only existing columns of plain types: Spark's
+    # analysis (an empty query, tens of ms) has nothing to add. Others are analysed first, so a
+    # bad condition fails naming the table before anything runs.
+    exact = _exact_condition(snap, condition, None, alias) if isinstance(condition, str) else None
+    sql = None if exact is not None else resolved_condition_sql(_probe(spark, snap, alias, cond, operation))
+    if exact is None and not isinstance(condition, str):
+        exact = _exact_condition(snap, condition, sql, alias)
     expr = parse_or_true(condition if isinstance(condition, str) else sql)
     target = P.conjunction(target_conjuncts(expr, alias, lambda n: snap.schema.field(n) is not None))
-    return PlannedCondition(cond, expr, txn.filter_files([target]), condition_text(condition, sql))
+    return PlannedCondition(cond, expr, txn.filter_files([target]), condition_text(condition, sql), exact)
+
+
+def _exact_condition(snap: Snapshot, condition: ConditionLike, sql: str | None, alias: str) -> P.Expr | None:
+    """The condition without its alias, when the core computes exactly Spark's result for it."""
+    text = condition if isinstance(condition, str) else sql
+    if not text:
+        return None
+    try:
+        expr = P.strip_qualifier(P.parse_predicate(text), alias)
+    except (P.PredicateError, ValueError, TypeError):
+        return None
+    if expr is None or row_level.inexact_reason(expr, snap.schema) is not None:
+        return None
+    return expr
+
+
+def find_touched(
+    spark: SparkSession,
+    snap: Snapshot,
+    plan: PlannedCondition,
+    matching: Callable[[], DataFrame],
+    *,
+    with_rows: bool,
+) -> dict[str, Touched]:
+    """The candidate files with rows the condition matches (and which rows, with deletion vectors).
+
+    Evaluated by the driver when ``plan.exact`` allows and the files are small enough
+    (``LOCAL_SCAN_CONF``), else by one Spark aggregate job over the rows ``matching()`` builds.
+    """
+    local = _local_touched(spark, snap, plan, with_rows=with_rows)
+    if local is not None:
+        return local
+    return touched_files(matching(), plan.files, with_rows=with_rows)
+
+
+def _local_touched(
+    spark: SparkSession, snap: Snapshot, plan: PlannedCondition, *, with_rows: bool
+) -> dict[str, Touched] | None:
+    if plan.exact is None:
+        return None
+    try:
+        limit = int(spark.conf.get(LOCAL_SCAN_CONF, str(LOCAL_SCAN_DEFAULT_BYTES)) or 0)
+    except ValueError:
+        raise DeltaAnalysisException(
+            f"{LOCAL_SCAN_CONF} must be a number of bytes, got {spark.conf.get(LOCAL_SCAN_CONF)!r}"
+        ) from None
+    if limit <= 0 or sum(f.size or 0 for f in plan.files) > limit:
+        return None
+    reader = row_level.RowReader(snap.table_path, snap)
+    try:
+        found = row_level.scan_matching_rows(reader, plan.files, plan.exact, threads=os.cpu_count() or 2)
+    except row_level.CannotEvaluate:
+        return None
+    return {f.path: Touched(f, len(rows), rows if with_rows else None) for f, rows in found}
 
 
 def _only_partition_columns(snap: Snapshot, expr: P.Expr, alias: str) -> bool:
@@ -573,18 +642,18 @@ def _delete_rows(
     spark: SparkSession,
     txn: OptimisticTransaction,
     snap: Snapshot,
-    files: Sequence[AddFile],
+    plan: PlannedCondition,
     alias: str,
-    cond: Column,
-    text: str | None,
     start: float,
     before_commit: BeforeCommit,
 ) -> DmlResult:
-    """Delete the matching rows of the candidate ``files``: deletion vectors or rewrite."""
+    """Delete the matching rows of the candidate files: deletion vectors or rewrite."""
     table = snap.table_path
+    cond, text = plan.cond, plan.text
     dvs = uses_deletion_vectors(snap)
-    target = read_target(spark, snap, files, alias)
-    touched = touched_files(target.filter(is_true(cond)), files, with_rows=dvs)
+    touched = find_touched(
+        spark, snap, plan, lambda: read_target(spark, snap, plan.files, alias).filter(is_true(cond)), with_rows=dvs
+    )
     scan_ms = elapsed_ms(start)
     deleted = sum(t.count for t in touched.values())
     params = {"predicate": json_list([text] if text else [])}
@@ -712,7 +781,7 @@ def run_update(
     except AnalysisException as e:
         raise analysis_error(snap.table_path, "UPDATE SET expressions", e) from None
     dvs = uses_deletion_vectors(snap)
-    touched = touched_files(target.filter(hit), plan.files, with_rows=dvs)
+    touched = find_touched(spark, snap, plan, lambda: target.filter(hit), with_rows=dvs)
     scan_ms = elapsed_ms(start)
     updated = sum(t.count for t in touched.values())
     if not touched:

@@ -36,6 +36,7 @@ from serialake.core.row_level import COMPACTED_FROM_TAG
 from serialake.core.snapshot import Snapshot
 from serialake.exceptions import DeltaAnalysisException, DeltaIllegalArgumentException
 from serialake.spark import io
+from serialake.spark.local_compaction import LOCAL_MAX_BYTES_CONF, LOCAL_MAX_BYTES_DEFAULT, compact_locally
 from serialake.spark.dml import (
     FILE_COL,
     ROW_COL,
@@ -62,7 +63,6 @@ DELETED_RATIO_CONF = "spark.databricks.delta.optimize.maxDeletedRowsRatio"
 DELETED_RATIO_DEFAULT = 0.05
 ZORDER_BITS = 16  # rank bits per column in the z-value (fewer when many columns share 62 bits)
 
-_ORDINAL = "__serialake_ordinal"
 _Z = "__serialake_z"
 _ALIAS = "__serialake_optimize"
 
@@ -153,6 +153,17 @@ class DeltaOptimizeBuilder:
         return self._commit(txn, snap, files, adds, files, batches, names, start, before_commit)
 
     # -- planning -----------------------------------------------------------------
+    def _local_max_bytes(self) -> int:
+        text = self._spark.conf.get(LOCAL_MAX_BYTES_CONF, None)
+        if not text:
+            return LOCAL_MAX_BYTES_DEFAULT
+        try:
+            return _parse_size(text)
+        except (ValueError, DeltaIllegalArgumentException):
+            raise DeltaIllegalArgumentException(
+                f"{LOCAL_MAX_BYTES_CONF} must be a size in bytes (e.g. 67108864 or 64m), got {text!r}"
+            ) from None
+
     def _target_size(self, snap: Snapshot) -> int:
         """The bin size: the builder's, else ``delta.targetFileSize`` if set, else Spark's maxFileSize conf."""
         if self._target is not None:
@@ -224,15 +235,17 @@ class DeltaOptimizeBuilder:
 
     def _write_bin(self, snap: Snapshot, inputs: list[AddFile]) -> list[AddFile]:
         """The live rows of ``inputs`` in input order, as one file tagged with the row mapping."""
-        df = read_target(self._spark, snap, inputs, _ALIAS)
-        ordinal = F.create_map(*[x for i, f in enumerate(inputs) for x in (F.lit(f.path), F.lit(i))])
-        parts = [F.col(io.quote_name(c)) for c in snap.partition_columns]
-        ordered = (
-            df.withColumn(_ORDINAL, ordinal[F.col(FILE_COL)])
-            .coalesce(1)
-            .sortWithinPartitions(*parts, F.col(_ORDINAL), F.col(ROW_COL))
-        )
-        adds = write_rows(snap, ordered.select(*table_columns(snap, ordered)), data_change=False)
+        # Inputs in path order, so the file column itself orders them (no per-file literal map).
+        inputs = sorted(inputs, key=lambda f: f.path)
+        local = compact_locally(snap, inputs, max_bytes=self._local_max_bytes())
+        if local is not None:
+            adds = [local]
+        else:
+            df = read_target(self._spark, snap, inputs, _ALIAS)
+            # Partition columns lead the sort: the writer then keeps this order (it sorts by them itself otherwise).
+            parts = [F.col(io.quote_name(c)) for c in snap.partition_columns]
+            ordered = df.coalesce(1).sortWithinPartitions(*parts, F.col(FILE_COL), F.col(ROW_COL))
+            adds = write_rows(snap, ordered.select(*table_columns(snap, ordered)), data_change=False)
         sources = [[f.path, f.deletion_vector.unique_id if f.deletion_vector else None, _live(snap, f)] for f in inputs]
         expected = sum(n for _, _, n in sources)
         if len(adds) != 1 or adds[0].num_records != expected:

@@ -17,6 +17,7 @@ from serialake.core.deletion_vectors import read_deletion_vector
 from serialake.core.row_level import COMPACTED_FROM_TAG
 from serialake.exceptions import DeltaAnalysisException
 from serialake.spark import dml, read, write
+from serialake.spark.local_compaction import LOCAL_MAX_BYTES_CONF
 from tests.spark.test_dml import (
     COLUMNS,
     SCHEMA,
@@ -33,6 +34,21 @@ from tests.spark.test_dml import (
 pytestmark = pytest.mark.spark
 
 DV = {"delta.enableDeletionVectors": "true"}
+
+
+@pytest.fixture(params=["driver", "spark"])
+def engine(request: pytest.FixtureRequest, spark: SparkSession) -> object:
+    """Compaction of small bins on the driver (pyarrow), or forced onto Spark."""
+    spark.conf.set(LOCAL_MAX_BYTES_CONF, "64m" if request.param == "driver" else "0")
+    yield request.param
+    spark.conf.unset(LOCAL_MAX_BYTES_CONF)
+
+
+def _assert_engine(path: str, adds: list[AddFile], engine: str) -> None:
+    """The compacted files were written by the engine under test (the Parquet writer says which)."""
+    for a in adds:
+        writer = pq.read_metadata(os.path.join(path, a.path)).created_by
+        assert ("parquet-cpp" in writer) == (engine == "driver"), (engine, writer)
 
 
 def _append_batches(
@@ -73,7 +89,9 @@ def _assert_mapping(path: str, inputs: dict[str, AddFile], outputs: list[AddFile
 
 
 @pytest.mark.parametrize("partition_by", [(), ("date",)], ids=["unpartitioned", "partitioned"])
-def test_compaction_bin_packs_with_row_mapping(spark: SparkSession, tmp_table: str, partition_by: tuple) -> None:
+def test_compaction_bin_packs_with_row_mapping(
+    spark: SparkSession, tmp_table: str, partition_by: tuple, engine: str
+) -> None:
     ref = _append_batches(spark, tmp_table, 3, partition_by)
     snap = DeltaLog.for_table(tmp_table).update()
     inputs = {f.path: f for f in snap.all_files}
@@ -92,6 +110,7 @@ def test_compaction_bin_packs_with_row_mapping(spark: SparkSession, tmp_table: s
     assert info["operation"] == "OPTIMIZE" and info["isolationLevel"] == "SnapshotIsolation"
     assert info["operationMetrics"]["numRemovedFiles"] == str(len(inputs))
     _assert_mapping(tmp_table, inputs, adds)
+    _assert_engine(tmp_table, adds, engine)
     _check(spark, tmp_table, ref)
     # Nothing left to compact: no commit.
     assert dml.optimize(spark, tmp_table).run_compaction().version is None
@@ -118,7 +137,7 @@ def test_compaction_where_and_target_size(spark: SparkSession, tmp_table: str) -
         dml.optimize(spark, tmp_table).where("id > 3").executeCompaction()
 
 
-def test_compaction_of_files_with_deletion_vectors(spark: SparkSession, tmp_table: str) -> None:
+def test_compaction_of_files_with_deletion_vectors(spark: SparkSession, tmp_table: str, engine: str) -> None:
     ref = _append_batches(spark, tmp_table, 3, properties=DV)
     dml.run_delete(spark, tmp_table, "id IN (1, 8, 9, 17)")
     inputs = {f.path: f for f in DeltaLog.for_table(tmp_table).update().all_files}
@@ -127,6 +146,7 @@ def test_compaction_of_files_with_deletion_vectors(spark: SparkSession, tmp_tabl
     adds = [a for a in _commit(tmp_table, r.version) if isinstance(a, AddFile)]
     assert len(adds) == 1 and r.metrics["numDeletionVectorsRemoved"] == 3
     _assert_mapping(tmp_table, inputs, adds)
+    _assert_engine(tmp_table, adds, engine)
     _check(spark, tmp_table, ref.where("id NOT IN (1, 8, 9, 17)"), dvs=True)
     # A lone file with deleted rows is rewritten to drop them.
     dml.run_delete(spark, tmp_table, "id = 2")

@@ -71,6 +71,7 @@ from serialake.spark.dml import (
 __all__ = ["DeltaMergeBuilder", "MAX_KEY_VALUES"]
 
 MAX_KEY_VALUES = 10_000  # distinct source key values turned into an IN list of the read predicate
+_SOURCE_PRESENT = "__serialake_source_row"
 _CLAUSE = "__serialake_clause"
 _CODE = "__serialake_code"
 
@@ -431,27 +432,55 @@ class _MergeRun:
         aggregated (touched files, metrics, multiple matches) and written.
         """
         target = self.target
-        parts: list[DataFrame] = []
+        kinds = [k for k, clauses in (("m", self.matched), ("b", self.by_source), ("i", self.inserts)) if clauses]
+        if len(kinds) > 1:
+            return self._changes_one_join(kinds)
         if self.matched:
             pairs = target.join(self.source, self.cond, "inner").withColumn(_CLAUSE, self._index(self.matched))
-            parts.append(self._target_changes(pairs, self.matched, _MATCHED_UPDATE, _MATCHED_DELETE))
+            return self._target_changes(pairs, self.matched, _MATCHED_UPDATE, _MATCHED_DELETE)
         if self.by_source:
             alone = target.join(self.source, self.cond, "left_anti").withColumn(_CLAUSE, self._index(self.by_source))
-            parts.append(self._target_changes(alone, self.by_source, _NMBS_UPDATE, _NMBS_DELETE))
-        if self.inserts:
-            new = self.source.join(target, self.cond, "left_anti").withColumn(_CLAUSE, self._index(self.inserts))
-            parts.append(
-                new.where(F.col(_CLAUSE) >= 0).select(
-                    F.lit(None).cast("string").alias(FILE_COL),
-                    F.lit(None).cast("long").alias(ROW_COL),
-                    F.lit(_INSERT).alias(_CODE),
-                    *self._inserted_columns(),
-                )
-            )
-        out = parts[0]
-        for p in parts[1:]:
-            out = out.union(p)
-        return out
+            return self._target_changes(alone, self.by_source, _NMBS_UPDATE, _NMBS_DELETE)
+        new = self.source.join(target, self.cond, "left_anti").withColumn(_CLAUSE, self._index(self.inserts))
+        return new.where(F.col(_CLAUSE) >= 0).select(
+            F.lit(None).cast("string").alias(FILE_COL),
+            F.lit(None).cast("long").alias(ROW_COL),
+            F.lit(_INSERT).alias(_CODE),
+            *self._inserted_columns(),
+        )
+
+    def _changes_one_join(self, kinds: list[str]) -> DataFrame:
+        """Several clause kinds: one outer join of target and source, each joined row classified.
+
+        A row with both sides is a match, a source row alone is NOT MATCHED (insert), a
+        target row alone NOT MATCHED BY SOURCE. Each joined row yields at most one change.
+        """
+        how = {"im": "right", "bm": "left", "bi": "full", "bim": "full"}["".join(sorted(kinds))]
+        source = self.source.withColumn(_SOURCE_PRESENT, F.lit(True))
+        joined = self.target.join(source, self.cond, how)
+        is_insert = F.col(FILE_COL).isNull()
+        is_by_source = F.col(_SOURCE_PRESENT).isNull()
+        clause = F.lit(-1)
+        for cond, clauses in ((is_by_source, self.by_source), (is_insert, self.inserts)):
+            if clauses:
+                clause = F.when(cond, self._index(clauses)).otherwise(clause)
+        if self.matched:
+            clause = F.when(~is_insert & ~is_by_source, self._index(self.matched)).otherwise(clause)
+        joined = joined.withColumn(_CLAUSE, clause).where(F.col(_CLAUSE) >= 0)
+        code: Column = F.lit(_INSERT)
+        for clauses, update, delete in ((self.matched, _MATCHED_UPDATE, _MATCHED_DELETE),
+                                        (self.by_source, _NMBS_UPDATE, _NMBS_DELETE)):
+            for i in self._ids(clauses, "update"):
+                code = F.when(F.col(_CLAUSE) == i, update).otherwise(code)
+            for i in self._ids(clauses, "delete"):
+                code = F.when(F.col(_CLAUSE) == i, delete).otherwise(code)
+        branches = [(F.col(_CLAUSE) == i, self.assignments[i])
+                    for i in self._ids(self.matched, "update") + self._ids(self.by_source, "update")]
+        changed = updated_columns(self.snap, self.alias, branches)
+        inserted = self._inserted_columns() if self.inserts else [None] * len(changed)
+        columns = [c if n is None else F.when(is_insert, n).otherwise(c).alias(name)
+                   for c, n, name in zip(changed, inserted, (f.name for f in self.snap.schema.fields))]
+        return joined.select(FILE_COL, ROW_COL, code.alias(_CODE), *columns)
 
     def _target_changes(self, rows: DataFrame, clauses: Sequence[MergeClause], update: int, delete: int) -> DataFrame:
         """Target rows a clause of ``clauses`` fires for, with the change code and new values."""

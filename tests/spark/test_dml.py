@@ -262,3 +262,35 @@ def test_not_null_columns_are_enforced(spark: SparkSession, tmp_table: str) -> N
         dml.run_update(spark, tmp_table, "id = 1", {"id": "NULL"})
     assert sorted(r.id for r in read(spark, tmp_table).collect()) == [1, 2]
     assert not [n for n in os.listdir(tmp_table) if n.startswith("_staging")]
+
+
+@pytest.mark.parametrize("properties", [None, {"delta.enableDeletionVectors": "true"}], ids=["cow", "dv"])
+@pytest.mark.parametrize("engine", ["driver", "spark"])
+@pytest.mark.parametrize(
+    "condition",
+    ["x > 100 AND country = 'fr'", "x IS NULL OR id IN (3, 5, NULL) OR NOT (date <=> '2009-12-31') AND id < 3",
+     "upper(s) = 'S4' OR x >= 200.5"],
+)
+def test_rows_found_on_driver_or_by_spark_agree(
+    spark: SparkSession, tmp_path: Any, monkeypatch: pytest.MonkeyPatch, properties: Any, engine: str, condition: str
+) -> None:
+    """DELETE / UPDATE find the same rows whether the driver evaluates the condition (exact
+    subset, small files) or a Spark job does; conditions outside the subset always use Spark."""
+    exact = "upper" not in condition
+    spark_jobs: list[int] = []
+    real = dml.touched_files
+    monkeypatch.setattr(dml, "touched_files", lambda *a, **k: spark_jobs.append(1) or real(*a, **k))
+    spark.conf.set(dml.LOCAL_SCAN_CONF, str(1 << 30) if engine == "driver" else "0")
+    try:
+        ref = _make_table(spark, str(tmp_path / "d"), _base_rows(), properties=properties)
+        _make_table(spark, str(tmp_path / "u"), _base_rows(), properties=properties)
+        deleted = dml.run_delete(spark, str(tmp_path / "d"), condition)
+        updated = dml.run_update(spark, str(tmp_path / "u"), condition, {"s": "'changed'"})
+    finally:
+        spark.conf.unset(dml.LOCAL_SCAN_CONF)
+    assert bool(spark_jobs) == (engine == "spark" or not exact)
+    assert deleted.num_affected_rows == ref.where(condition).count() == updated.num_affected_rows > 0
+    _check(spark, str(tmp_path / "d"), ref.where(f"NOT coalesce(({condition}), false)"), dvs=properties is not None)
+    _check(spark, str(tmp_path / "u"), ref.withColumn("s", F.when(F.expr(f"coalesce(({condition}), false)"),
+                                                                 F.lit("changed")).otherwise(F.col("s"))),
+           dvs=properties is not None)

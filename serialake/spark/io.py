@@ -20,9 +20,10 @@ import os
 import posixpath
 import shutil
 import uuid
+from contextlib import contextmanager
 from concurrent.futures import ThreadPoolExecutor
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping, Sequence
 from urllib.parse import unquote, urlparse
 
 import pyarrow.parquet as pq
@@ -61,11 +62,14 @@ __all__ = [
     "column_mapping_mode",
     "data_fields",
     "file_stats",
-    "stats_columns",
+    "fsync_dirs",
     "parse_partition_value",
+    "publish_staged",
     "quote_name",
     "read_files_df",
     "select_fields",
+    "staging_area",
+    "stats_columns",
     "to_delta_schema",
     "to_spark_schema",
     "write_data_files",
@@ -294,13 +298,12 @@ def write_data_files(
     spark = df.sparkSession
     _ensure_micros_timestamps(spark)
     partition_columns = [_resolve(df.schema, c, table_path) for c in partition_columns]
-    staging = os.path.join(table_path, STAGING_DIR, uuid.uuid4().hex)
     writer = df.write.format("parquet").mode("error")
     if partition_columns:
         writer = writer.partitionBy(*partition_columns)
     if max_records_per_file:
         writer = writer.option("maxRecordsPerFile", int(max_records_per_file))
-    try:
+    with staging_area(table_path) as staging:
         writer.save(staging)
         written = _staged_files(staging)
         spark_types = {f.name: f.dataType for f in df.schema.fields}
@@ -316,12 +319,21 @@ def write_data_files(
 
         def finish(job: tuple[str, str, dict[str, str | None]]) -> AddFile | None:
             rel_dir, name, values = job
-            return _publish(table_path, staging, rel_dir, name, values, file_schema, indexed, data_change)
+            return publish_staged(table_path, staging, rel_dir, name, values, indexed, data_change)
 
         with ThreadPoolExecutor(_IO_THREADS) as pool:
             adds = [a for a in pool.map(finish, jobs) if a is not None]
-        _fsync_dirs(table_path, {posixpath.dirname(decode_path(a.path)) for a in adds})
+        fsync_dirs(table_path, {posixpath.dirname(decode_path(a.path)) for a in adds})
         return adds
+
+
+@contextmanager
+def staging_area(table_path: str) -> Iterator[str]:
+    """A fresh ``<table>/_staging/<uuid>`` for files being written, removed (with ``_staging`` if
+    then empty) on exit: concurrent writers never collide and readers never see partial files."""
+    staging = os.path.join(table_path, STAGING_DIR, uuid.uuid4().hex)
+    try:
+        yield staging
     finally:
         shutil.rmtree(staging, ignore_errors=True)
         _remove_if_empty(os.path.join(table_path, STAGING_DIR))
@@ -383,13 +395,12 @@ def _partition_values(
     return values
 
 
-def _publish(
+def publish_staged(
     table_path: str,
     staging: str,
     rel_dir: str,
     name: str,
     partition_values: dict[str, str | None],
-    file_schema: StructType,
     indexed: list[tuple[tuple[str, ...], DataType]],
     data_change: bool,
 ) -> AddFile | None:
@@ -421,7 +432,7 @@ def _publish(
     )
 
 
-def _fsync_dirs(table_path: str, rel_dirs: Iterable[str]) -> None:
+def fsync_dirs(table_path: str, rel_dirs: Iterable[str]) -> None:
     """fsync every directory holding a new file and its ancestors up to the table root."""
     todo: set[str] = {table_path}
     for rel in rel_dirs:

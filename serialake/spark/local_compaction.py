@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import os
 import posixpath
-import shutil
-import uuid
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Sequence
 
@@ -132,18 +130,11 @@ def compact_locally(snap: Snapshot, inputs: Sequence[AddFile], *, max_bytes: int
     combined = pa.concat_tables(parts)
     if combined.num_rows == 0:
         return None
-    staging = os.path.join(table_path, io.STAGING_DIR, uuid.uuid4().hex)
-    try:
+    with io.staging_area(table_path) as staging:
         os.makedirs(os.path.join(staging, rel_dir), exist_ok=True)
         name = "compacted.snappy.parquet"
         pq.write_table(combined, os.path.join(staging, rel_dir, name), compression="snappy")
         indexed = io.stats_columns(StructType(tuple(stored)), snap.configuration)
-        add = io._publish(
-            table_path, staging, rel_dir, name, dict(ordered[0].partition_values or {}),
-            StructType(tuple(stored)), indexed, False,
-        )  # fmt: skip
-        io._fsync_dirs(table_path, [rel_dir] if rel_dir else [])
+        add = io.publish_staged(table_path, staging, rel_dir, name, dict(ordered[0].partition_values or {}), indexed, False)
+        io.fsync_dirs(table_path, [rel_dir] if rel_dir else [])
         return add
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-        io._remove_if_empty(os.path.join(table_path, io.STAGING_DIR))

@@ -1,0 +1,173 @@
+"""Reading and writing a table's data files on the driver with pyarrow (no Spark job).
+
+Small operations spend most of a Spark job's time in scheduling, planning and task start
+up: OPTIMIZE of a few small files, DELETE / UPDATE / MERGE touching a few hundred MB. For
+those, the driver reads the touched files with pyarrow (several at a time: pyarrow
+releases the GIL), computes the new rows, and writes Parquet files that are published
+exactly like Spark's (staged under ``_staging``, renamed into the table, fsynced, stats
+from the footer).
+
+``LocalTable.open`` says whether a table qualifies: no column mapping, only columns whose
+Arrow type reads back in Spark as the table type (no nested, interval, variant or
+timestamp columns whose time zone handling differs), no generated or identity columns,
+no CHECK constraints, data files inside the table directory. Anything else returns None
+or raises ``NotLocal``; callers then run the Spark path, which handles everything.
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+import uuid
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+from serialake.core.actions import AddFile, decode_path
+from serialake.core.deletion_vectors import read_deletion_vector
+from serialake.core.schema import DecimalType, PrimitiveType, StructField, StructType
+from serialake.core.snapshot import Snapshot
+from serialake.spark import io
+
+__all__ = ["LocalTable", "NotLocal", "arrow_type", "io_threads"]
+
+
+class NotLocal(Exception):
+    """This operation cannot run on the driver exactly as Spark would run it; use Spark."""
+
+
+def io_threads() -> int:
+    """Files read or written at once on the driver (pyarrow releases the GIL while it works)."""
+    return max(2, min(8, os.cpu_count() or 2))
+
+
+def arrow_type(data_type: Any) -> Any:
+    """The Arrow type Spark reads back as ``data_type`` (None for types this path leaves to Spark)."""
+    import pyarrow as pa
+
+    if isinstance(data_type, DecimalType):
+        return pa.decimal128(data_type.precision, data_type.scale)
+    if not isinstance(data_type, PrimitiveType):
+        return None
+    return {
+        "string": pa.string(), "long": pa.int64(), "integer": pa.int32(), "short": pa.int16(), "byte": pa.int8(),
+        "float": pa.float32(), "double": pa.float64(), "boolean": pa.bool_(), "binary": pa.binary(),
+        "date": pa.date32(), "timestamp": pa.timestamp("us", tz="UTC"), "timestamp_ntz": pa.timestamp("us"),
+    }.get(data_type.name)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class LocalTable:
+    """A snapshot's data files as Arrow tables: read live rows, write new files."""
+
+    snap: Snapshot
+    stored: tuple[StructField, ...]  # the columns data files hold (not the partition columns)
+    schema: Any  # pyarrow schema of ``stored``, in table types
+
+    @staticmethod
+    def open(snap: Snapshot) -> LocalTable | None:
+        """The table, when its files can be read and written here exactly (see module docstring)."""
+        import pyarrow as pa
+
+        if io.column_mapping_mode(snap) != "none":
+            return None
+        if any(k.lower().startswith("delta.constraints.") for k in snap.configuration):
+            return None
+        for f in snap.schema.fields:
+            if any(k.startswith(("delta.generationExpression", "delta.identity")) for k in f.metadata):
+                return None
+        stored = tuple(io.data_fields(snap.schema, snap.partition_columns))
+        fields = []
+        for f in stored:
+            t = arrow_type(f.data_type)
+            if t is None:
+                return None
+            fields.append(pa.field(f.name, t, nullable=True))
+        return LocalTable(snap, stored, pa.schema(fields))
+
+    @property
+    def path(self) -> str:
+        return self.snap.table_path
+
+    def rel_dir(self, add: AddFile) -> str:
+        """The directory of ``add`` inside the table; NotLocal for files elsewhere."""
+        if "://" in add.path or add.path.startswith(("file:", "/")):
+            raise NotLocal(f"{add.path}: not a relative path")
+        rel = posixpath.dirname(decode_path(add.path))
+        if rel.startswith("..") or "/../" in f"/{rel}/":
+            raise NotLocal(f"{add.path}: outside the table")
+        return rel
+
+    def read(self, add: AddFile, *, positions: bool = False) -> tuple[Any, Any]:
+        """The live rows of ``add`` in table types, and (if ``positions``) their physical row numbers.
+
+        Columns the file lacks (added later) are NULL; a column stored under another type is
+        cast when the cast is exact, else NotLocal.
+        """
+        import numpy as np
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        path = io.absolute_path(self.path, add.path)
+        try:
+            data = pq.read_table(path)
+        except (OSError, pa.ArrowException) as e:
+            raise NotLocal(f"{add.path}: {e}") from None
+        columns = []
+        for field in self.schema:
+            if field.name in data.column_names:
+                col = data.column(field.name)
+                if col.type != field.type:
+                    try:
+                        col = col.cast(field.type, safe=True)
+                    except (pa.ArrowException, ValueError):
+                        raise NotLocal(f"{add.path}: column {field.name} is {col.type}") from None
+            elif any(n.lower() == field.name.lower() for n in data.column_names):
+                raise NotLocal(f"{add.path}: column {field.name} stored under another case")
+            else:
+                col = pa.nulls(data.num_rows, field.type)  # added after this file was written
+            columns.append(col)
+        table = pa.Table.from_arrays(columns, schema=self.schema) if columns else data.select([])
+        n = data.num_rows
+        rows = np.arange(n, dtype=np.int64) if positions else None
+        if add.deletion_vector is not None:
+            deleted = read_deletion_vector(self.path, add.deletion_vector).to_numpy().astype(np.int64)
+            keep = np.ones(n, dtype=bool)
+            keep[deleted[deleted < n]] = False
+            table = table.filter(pa.array(keep))
+            if rows is not None:
+                rows = rows[keep]
+        return table, rows
+
+    def stats_columns(self) -> list[tuple[tuple[str, ...], Any]]:
+        return io.stats_columns(StructType(self.stored), self.snap.configuration)
+
+    def write(
+        self,
+        staging: str,
+        table: Any,
+        rel_dir: str,
+        partition_values: Mapping[str, str | None],
+        *,
+        data_change: bool,
+        indexed: list[tuple[tuple[str, ...], Any]] | None = None,
+    ) -> AddFile | None:
+        """Write ``table`` (exactly ``self.schema``) as one data file in ``rel_dir``; None if empty.
+
+        The file is staged in ``staging`` (from ``io.staging_area``), renamed into the table and
+        fsynced; its directory is fsynced by ``finish``.
+        """
+        import pyarrow.parquet as pq
+
+        if table.num_rows == 0:
+            return None
+        os.makedirs(os.path.join(staging, rel_dir), exist_ok=True)
+        name = f"{uuid.uuid4().hex}.snappy.parquet"
+        pq.write_table(table, os.path.join(staging, rel_dir, name), compression="snappy")
+        return io.publish_staged(
+            self.path, staging, rel_dir, name, dict(partition_values), indexed or self.stats_columns(), data_change
+        )
+
+    def finish(self, adds: Sequence[AddFile]) -> None:
+        """fsync the directories that received ``adds``."""
+        io.fsync_dirs(self.path, {posixpath.dirname(decode_path(a.path)) for a in adds})
+

@@ -155,6 +155,13 @@ class DeltaLog:
         out: list[CommitEntry] = []
         v = version + 1
         while limit is None or len(out) < limit:
+            with self._commits_lock:
+                cached = v in self._commits
+            if cached and not self.store.exists(self.commit_path(v)):
+                # Remembered from a table that was deleted (and maybe re-created) at this path.
+                with self._commits_lock:
+                    self._commits.clear()
+                break
             try:
                 out.append(self.read_commit(v))
             except FileNotFoundError:

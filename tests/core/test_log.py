@@ -107,6 +107,21 @@ def test_incremental_update_reads_only_new_commits(make_table):
     assert s1.num_files == 3  # snapshots are immutable
 
 
+def test_table_deleted_and_recreated_at_the_same_path(make_table, tmp_path):
+    """A cached log must not replay commits it remembers from a table that no longer exists."""
+    import shutil
+
+    log = DeltaLog.for_table(make_table().table_path)
+    before = str(tmp_path / "copy-at-v0")
+    shutil.copytree(log.table_path, before)
+    pinned = log.update()
+    log.start_transaction(pinned).commit([add_file(5)])  # v1, remembered by this process
+    shutil.rmtree(log.table_path)
+    shutil.copytree(before, log.table_path)  # the table again, as it was at v0
+    snap = DeltaLog.for_table(log.table_path).update()
+    assert (snap.version, snap.num_files) == (0, 3)
+
+
 def test_checkpoint_replay_equals_full_replay(make_table):
     log = make_table(files=[1, 2])
     for i in range(23):

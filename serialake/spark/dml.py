@@ -64,7 +64,8 @@ from serialake.exceptions import (
     DeltaTableNotFoundError,
     UnsupportedFeatureError,
 )
-from serialake.spark import io
+from serialake.spark import io, local_rewrite
+from serialake.spark.arrow_files import LocalTable, NotLocal, io_threads
 from serialake.spark.write import align_to_schema, check_rows, write_checked_files
 
 if TYPE_CHECKING:
@@ -95,12 +96,13 @@ ROW_COL = "__serialake_row"
 TARGET_ALIAS = "__serialake_target"  # the target's alias when the caller gave none
 DV_INLINE_MAX_BYTES = 0  # 'u' files, as Delta writes them (delta-rs reads both kinds)
 
-# Finding the rows a DELETE/UPDATE condition matches: when the condition is in the subset the
-# core evaluates exactly as Spark does (``row_level.inexact_reason``) and the candidate files
-# total at most this many bytes, the driver reads only the condition's columns with pyarrow
-# instead of running a Spark job. 0 turns it off.
-LOCAL_SCAN_CONF = "spark.serialake.dml.localScan.maxBytes"
-LOCAL_SCAN_DEFAULT_BYTES = 1 << 30
+# DELETE / UPDATE on the driver: when the condition is in the subset the core evaluates exactly
+# as Spark does (``row_level.inexact_reason``) and the candidate files total at most this many
+# bytes, the driver reads the condition's columns with pyarrow to find the matched rows instead
+# of running a Spark job; and when the SET values are exact too (``core.values``), it rewrites
+# the touched files itself (``local_rewrite``). 0 turns both off.
+LOCAL_CONF = "spark.serialake.dml.local.maxBytes"
+LOCAL_DEFAULT_BYTES = 1 << 30
 
 ConditionLike = str | Column | None
 BeforeCommit = Callable[[], None] | None
@@ -533,33 +535,39 @@ def find_touched(
     """The candidate files with rows the condition matches (and which rows, with deletion vectors).
 
     Evaluated by the driver when ``plan.exact`` allows and the files are small enough
-    (``LOCAL_SCAN_CONF``), else by one Spark aggregate job over the rows ``matching()`` builds.
+    (``LOCAL_CONF``), else by one Spark aggregate job over the rows ``matching()`` builds.
     """
-    local = _local_touched(spark, snap, plan, with_rows=with_rows)
+    local = local_touched(spark, snap, plan)
     if local is not None:
         return local
     return touched_files(matching(), plan.files, with_rows=with_rows)
 
 
-def _local_touched(
-    spark: SparkSession, snap: Snapshot, plan: PlannedCondition, *, with_rows: bool
-) -> dict[str, Touched] | None:
+def local_limit(spark: SparkSession) -> int:
+    """``LOCAL_CONF``: the most candidate bytes a DML reads and rewrites on the driver (0 = never)."""
+    raw = spark.conf.get(LOCAL_CONF, str(LOCAL_DEFAULT_BYTES))
+    try:
+        return int(raw or 0)
+    except ValueError:
+        raise DeltaAnalysisException(f"{LOCAL_CONF} must be a number of bytes, got {raw!r}") from None
+
+
+def local_touched(spark: SparkSession, snap: Snapshot, plan: PlannedCondition) -> dict[str, Touched] | None:
+    """The matched rows of each candidate file, found on the driver; None if Spark must find them.
+
+    Every ``Touched`` carries its rows (physical positions, deleted rows excluded).
+    """
     if plan.exact is None:
         return None
-    try:
-        limit = int(spark.conf.get(LOCAL_SCAN_CONF, str(LOCAL_SCAN_DEFAULT_BYTES)) or 0)
-    except ValueError:
-        raise DeltaAnalysisException(
-            f"{LOCAL_SCAN_CONF} must be a number of bytes, got {spark.conf.get(LOCAL_SCAN_CONF)!r}"
-        ) from None
+    limit = local_limit(spark)
     if limit <= 0 or sum(f.size or 0 for f in plan.files) > limit:
         return None
     reader = row_level.RowReader(snap.table_path, snap)
     try:
-        found = row_level.scan_matching_rows(reader, plan.files, plan.exact, threads=os.cpu_count() or 2)
+        found = row_level.scan_matching_rows(reader, plan.files, plan.exact, threads=io_threads())
     except row_level.CannotEvaluate:
         return None
-    return {f.path: Touched(f, len(rows), rows if with_rows else None) for f, rows in found}
+    return {f.path: Touched(f, len(rows), rows) for f, rows in found}
 
 
 def _only_partition_columns(snap: Snapshot, expr: P.Expr, alias: str) -> bool:
@@ -677,11 +685,19 @@ def _delete_rows(
             txn, changes.actions, "DELETE", params, metrics, new_dvs=changes.written, before_commit=before_commit
         )
         return DmlResult(version, {**metrics, "num_affected_rows": deleted})
-    partial = [t.add for t in touched.values() if live_rows(table, t.add) != t.count]
+    partial = [t for t in touched.values() if live_rows(table, t.add) != t.count]
     rewrite_start = time.monotonic()
-    adds: list[AddFile] = []
-    if partial:
-        kept = read_target(spark, snap, partial, alias, with_rows=False).filter(~is_true(cond))
+    adds: list[AddFile] | None = None
+    if not partial:
+        adds = []
+    elif all(t.rows is not None for t in partial) and (local := LocalTable.open(snap)) is not None:
+        try:
+            adds = local_rewrite.delete_rows(local, [(t.add, t.rows) for t in partial if t.rows is not None])
+        except NotLocal:
+            adds = None
+    if adds is None:
+        files = [t.add for t in partial]
+        kept = read_target(spark, snap, files, alias, with_rows=False).filter(~is_true(cond))
         adds = write_rows(snap, kept.select(*table_columns(snap, kept, alias)))
     removed = [t.add for t in touched.values()]
     metrics = _delete_metrics(
@@ -771,8 +787,25 @@ def run_update(
     start = time.monotonic()
     txn, snap = open_transaction(table_path, "UPDATE")
     name = alias or TARGET_ALIAS
-    assignments = resolve_assignments(snap, set, name, "UPDATE")
+    raw = assignment_values(snap, set, name, "UPDATE")
+    assignments = {k: to_column(v, f"The value for column '{k}'") for k, v in raw.items()}
     plan = plan_condition(spark, txn, snap, condition, name, "UPDATE")
+    dvs = uses_deletion_vectors(snap)
+    touched: dict[str, Touched] | None = None
+    # Driver path: condition and values exact, files small enough (no Spark job at all).
+    compiled = local_rewrite.compile_assignments(snap, raw) if plan.exact is not None else None
+    local = LocalTable.open(snap) if compiled is not None else None
+    if local is not None and compiled is not None:
+        touched = local_touched(spark, snap, plan)
+        if touched is not None:
+            jobs = [(t.add, t.rows) for t in touched.values() if t.rows is not None]
+            rewrite_start = time.monotonic()
+            try:
+                adds = local_rewrite.update_rows(local, jobs, compiled, only_changed=dvs)
+            except NotLocal:
+                pass
+            else:
+                return _commit_update(txn, snap, touched, adds, dvs, start, rewrite_start, plan, before_commit)
     hit = is_true(plan.cond)
     target = read_target(spark, snap, plan.files, name)
     new_values = updated_columns(snap, name, [(hit, assignments)])
@@ -780,26 +813,44 @@ def run_update(
         target.select(*new_values)
     except AnalysisException as e:
         raise analysis_error(snap.table_path, "UPDATE SET expressions", e) from None
-    dvs = uses_deletion_vectors(snap)
-    touched = find_touched(spark, snap, plan, lambda: target.filter(hit), with_rows=dvs)
-    scan_ms = elapsed_ms(start)
+    if touched is None:
+        touched = find_touched(spark, snap, plan, lambda: target.filter(hit), with_rows=dvs)
+    rewrite_start = time.monotonic()
+    rewritten = [t.add for t in touched.values()]
+    adds = []
+    if touched:
+        source = read_target(spark, snap, rewritten, name, with_rows=False)
+        # With deletion vectors only the new versions of the changed rows are written.
+        adds = write_rows(snap, (source.filter(hit) if dvs else source).select(*new_values))
+    return _commit_update(txn, snap, touched, adds, dvs, start, rewrite_start, plan, before_commit)
+
+
+def _commit_update(
+    txn: OptimisticTransaction,
+    snap: Snapshot,
+    touched: Mapping[str, Touched],
+    adds: list[AddFile],
+    dvs: bool,
+    start: float,
+    rewrite_start: float,
+    plan: PlannedCondition,
+    before_commit: BeforeCommit,
+) -> DmlResult:
+    """Commit an UPDATE's new files: remove the rewritten files, or mark the old rows in DVs."""
+    scan_ms = int((rewrite_start - start) * 1000)
     updated = sum(t.count for t in touched.values())
     if not touched:
         return DmlResult(None, {**_update_metrics(updated=0, start=start, scan_ms=scan_ms), "num_affected_rows": 0})
-    rewrite_start = time.monotonic()
     rewritten = [t.add for t in touched.values()]
-    source = read_target(spark, snap, rewritten, name, with_rows=False)
     stamp = now_ms()
     if dvs:
-        # Only the new versions of the changed rows are written; the old ones get marked deleted.
-        adds = write_rows(snap, source.filter(hit).select(*new_values))
+        # The old versions of the changed rows get marked deleted.
         marks = mark_deleted(snap.table_path, touched.values(), stamp)
         actions: list[Action] = marks.actions + list(adds)
         new_dvs = marks.written
         counts = dict(files_removed=marks.files_removed, bytes_removed=marks.bytes_removed, copied=0,
                       dvs_added=marks.dvs_added, dvs_updated=marks.dvs_updated, dvs_removed=marks.dvs_removed)
     else:
-        adds = write_rows(snap, source.select(*new_values))
         actions = [f.remove(timestamp=stamp) for f in rewritten] + list(adds)
         new_dvs = []
         counts = dict(files_removed=len(rewritten), bytes_removed=file_bytes(rewritten),
@@ -815,13 +866,13 @@ def run_update(
     return DmlResult(version, {**metrics, "num_affected_rows": updated})
 
 
-def resolve_assignments(
+def assignment_values(
     snap: Snapshot, assignments: Mapping[str, str | Column] | None, alias: str, operation: str
-) -> dict[str, Column]:
-    """``{table column name: Column}`` from a ``set``/``values`` dict (keys may carry the target alias)."""
+) -> dict[str, str | Column]:
+    """``{table column name: value as given}`` from a ``set``/``values`` dict (keys may carry the alias)."""
     if not assignments:
         raise DeltaIllegalArgumentException(f"{operation} on table {snap.table_path} needs a non-empty 'set' dict")
-    out: dict[str, Column] = {}
+    out: dict[str, str | Column] = {}
     for key, value in assignments.items():
         if not isinstance(key, str):
             raise DeltaIllegalArgumentException(f"{operation}: column names must be strings, not {key!r}")
@@ -840,8 +891,16 @@ def resolve_assignments(
             raise DeltaAnalysisException(
                 f"{operation} on table {snap.table_path}: column '{f.name}' is assigned more than once"
             )
-        out[f.name] = to_column(value, f"The value for column '{key}'")
+        out[f.name] = value
     return out
+
+
+def resolve_assignments(
+    snap: Snapshot, assignments: Mapping[str, str | Column] | None, alias: str, operation: str
+) -> dict[str, Column]:
+    """``{table column name: Column}`` from a ``set``/``values`` dict (keys may carry the target alias)."""
+    raw = assignment_values(snap, assignments, alias, operation)
+    return {k: to_column(v, f"The value for column '{k}'") for k, v in raw.items()}
 
 
 def updated_columns(

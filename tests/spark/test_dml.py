@@ -11,6 +11,7 @@ import json
 import os
 from typing import Any, Sequence
 
+import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -96,6 +97,14 @@ def _commit_info(path: str, version: int | None) -> dict[str, Any]:
     entry = DeltaLog.for_table(path).read_commit(version)
     assert entry.commit_info is not None
     return dict(entry.commit_info.values)
+
+
+def _writers(path: str, version: int | None) -> list[str]:
+    """The Parquet writer (created_by) of each data file commit ``version`` wrote."""
+    actions = _commit(path, version)
+    removed = {a.path for a in actions if isinstance(a, RemoveFile)}
+    return [pq.read_metadata(os.path.join(path, a.path)).created_by
+            for a in actions if isinstance(a, AddFile) and a.path not in removed]
 
 
 def _live_paths(path: str) -> set[str]:
@@ -280,15 +289,19 @@ def test_rows_found_on_driver_or_by_spark_agree(
     spark_jobs: list[int] = []
     real = dml.touched_files
     monkeypatch.setattr(dml, "touched_files", lambda *a, **k: spark_jobs.append(1) or real(*a, **k))
-    spark.conf.set(dml.LOCAL_SCAN_CONF, str(1 << 30) if engine == "driver" else "0")
+    spark.conf.set(dml.LOCAL_CONF, str(1 << 30) if engine == "driver" else "0")
     try:
         ref = _make_table(spark, str(tmp_path / "d"), _base_rows(), properties=properties)
         _make_table(spark, str(tmp_path / "u"), _base_rows(), properties=properties)
         deleted = dml.run_delete(spark, str(tmp_path / "d"), condition)
         updated = dml.run_update(spark, str(tmp_path / "u"), condition, {"s": "'changed'"})
     finally:
-        spark.conf.unset(dml.LOCAL_SCAN_CONF)
+        spark.conf.unset(dml.LOCAL_CONF)
     assert bool(spark_jobs) == (engine == "spark" or not exact)
+    # The files written: by pyarrow on the driver when everything is exact, else by Spark.
+    for table, result in (("d", deleted), ("u", updated)):
+        for writer in _writers(str(tmp_path / table), result.version):
+            assert ("parquet-cpp" in writer) == (engine == "driver" and exact), (table, writer)
     assert deleted.num_affected_rows == ref.where(condition).count() == updated.num_affected_rows > 0
     _check(spark, str(tmp_path / "d"), ref.where(f"NOT coalesce(({condition}), false)"), dvs=properties is not None)
     _check(spark, str(tmp_path / "u"), ref.withColumn("s", F.when(F.expr(f"coalesce(({condition}), false)"),

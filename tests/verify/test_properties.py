@@ -376,3 +376,108 @@ def test_inexact_predicates_are_left_to_spark() -> None:
         assert row_level.inexact_reason(P.parse_predicate(text), schema) is None, text
     for text in inexact:
         assert row_level.inexact_reason(P.parse_predicate(text), schema) is not None, text
+
+
+# -- SET values: the driver's exact computation == Spark ----------------------------------------
+
+_NUM_COLUMNS = {"b": "byte", "sh": "short", "i": "integer", "l": "long", "x": "double"}
+_EDGE_INTS = [0, 1, -1, 7, 100, 127, -128, 32767, 2**31 - 1, -(2**31), 2**40, 2**62, 2**63 - 1, -(2**63)]
+
+
+def _int_in(kind: str) -> st.SearchStrategy[int | None]:
+    bound = {"byte": 2**7, "short": 2**15, "integer": 2**31, "long": 2**63}[kind]
+    edges = [v for v in _EDGE_INTS if -bound <= v < bound]
+    return st.none() | st.sampled_from(edges) | st.integers(max(-bound, -1000), min(bound - 1, 1000))
+
+
+_num_row = st.tuples(
+    _int_in("byte"), _int_in("short"), _int_in("integer"), _int_in("long"),
+    st.none() | st.floats(allow_nan=True, allow_infinity=True, width=64) | st.sampled_from([0.5, -0.0, 1e300, 2.0**53]),
+)  # fmt: skip
+
+_value_leaf = st.sampled_from(list(_NUM_COLUMNS)) | st.sampled_from(
+    ["1", "-1", "2", "0", "127", "2147483647", "2147483648", "-2147483648", "9223372036854775807", "1.5", "0.1",
+     "2e0", "1e300", "-3.25e2"])  # fmt: skip
+
+
+def _value_node(inner: st.SearchStrategy[str]) -> st.SearchStrategy[str]:
+    return st.tuples(inner, st.sampled_from(["+", "-", "*"]), inner).map(lambda t: f"({t[0]} {t[1]} {t[2]})") | (
+        inner.map(lambda t: f"-({t})"))
+
+
+@pytest.mark.spark
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(
+    exprs=st.lists(st.tuples(st.recursive(_value_leaf, _value_node, max_leaves=4),
+                             st.sampled_from(["long", "integer", "double", "short"])), min_size=1, max_size=10),
+    rows=st.lists(_num_row, min_size=1, max_size=20),
+)
+def test_exact_values_agree_with_spark(spark: Any, exprs: list[tuple[str, str]], rows: list[tuple[Any, ...]]) -> None:
+    """Every SET value the core computes (``core.values``; refused ones and overflows are left
+    to Spark) equals what Spark stores: ``expr(value).cast(column type)``, as UPDATE does.
+
+    Spark runs with ANSI mode on (its default): had an integral overflow happened anywhere,
+    the core would have refused and Spark raised, so each accepted value must also succeed there.
+    """
+    import math
+
+    import pyarrow as pa
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import ByteType, DoubleType, IntegerType, LongType, ShortType, StructField
+    from pyspark.sql.types import StructType as ST
+
+    from serialake.core import values as V
+
+    spark_types = {"byte": ByteType(), "short": ShortType(), "integer": IntegerType(), "long": LongType(),
+                   "double": DoubleType()}
+    arrow = {"byte": pa.int8(), "short": pa.int16(), "integer": pa.int32(), "long": pa.int64(), "double": pa.float64()}
+    columns = {n: pa.array([r[k] for r in rows], arrow[t]) for k, (n, t) in enumerate(_NUM_COLUMNS.items())}
+    ours: list[tuple[str, str, list[Any]]] = []
+    for text, target in exprs:
+        try:
+            compiled = V.compile_value(V.parse_value(text), lambda ref: _NUM_COLUMNS.get(ref.name) if not ref.qualifier
+                                       else None, target)
+            ours.append((text, target, compiled.evaluate(lambda ref: columns[ref.name], len(rows)).to_pylist()))
+        except V.NotExact:
+            continue
+    if not ours:
+        return
+    df = spark.createDataFrame(rows, ST([StructField(n, spark_types[t]) for n, t in _NUM_COLUMNS.items()]))
+    result = df.select(*(F.expr(text).cast(spark_types[target]).alias(f"v{k}")
+                         for k, (text, target, _) in enumerate(ours))).collect()
+
+    def same(a: Any, b: Any) -> bool:
+        if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
+            return True
+        return a == b and type(a) is type(b)
+
+    for k, (text, target, values) in enumerate(ours):
+        theirs = [r[f"v{k}"] for r in result]
+        bad = [(rows[n], a, b) for n, (a, b) in enumerate(zip(values, theirs)) if not same(a, b)]
+        assert not bad, f"{text} as {target}: (row, core, spark) {bad[:3]}"
+
+
+def test_values_outside_the_subset_are_left_to_spark() -> None:
+    """Division, casts, functions, decimals in integral arithmetic, narrowing stores and unknown
+    columns are refused; the accepted subset is typed as Spark types it."""
+    from serialake.core import values as V
+
+    types = {"i": "integer", "l": "long", "x": "double", "s": "string", "f": "float", "d": "date"}
+
+    def compile_(text: str, target: str) -> V.Compiled:
+        return V.compile_value(V.parse_value(text), lambda r: types.get(r.name) if r.qualifier in (None, "t") else None,
+                               target)
+
+    accepted = {("i + 1", "integer"): "integer", ("i + 1", "long"): "integer", ("l * i", "long"): "long",
+                ("x + 1.5", "double"): "double", ("t.i - 2147483648", "long"): "long", ("-5", "integer"): "integer",
+                ("NULL", "string"): "string", ("'a'", "string"): "string", ("s", "string"): "string",
+                ("i", "double"): "integer", ("d", "date"): "date"}
+    for (text, target), kind in accepted.items():
+        assert compile_(text, target).kind == kind, text
+    refused = [("x / 2", "double"), ("i / 2", "integer"), ("CAST(x AS INT)", "integer"), ("abs(i)", "integer"),
+               ("i + 1.5", "double"), ("l + 1", "integer"), ("x", "long"), ("f + 1", "float"), ("s || 'a'", "string"),
+               ("1", "string"), ("q.i", "integer"), ("missing + 1", "long"), ("i + NULL", "integer"),
+               ("CASE WHEN i > 1 THEN 1 ELSE 2 END", "integer"), ("1L", "long"), ("d + 1", "date")]
+    for text, target in refused:
+        with pytest.raises(V.NotExact):
+            compile_(text, target)

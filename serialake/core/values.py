@@ -23,11 +23,12 @@ against Spark on random data.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import Any, Callable
 
-__all__ = ["Compiled", "NotExact", "Ref", "compile_value", "parse_value"]
+__all__ = ["Compiled", "NotExact", "Ref", "compile_value", "kind_of_type", "parse_value"]
 
 _INTEGRAL = ("byte", "short", "integer", "long")
 _INT_RANGE = {"byte": 1 << 7, "short": 1 << 15, "integer": 1 << 31, "long": 1 << 63}
@@ -36,6 +37,13 @@ _COPYABLE = {*_INTEGRAL, "float", "double", "string", "boolean", "date", "binary
 
 class NotExact(Exception):
     """The expression is outside the subset computed exactly here (the message says why)."""
+
+
+def kind_of_type(data_type: Any) -> str | None:
+    """The type name ``compile_value`` works with: Delta's primitive names, ``decimal(p,s)``."""
+    if hasattr(data_type, "precision") and hasattr(data_type, "scale"):
+        return f"decimal({data_type.precision},{data_type.scale})"
+    return getattr(data_type, "name", None)
 
 
 @dataclass(frozen=True)
@@ -90,8 +98,8 @@ def parse_value(text: str) -> Any:
             return _literal(n.this, bool(n.is_string))
         if isinstance(n, exp.Neg):
             arg = go(n.this)
-            if isinstance(arg, _Const) and arg.kind in ("integer", "long", "decimal", "double"):
-                return _number(-arg.value, arg.kind)  # Spark folds -5 into the literal -5
+            if isinstance(n.this, exp.Literal) and isinstance(arg, _Const) and arg.kind != "string":
+                return _number(-arg.value, arg.kind)  # Spark reads -5 as the literal -5, not -(5)
             return _Neg(arg)
         ops = {exp.Add: "+", exp.Sub: "-", exp.Mul: "*"}
         for cls, op in ops.items():
@@ -131,9 +139,21 @@ def _number(value: Any, kind: str) -> _Const:
     return _Const(value, kind)
 
 
+_DECIMAL = re.compile(r"decimal\((\d+),\s*(\d+)\)")
+_DOUBLE_EXACT_DECIMAL = 15  # unscaled values below 10**15 < 2**53 convert exactly before the division
+
+
+def _decimal(kind: str) -> tuple[int, int] | None:
+    m = _DECIMAL.fullmatch(kind)
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
 def _arrow(kind: str) -> Any:
     import pyarrow as pa
 
+    dec = _decimal(kind)
+    if dec is not None:
+        return pa.decimal128(*dec)
     return {"byte": pa.int8(), "short": pa.int16(), "integer": pa.int32(), "long": pa.int64(),
             "float": pa.float32(), "double": pa.float64(), "string": pa.string(), "boolean": pa.bool_(),
             "date": pa.date32(), "binary": pa.binary()}[kind]  # fmt: skip
@@ -203,7 +223,29 @@ def _convert(value: Any, kind: str) -> Any:
         return value
     if value.type == pa.null():
         return value.cast(t)
+    if pa.types.is_decimal(value.type) and kind == "double":
+        return _decimal_to_double(value)
     return value.cast(t, safe=kind != "double")
+
+
+def _decimal_to_double(value: Any) -> Any:
+    """DECIMAL(p <= 15, s) -> DOUBLE as Spark converts it: the nearest double to unscaled / 10**s.
+
+    Unscaled values below 10**15 are exact doubles and 10**s (s <= 22) too, so one IEEE
+    division gives the correctly rounded result, as Java's BigDecimal.doubleValue does.
+    """
+    import numpy as np
+    import pyarrow as pa
+
+    if isinstance(value, pa.Scalar):
+        return pa.scalar(None if value.as_py() is None else float(value.as_py()), pa.float64())
+    if isinstance(value, pa.ChunkedArray):
+        value = value.combine_chunks()
+    scale = value.type.scale
+    words = np.frombuffer(value.buffers()[1], dtype=np.int64)[value.offset * 2 : (value.offset + len(value)) * 2]
+    unscaled = words[0::2].astype(np.float64)  # low words: the values fit in 64 bits (precision <= 15)
+    out = unscaled / (10.0**scale)
+    return pa.array(out, pa.float64(), mask=value.is_null().to_numpy(zero_copy_only=False) if value.null_count else None)
 
 
 def compile_value(tree: Any, column_type: Callable[[Ref], str | None], target: str) -> Compiled:
@@ -225,7 +267,10 @@ def compile_value(tree: Any, column_type: Callable[[Ref], str | None], target: s
             t = column_type(e)
             if t is None:
                 raise NotExact(f"unknown column {e.name}")
-            if t not in _COPYABLE:
+            dec = _decimal(t)
+            if dec is not None and (dec[0] > _DOUBLE_EXACT_DECIMAL or dec[1] > 22):
+                raise NotExact(f"column {e.name} has type {t}")
+            if t not in _COPYABLE and dec is None:
                 raise NotExact(f"column {e.name} has type {t}")
             refs.add(e)
             return t
@@ -241,7 +286,7 @@ def compile_value(tree: Any, column_type: Callable[[Ref], str | None], target: s
             if a in _INTEGRAL and b in _INTEGRAL:
                 return _wider(a, b)
             numeric = (*_INTEGRAL, "double", "decimal")
-            if "double" in (a, b) and a in numeric and b in numeric:
+            if "double" in (a, b) and all(k in numeric or _decimal(k) for k in (a, b)):
                 return "double"
             raise NotExact(f"{a} {e.op} {b} is not computed on the driver")
         raise NotExact(type(e).__name__)
@@ -253,7 +298,9 @@ def compile_value(tree: Any, column_type: Callable[[Ref], str | None], target: s
         kind = "double"  # a lone decimal literal: the nearest double
     if kind == "null":
         return Compiled(tree, target, target, frozenset(refs), kinds) if target in _COPYABLE else _refuse(target)
-    if kind == target and target in _COPYABLE:
+    if kind == target and (target in _COPYABLE or _decimal(target)):
+        return Compiled(tree, kind, target, frozenset(refs), kinds)
+    if _decimal(kind) and target == "double":
         return Compiled(tree, kind, target, frozenset(refs), kinds)
     if kind in _INTEGRAL and target in _INTEGRAL and _wider(kind, target) == target:
         return Compiled(tree, kind, target, frozenset(refs), kinds)

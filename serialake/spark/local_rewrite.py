@@ -47,14 +47,14 @@ def compile_assignments(snap: Snapshot, texts: Mapping[str, Any]) -> dict[str, V
         if ref.qualifier is not None:
             return None
         f = snap.schema.field(ref.name)
-        return getattr(f.data_type, "name", None) if f is not None else None
+        return V.kind_of_type(f.data_type) if f is not None else None
 
     for name, text in texts.items():
         f = snap.schema.field(name)
         if not isinstance(text, str) or f is None or name.lower() in parts:
             return None
         try:
-            out[f.name] = V.compile_value(V.parse_value(text), column_type, getattr(f.data_type, "name", ""))
+            out[f.name] = V.compile_value(V.parse_value(text), column_type, V.kind_of_type(f.data_type) or "")
         except V.NotExact:
             return None
     return out

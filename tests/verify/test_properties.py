@@ -380,7 +380,7 @@ def test_inexact_predicates_are_left_to_spark() -> None:
 
 # -- SET values: the driver's exact computation == Spark ----------------------------------------
 
-_NUM_COLUMNS = {"b": "byte", "sh": "short", "i": "integer", "l": "long", "x": "double"}
+_NUM_COLUMNS = {"b": "byte", "sh": "short", "i": "integer", "l": "long", "x": "double", "dc": "decimal(10,2)"}
 _EDGE_INTS = [0, 1, -1, 7, 100, 127, -128, 32767, 2**31 - 1, -(2**31), 2**40, 2**62, 2**63 - 1, -(2**63)]
 
 
@@ -393,6 +393,7 @@ def _int_in(kind: str) -> st.SearchStrategy[int | None]:
 _num_row = st.tuples(
     _int_in("byte"), _int_in("short"), _int_in("integer"), _int_in("long"),
     st.none() | st.floats(allow_nan=True, allow_infinity=True, width=64) | st.sampled_from([0.5, -0.0, 1e300, 2.0**53]),
+    st.none() | st.decimals(min_value=-(10**8) + 1, max_value=10**8 - 1, places=2, allow_nan=False, allow_infinity=False),
 )  # fmt: skip
 
 _value_leaf = st.sampled_from(list(_NUM_COLUMNS)) | st.sampled_from(
@@ -409,7 +410,8 @@ def _value_node(inner: st.SearchStrategy[str]) -> st.SearchStrategy[str]:
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(
     exprs=st.lists(st.tuples(st.recursive(_value_leaf, _value_node, max_leaves=4),
-                             st.sampled_from(["long", "integer", "double", "short"])), min_size=1, max_size=10),
+                             st.sampled_from(["long", "integer", "double", "short", "decimal(10,2)"])),
+                    min_size=1, max_size=10),
     rows=st.lists(_num_row, min_size=1, max_size=20),
 )
 def test_exact_values_agree_with_spark(spark: Any, exprs: list[tuple[str, str]], rows: list[tuple[Any, ...]]) -> None:
@@ -423,14 +425,15 @@ def test_exact_values_agree_with_spark(spark: Any, exprs: list[tuple[str, str]],
 
     import pyarrow as pa
     from pyspark.sql import functions as F
-    from pyspark.sql.types import ByteType, DoubleType, IntegerType, LongType, ShortType, StructField
+    from pyspark.sql.types import ByteType, DecimalType, DoubleType, IntegerType, LongType, ShortType, StructField
     from pyspark.sql.types import StructType as ST
 
     from serialake.core import values as V
 
     spark_types = {"byte": ByteType(), "short": ShortType(), "integer": IntegerType(), "long": LongType(),
-                   "double": DoubleType()}
-    arrow = {"byte": pa.int8(), "short": pa.int16(), "integer": pa.int32(), "long": pa.int64(), "double": pa.float64()}
+                   "double": DoubleType(), "decimal(10,2)": DecimalType(10, 2)}
+    arrow = {"byte": pa.int8(), "short": pa.int16(), "integer": pa.int32(), "long": pa.int64(), "double": pa.float64(),
+             "decimal(10,2)": pa.decimal128(10, 2)}
     columns = {n: pa.array([r[k] for r in rows], arrow[t]) for k, (n, t) in enumerate(_NUM_COLUMNS.items())}
     ours: list[tuple[str, str, list[Any]]] = []
     for text, target in exprs:

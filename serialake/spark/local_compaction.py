@@ -17,6 +17,7 @@ file outside the table directory) returns None, and the bin is compacted by Spar
 
 from __future__ import annotations
 
+import math
 from concurrent.futures import ThreadPoolExecutor
 from typing import Sequence
 
@@ -53,8 +54,7 @@ def compact_locally(snap: Snapshot, inputs: Sequence[AddFile], *, max_bytes: int
     rel_dir = dirs.pop()
     ordered = sorted(inputs, key=lambda f: f.path)
     try:
-        with ThreadPoolExecutor(min(io_threads(), len(ordered))) as pool:
-            parts = [t for t, _ in pool.map(local.read, ordered)]
+        parts = _read_all(local, ordered)
     except NotLocal:
         return None
     combined = pa.concat_tables(parts)
@@ -64,3 +64,18 @@ def compact_locally(snap: Snapshot, inputs: Sequence[AddFile], *, max_bytes: int
         add = local.write(staging, combined, rel_dir, ordered[0].partition_values or {}, data_change=False)
         local.finish([add] if add else [])
         return add
+
+
+def _read_all(local: LocalTable, ordered: Sequence[AddFile]) -> list[object]:
+    """The live rows of each input, in input order, read by ``io_threads()`` threads.
+
+    Each task reads a run of consecutive files (a few runs per thread): one task per small
+    file adds a hand-off between threads for every file.
+    """
+    threads = min(io_threads(), len(ordered))
+    if threads <= 1:
+        return [local.read(f)[0] for f in ordered]
+    step = max(1, math.ceil(len(ordered) / (threads * 4)))
+    runs = [ordered[i : i + step] for i in range(0, len(ordered), step)]
+    with ThreadPoolExecutor(threads, thread_name_prefix="serialake-compact") as pool:
+        return [t for run in pool.map(lambda r: [local.read(f)[0] for f in r], runs) for t in run]

@@ -39,7 +39,8 @@ from serialake.core import predicates as P
 from serialake.core.actions import Action, AddFile, now_ms
 from serialake.core.deletion_vectors import RowIndexSet
 from serialake.exceptions import DeltaAnalysisException, DeltaIllegalArgumentException
-from serialake.spark import io
+from serialake.spark import io, local_merge
+from serialake.spark.arrow_files import NotLocal
 from serialake.spark.dml import (
     FILE_COL,
     ROW_COL,
@@ -54,6 +55,7 @@ from serialake.spark.dml import (
     file_bytes,
     is_true,
     json_list,
+    local_limit,
     mark_deleted,
     open_transaction,
     parse_or_true,
@@ -227,6 +229,8 @@ class _MergeRun:
         self.inserts = builder.clauses(NOT_MATCHED)
         self.by_source = builder.clauses(NOT_MATCHED_BY_SOURCE)
         self.source_names = {n.lower(): n for n in self.source.columns}
+        self.local_source: Any = None  # the source as Arrow, once collected for the driver path
+        self.files: list[AddFile] | None = None
 
     # -- planning -----------------------------------------------------------------
     def run(self) -> DmlResult:
@@ -237,14 +241,18 @@ class _MergeRun:
         except AnalysisException as e:
             raise analysis_error(self.table, "MERGE condition", e) from None
         self.on_sql = resolved_condition_sql(probe)
+        done = self._run_on_driver(empty)
+        if done is not None:
+            return done
         cached: list[DataFrame] = []
         try:
             # The source feeds several joins: cache it (this also keeps its rows identical between
             # finding the changed rows and writing them).
             if not self.source.is_cached:
                 cached.append(self.source.persist(StorageLevel.MEMORY_AND_DISK))
-            files = self.txn.filter_files([self._read_predicate(empty)])
-            self.files = files
+            if self.files is None:
+                self.files = self.txn.filter_files([self._read_predicate(empty)])
+            files = self.files
             self.target = read_target(self.spark, snap, files, self.alias).persist(StorageLevel.MEMORY_AND_DISK)
             cached.append(self.target)
             self._resolve_clauses()
@@ -258,6 +266,33 @@ class _MergeRun:
         finally:
             for df in cached:
                 df.unpersist()
+
+    def _run_on_driver(self, empty_target: DataFrame) -> DmlResult | None:
+        """The whole MERGE with pyarrow on the driver (``local_merge``), or None to run it on Spark."""
+        limit = local_limit(self.spark)
+        if limit <= 0:
+            return None
+        on_text = self.b._condition if isinstance(self.b._condition, str) else self.on_sql
+        source_schema = io.to_delta_schema(self.source.schema)
+        mp = local_merge.plan(self.snap, on_text, self.alias, source_schema, self.b._clauses)
+        if mp is None:
+            return None
+        self.local_source = local_merge.source_table(self.source, source_schema, limit)
+        if self.local_source is None:
+            return None
+        self.files = self.txn.filter_files([self._read_predicate(empty_target)])
+        if sum(f.size or 0 for f in self.files) > limit:
+            return None
+        try:
+            outcome = local_merge.execute(mp, self.files, self.local_source, self._multiple_match_error)
+        except NotLocal:
+            return None
+        self.scan_ms = elapsed_ms(self.start)
+        touched = {p: Touched(add, len(rows), rows) for p, (add, rows) in outcome.touched.items()}
+        c = outcome.counts
+        counts = {_MATCHED_UPDATE: c["matched_update"], _MATCHED_DELETE: c["matched_delete"],
+                  _NMBS_UPDATE: c["by_source_update"], _NMBS_DELETE: c["by_source_delete"], _INSERT: c["insert"]}
+        return self._finish(touched, counts, outcome.adds, time.monotonic())
 
     def _is_target_name(self, name: str) -> bool:
         """For a condition written as text: an unqualified column is the target's if only the target has it."""
@@ -343,6 +378,8 @@ class _MergeRun:
         Every target row a source row can match lies in the range, so the read it records
         stays exact enough for conflict detection while skipping files outside it.
         """
+        if self.local_source is not None:
+            return self._local_source_range(col)
         name = ".".join(io.quote_name(p) for p in [*(col.qualifier.split(".") if col.qualifier else []), col.name])
         try:
             keys = self.source.select(F.col(name).alias("k"))
@@ -363,6 +400,8 @@ class _MergeRun:
 
     def _distinct_source_values(self, col: P.Column) -> list[P.Literal] | None:
         """Distinct non-NULL values of a source column as literals, or None (too many, odd type)."""
+        if self.local_source is not None:
+            return self._local_distinct_values(col)
         name = ".".join(io.quote_name(p) for p in [*(col.qualifier.split(".") if col.qualifier else []), col.name])
         try:
             keys = self.source.select(F.col(name).alias("k"))
@@ -375,6 +414,38 @@ class _MergeRun:
         if len(rows) > MAX_KEY_VALUES:
             return None
         return [_literal(r[0], data_type) for r in rows]
+
+    def _local_key(self, col: P.Column) -> tuple[Any, T.DataType] | None:
+        """A source key column of the collected source (Arrow) and its Spark type."""
+        name = self.source_names.get(col.name.lower())
+        if name is None:
+            return None
+        data_type = self.source.schema[name].dataType
+        if not isinstance(data_type, _KEY_TYPES):
+            return None
+        return self.local_source.column(name), data_type
+
+    def _local_distinct_values(self, col: P.Column) -> list[P.Literal] | None:
+        import pyarrow.compute as pc
+
+        found = self._local_key(col)
+        if found is None:
+            return None
+        values = pc.unique(found[0].drop_null())
+        if len(values) > MAX_KEY_VALUES:
+            return None
+        return [_literal(v, found[1]) for v in values.to_pylist()]
+
+    def _local_source_range(self, col: P.Column) -> tuple[P.Literal, P.Literal] | None:
+        import pyarrow.compute as pc
+
+        found = self._local_key(col)
+        if found is None:
+            return None
+        bounds = pc.min_max(found[0]).as_py()
+        if bounds["min"] is None:
+            return None
+        return _literal(bounds["min"], found[1]), _literal(bounds["max"], found[1])
 
     # -- clauses as Spark expressions -----------------------------------------------
     def _resolve_clauses(self) -> None:
@@ -554,15 +625,20 @@ class _MergeRun:
         return out
 
     def _write_and_commit(self, changes: DataFrame, touched: dict[str, Touched], counts: dict[int, int]) -> DmlResult:
-        snap = self.snap
-        dvs = uses_deletion_vectors(snap)
         rewrite_start = time.monotonic()
+        adds: list[AddFile] = []
+        if touched or counts[_INSERT]:
+            adds = write_rows(self.snap, self._outputs(changes, touched, copy_on_write=not uses_deletion_vectors(self.snap)))
+        return self._finish(touched, counts, adds, rewrite_start)
+
+    def _finish(
+        self, touched: dict[str, Touched], counts: dict[int, int], adds: list[AddFile], rewrite_start: float
+    ) -> DmlResult:
+        """Commit the new files: remove the rewritten ones, or mark the changed rows in DVs."""
+        dvs = uses_deletion_vectors(self.snap)
         updated = counts[_MATCHED_UPDATE] + counts[_NMBS_UPDATE]
         deleted = counts[_MATCHED_DELETE] + counts[_NMBS_DELETE]
         inserted = counts[_INSERT]
-        adds: list[AddFile] = []
-        if touched or inserted:
-            adds = write_rows(snap, self._outputs(changes, touched, copy_on_write=not dvs))
         stamp = now_ms()
         written = sum(a.num_records or 0 for a in adds)
         new_dvs: list[AddFile] = []

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -21,6 +23,7 @@ from tests.spark.test_dml import (
     _live_paths,
     _make_table,
     _rows,
+    _writers,
 )
 
 pytestmark = pytest.mark.spark
@@ -196,3 +199,73 @@ def test_merge_clause_validation(spark: SparkSession, tmp_table: str) -> None:
     with pytest.raises(DeltaIllegalArgumentException, match="non-empty 'set'"):
         builder().whenMatchedUpdate()
     assert DeltaLog.for_table(tmp_table).update().version == 0
+
+
+# -- the driver path (local_merge) gives exactly the Spark path's result ------------------------
+
+_DRIVER_SHAPES = {
+    "upsert": ("t.id = s.id", lambda b: b.whenMatchedUpdateAll().whenNotMatchedInsertAll()),
+    "values": ("t.id = s.id", lambda b: b.whenMatchedUpdate(set={"x": "s.x + t.x * 2", "s": "s.s"})
+               .whenNotMatchedInsert(values={"id": "s.id", "x": "s.x - 1", "date": "s.date", "s": "'new'"})),
+    "delete-and-orphans": ("s.id = t.id", lambda b: b.whenMatchedDelete().whenNotMatchedBySourceUpdate(
+        set={"x": "t.x + 1"})),
+    "one-sided-conjuncts": ("t.id = s.id AND t.country = 'fr' AND s.x > 2",
+                            lambda b: b.whenMatchedUpdate(set={"s": "s.s"}).whenNotMatchedBySourceDelete()),
+    "insert-only": ("t.id = s.id AND t.date = s.date", lambda b: b.whenNotMatchedInsertAll()),
+}
+
+
+@pytest.mark.parametrize("dvs", [False, True], ids=["cow", "dv"])
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+@pytest.mark.parametrize("shape", list(_DRIVER_SHAPES))
+def test_merge_on_driver_matches_spark(
+    spark: SparkSession, tmp_path: Any, monkeypatch: pytest.MonkeyPatch, shape: str, layout: str, dvs: bool
+) -> None:
+    """Each MERGE runs twice on the same table: on the driver (pyarrow) and on Spark. Both give
+    the same rows (also read by delta-rs) and the same metrics; the files say which engine wrote
+    them. Inserts into partitioned tables stay on Spark."""
+    on, clauses = _DRIVER_SHAPES[shape]
+    props = {"delta.enableDeletionVectors": "true"} if dvs else None
+    source = _source(spark).withColumn("x", F.col("x").cast("int"))
+    results = {}
+    for engine in ("driver", "spark"):
+        path = str(tmp_path / engine)
+        target = _make_table(spark, path, _base_rows(16), partition_by=LAYOUTS[layout], properties=props)
+        spark.conf.set(dml.LOCAL_CONF, str(1 << 30) if engine == "driver" else "0")
+        try:
+            results[engine] = clauses(dml.merge(spark, path, source.alias("s"), on, alias="t")).run()
+        finally:
+            spark.conf.unset(dml.LOCAL_CONF)
+        writers = _writers(path, results[engine].version)
+        inserts_partitioned = layout == "partitioned" and shape in ("upsert", "values", "insert-only")
+        on_driver = engine == "driver" and not inserts_partitioned
+        assert writers and all(("parquet-cpp" in w) == on_driver for w in writers), (engine, writers)
+    keys = ("num_affected_rows", "numTargetRowsInserted", "numTargetRowsMatchedUpdated", "numTargetRowsMatchedDeleted",
+            "numTargetRowsNotMatchedBySourceUpdated", "numTargetRowsNotMatchedBySourceDeleted", "numTargetRowsCopied",
+            "numOutputRows", "numTargetFilesRemoved")
+    assert {k: results["driver"].metrics[k] for k in keys} == {k: results["spark"].metrics[k] for k in keys}
+    assert results["driver"].metrics["num_affected_rows"] > 0
+    expected = read(spark, str(tmp_path / "spark"))
+    _check(spark, str(tmp_path / "driver"), expected, dvs=dvs)
+    del target
+
+
+def test_merge_on_driver_multiple_matches_and_fallbacks(spark: SparkSession, tmp_path: Any) -> None:
+    """Several source rows for one target row fail on the driver as on Spark; a NULL for a NOT NULL
+    column, an overflow or a Column value fall back to Spark, which reports or computes them."""
+    path = str(tmp_path / "t")
+    _make_table(spark, path, _base_rows(16))
+    dup = spark.createDataFrame([(2, "a"), (2, "b")], "id long, s string")
+    with pytest.raises(DeltaAnalysisException, match="multiple source rows matched"):
+        dml.merge(spark, path, dup.alias("s"), "t.id = s.id", alias="t").whenMatchedUpdate(set={"s": "s.s"}).run()
+    # An unconditional delete may match several times (Delta's rule): each target row deleted once.
+    deleted = dml.merge(spark, path, dup.alias("s"), "t.id = s.id", alias="t").whenMatchedDelete().run()
+    assert deleted.metrics["numTargetRowsMatchedDeleted"] == 1
+    big = spark.createDataFrame([(3, 2**31 - 1)], "id long, x int")
+    with pytest.raises(Exception, match="(?i)overflow"):
+        dml.merge(spark, path, big.alias("s"), "t.id = s.id", alias="t").whenMatchedUpdate(
+            set={"x": "s.x + 1"}).run()
+    col = dml.merge(spark, path, big.alias("s"), "t.id = s.id", alias="t").whenMatchedUpdate(
+        set={"x": F.col("s.x") - F.lit(1)}).run()
+    assert col.metrics["numTargetRowsMatchedUpdated"] == 1
+    assert read(spark, path).where("id = 3").select("x").collect()[0][0] == 2**31 - 2

@@ -1,0 +1,566 @@
+"""MERGE on the driver (pyarrow), for small sources and targets, when every step is exact.
+
+A typical upsert (a batch of keyed rows into a table) reads few files and changes few rows;
+on Spark it still costs several jobs and a shuffle join. When the source is estimated
+small and the candidate target files total at most ``dml.LOCAL_CONF`` bytes, the driver
+does the whole MERGE itself:
+
+1. the source is collected once as Arrow (``DataFrame.toArrow``: it is read exactly once);
+2. the key and filter columns of the candidate target files are read, and the ON
+   condition is evaluated as a hash join on its equality keys (NULL keys never match, as
+   in SQL) plus exact target-only and source-only conjuncts (``row_level._eval``);
+3. a target row matched by several source rows fails as on Spark;
+4. touched files are read whole and rewritten (copy-on-write) or get their changed rows
+   marked in deletion vectors; updated and inserted values come from ``core.values``.
+
+What qualifies (``plan``): an ON condition that is a conjunction of ``t.k = s.k``
+equalities on integral, string, date or boolean columns (at least one) and exact
+single-side conjuncts; at most one clause of each kind and no clause condition; SET /
+VALUES in the exact subset (``updateAll`` / ``insertAll`` included); for inserts, an
+unpartitioned table. Everything else, or any doubt while running (``NotLocal``), goes to
+the Spark implementation in ``merge``, which gives the same result.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Sequence
+
+from serialake.core import predicates as P
+from serialake.core import row_level
+from serialake.core import values as V
+from serialake.core.actions import AddFile
+from serialake.core.deletion_vectors import RowIndexSet
+from serialake.core.schema import StructType
+from serialake.spark import io
+from serialake.spark.arrow_files import LocalTable, NotLocal, arrow_type, io_threads
+
+__all__ = ["MergePlan", "MergeOutcome", "execute", "plan", "source_table"]
+
+_T, _S = "t", "s"  # which side a column belongs to
+_JOIN_FAMILIES = {"byte": "int", "short": "int", "integer": "int", "long": "int", "string": "string",
+                  "date": "date", "boolean": "boolean"}  # fmt: skip
+
+
+@dataclass
+class Clause:
+    """One clause of a kind: ``update`` with compiled values, or ``delete`` / ``insert``."""
+
+    action: str
+    values: dict[str, V.Compiled] = field(default_factory=dict)
+
+
+@dataclass
+class MergePlan:
+    local: LocalTable
+    source_schema: StructType
+    keys: list[tuple[str, str]]  # (target column, source column)
+    target_filter: P.Expr | None
+    source_filter: P.Expr | None
+    matched: Clause | None
+    by_source: Clause | None
+    insert: Clause | None
+    sides: dict[tuple[str | None, str], tuple[str, str]]  # (qualifier, name) -> (side, real name)
+
+    @property
+    def single_unconditional_delete(self) -> bool:
+        return self.matched is not None and self.matched.action == "delete"
+
+
+@dataclass
+class MergeOutcome:
+    touched: dict[str, tuple[AddFile, RowIndexSet]]  # path -> (file, changed physical rows)
+    counts: dict[str, int]  # matched_update, matched_delete, by_source_update, by_source_delete, insert
+    adds: list[AddFile]
+
+
+def plan(
+    snap: Any,
+    on_text: str | None,
+    target_alias: str,
+    source_schema: StructType,
+    clauses: Sequence[Any],
+) -> MergePlan | None:
+    """A driver plan for this MERGE, or None when it must run on Spark (see module docstring)."""
+    local = LocalTable.open(snap)
+    if local is None or not on_text:
+        return None
+    try:
+        return _plan(local, on_text, target_alias, source_schema, clauses)
+    except (NotLocal, V.NotExact, P.PredicateError, ValueError, TypeError):
+        return None
+
+
+def _plan(local: LocalTable, on_text: str, alias: str, source_schema: StructType, clauses: Sequence[Any]) -> MergePlan:
+    snap = local.snap
+    sides: dict[tuple[str | None, str], tuple[str, str]] = {}
+
+    def side_of(qualifier: str | None, name: str) -> tuple[str, str]:
+        key = (qualifier, name)
+        if key not in sides:
+            t = snap.schema.field(name)
+            s = source_schema.field(name)
+            if qualifier is not None and qualifier.lower() == alias.lower():
+                found = (_T, t.name) if t is not None else None
+            elif qualifier is not None:
+                found = (_S, s.name) if s is not None else None
+            elif (t is None) != (s is None):
+                found = (_T, t.name) if t is not None else (_S, s.name)  # type: ignore[union-attr]
+            else:
+                found = None  # unknown or ambiguous: Spark reports it
+            if found is None:
+                raise NotLocal(f"column {qualifier + '.' if qualifier else ''}{name}")
+            sides[key] = found
+        return sides[key]
+
+    def kind(side: str, name: str) -> str:
+        schema = snap.schema if side == _T else source_schema
+        f = schema.field(name)
+        k = V.kind_of_type(f.data_type) if f is not None else None
+        if k is None:
+            raise NotLocal(f"column {name}")
+        return k
+
+    keys: list[tuple[str, str]] = []
+    target_parts: list[P.Expr] = []
+    source_parts: list[P.Expr] = []
+    for c in P.split_conjuncts(P.parse_predicate(on_text)):
+        refs = P.column_refs(c)
+        if not refs:
+            raise NotLocal("constant ON conjunct")
+        sided = {side_of(q, n) for q, n in refs}
+        if isinstance(c, P.Comparison) and c.op == "=" and isinstance(c.left, P.Column) and isinstance(
+            c.right, P.Column
+        ):
+            a, b = side_of(c.left.qualifier, c.left.name), side_of(c.right.qualifier, c.right.name)
+            if {a[0], b[0]} == {_T, _S}:
+                t, s = (a, b) if a[0] == _T else (b, a)
+                ft, fs = _JOIN_FAMILIES.get(kind(*t)), _JOIN_FAMILIES.get(kind(*s))
+                if ft is None or ft != fs:
+                    raise NotLocal(f"join key {t[1]} = {s[1]}")
+                keys.append((t[1], s[1]))
+                continue
+        if {s for s, _ in sided} == {_T}:
+            target_parts.append(_unqualified(c))
+        elif {s for s, _ in sided} == {_S}:
+            source_parts.append(_unqualified(c))
+        else:
+            raise NotLocal(f"ON conjunct {P.to_sql(c)} mixes both sides")
+    if not keys:
+        raise NotLocal("no equality key")
+    target_filter = P.conjunction(target_parts) if target_parts else None
+    source_filter = P.conjunction(source_parts) if source_parts else None
+    if target_filter is not None and row_level.inexact_reason(target_filter, snap.schema) is not None:
+        raise NotLocal("target conjuncts")
+    if source_filter is not None and row_level.inexact_reason(source_filter, source_schema) is not None:
+        raise NotLocal("source conjuncts")
+
+    by_kind: dict[str, Clause] = {}
+    for clause in clauses:
+        if clause.condition is not None or clause.kind in by_kind:
+            raise NotLocal("clause conditions")
+        allowed = {"matched": {_T, _S}, "notMatched": {_S}, "notMatchedBySource": {_T}}[clause.kind]
+        compiled: dict[str, V.Compiled] = {}
+        if clause.action != "delete":
+            compiled = _compile_values(snap, clause, allowed, side_of, kind)
+        by_kind[clause.kind] = Clause(clause.action, compiled)
+    if "notMatched" in by_kind and snap.partition_columns:
+        raise NotLocal("inserts into a partitioned table")
+    return MergePlan(local, source_schema, keys, target_filter, source_filter, by_kind.get("matched"),
+                     by_kind.get("notMatchedBySource"), by_kind.get("notMatched"), sides)  # fmt: skip
+
+
+def _compile_values(
+    snap: Any,
+    clause: Any,
+    allowed: set[str],
+    side_of: Callable[[str | None, str], tuple[str, str]],
+    kind: Callable[[str, str], str],
+) -> dict[str, V.Compiled]:
+    """The clause's assignments compiled per target column (star: the source column of that name)."""
+    out: dict[str, V.Compiled] = {}
+
+    def column_type(ref: V.Ref) -> str | None:
+        side, name = side_of(ref.qualifier, ref.name) if ref.qualifier != "\0s" else (_S, ref.name)
+        if side not in allowed:
+            raise NotLocal(f"{clause.kind} clause reads {ref.name}")
+        return kind(side, name)
+
+    if clause.star:
+        for f in snap.schema.fields:
+            target = V.kind_of_type(f.data_type) or ""
+            tree = V.Ref("\0s", f.name)  # the source column of that name (side_of resolves case)
+            try:
+                column_type(tree)
+            except NotLocal:
+                raise NotLocal(f"star clause: no source column {f.name}") from None
+            out[f.name] = V.compile_value(tree, column_type, target)
+        return out
+    for key, text in (clause.assignments or {}).items():
+        name = key.split(".", 1)[1] if "." in key and snap.schema.field(key) is None else key
+        f = snap.schema.field(name.strip("`"))
+        if f is None or not isinstance(text, str):
+            raise NotLocal(f"assignment to {key}")
+        out[f.name] = V.compile_value(V.parse_value(text), column_type, V.kind_of_type(f.data_type) or "")
+    return out
+
+
+def _unqualified(expr: P.Expr) -> P.Expr:
+    qualifiers = {q for q, _ in P.column_refs(expr) if q is not None}
+    if len(qualifiers) > 1:
+        raise NotLocal("several qualifiers")
+    for q in qualifiers:
+        stripped = P.strip_qualifier(expr, q)
+        if stripped is None:
+            raise NotLocal("qualifier")
+        return stripped
+    return expr
+
+
+def source_table(df: Any, schema: StructType, max_bytes: int) -> Any:
+    """The source DataFrame as an Arrow table in Delta types, or None when too big or not exact.
+
+    Spark's size estimate rules out sources known to be big; others (an RDD of Python rows
+    has no estimate) are collected with a row limit that ``max_bytes`` allows, so a big
+    source is never pulled whole onto the driver.
+    """
+    import pyarrow as pa
+
+    wanted = []
+    for f in schema.fields:
+        t = arrow_type(f.data_type)
+        if t is None:
+            return None
+        wanted.append(pa.field(f.name, t))
+    try:
+        estimate = int(str(df._jdf.queryExecution().optimizedPlan().stats().sizeInBytes()))
+    except Exception:  # noqa: BLE001 - Spark Connect, or a plan without statistics
+        estimate = None
+    if estimate is not None and estimate > max_bytes and estimate < (1 << 62):
+        return None
+    width = sum(32 if pa.types.is_string(w.type) or pa.types.is_binary(w.type) else 8 for w in wanted) or 1
+    cap = max(1, max_bytes // width)
+    table = df.limit(cap + 1).toArrow() if estimate is None or estimate > max_bytes else df.toArrow()
+    if table.num_rows > cap or table.nbytes > max_bytes:
+        return None
+    try:
+        columns = [table.column(i).cast(w.type, safe=True) for i, w in enumerate(wanted)]
+    except (pa.ArrowException, ValueError):
+        return None
+    return pa.Table.from_arrays(columns, schema=pa.schema(wanted))
+
+
+# -- execution ---------------------------------------------------------------------------------
+
+
+def execute(
+    mp: MergePlan,
+    files: Sequence[AddFile],
+    source: Any,
+    multiple_match: Callable[[str, int], Exception],
+) -> MergeOutcome:
+    """Run the MERGE on ``files`` (the candidate target files): write new files, commit nothing."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    local = mp.local
+    snap = local.snap
+    dirs = {f.path: local.rel_dir(f) for f in files}  # NotLocal for files outside the table
+    # 1. Keys (and filter columns) of the candidate files; the join on the equality keys.
+    t_cols = {t for t, _ in mp.keys}
+    if mp.target_filter is not None:
+        t_cols |= {n for _, n in P.column_refs(mp.target_filter)}
+    join_types = [pa.int64() if _JOIN_FAMILIES[V.kind_of_type(snap.schema.field(t).data_type) or ""] == "int"
+                  else None for t, _ in mp.keys]  # fmt: skip
+
+    def keys_of(i: int) -> tuple[Any, int]:
+        add = files[i]
+        table, positions = _read_columns(local, add, sorted(t_cols))
+        n = table.num_rows
+        ok = np.ones(n, dtype=bool)
+        if mp.target_filter is not None:
+            ok &= _mask(row_level._eval(mp.target_filter, table, n, {}, snap.schema, ()), n)
+        arrays = {}
+        for k, ((t, _), jt) in enumerate(zip(mp.keys, join_types)):
+            col = table.column(t)
+            ok &= ~_mask(pc.is_null(col), n)
+            arrays[f"__k{k}"] = col.cast(jt) if jt is not None else col
+        arrays["__f"] = pa.array(np.full(n, i, dtype=np.int32))
+        arrays["__p"] = pa.array(positions)
+        return pa.table(arrays).filter(pa.array(ok)), n
+
+    with ThreadPoolExecutor(min(io_threads(), max(1, len(files)))) as pool:
+        parts = list(pool.map(keys_of, range(len(files))))
+    live = [n for _, n in parts]
+    s_n = source.num_rows
+    s_ok = np.ones(s_n, dtype=bool)
+    if mp.source_filter is not None:
+        s_ok &= _mask(row_level._eval(mp.source_filter, source, s_n, {}, mp.source_schema, ()), s_n)
+    s_keys = {}
+    for k, ((_, s), jt) in enumerate(zip(mp.keys, join_types)):
+        col = source.column(s)
+        s_ok &= ~_mask(pc.is_null(col), s_n)
+        s_keys[f"__k{k}"] = col.cast(jt) if jt is not None else col
+    s_keys["__sid"] = pa.array(np.arange(s_n, dtype=np.int64))
+    s_side = pa.table(s_keys).filter(pa.array(s_ok))
+    t_side = pa.concat_tables([p for p, _ in parts]) if parts else None
+    key_names = [f"__k{k}" for k in range(len(mp.keys))]
+    if t_side is not None and t_side.num_rows and s_side.num_rows:
+        try:
+            pairs = t_side.join(s_side, keys=key_names, join_type="inner", use_threads=True)
+        except (pa.ArrowNotImplementedError, pa.ArrowInvalid) as e:
+            raise NotLocal(f"join: {e}") from None
+        pf = pairs.column("__f").to_numpy()
+        pp = pairs.column("__p").to_numpy()
+        ps = pairs.column("__sid").to_numpy()
+    else:
+        pf = np.zeros(0, dtype=np.int32)
+        pp = ps = np.zeros(0, dtype=np.int64)
+    order = np.lexsort((pp, pf))
+    pf, pp, ps = pf[order], pp[order], ps[order]
+    row_id = (pf.astype(np.int64) << 40) | pp
+    if len(row_id) > 1:
+        dup = row_id[1:] == row_id[:-1]
+        if dup.any() and mp.matched is not None and not mp.single_unconditional_delete:
+            first = int(np.argmax(dup))
+            raise multiple_match(files[int(pf[first])].path, int(dup.sum()))
+        if dup.any():
+            keep = np.concatenate([[True], ~dup])
+            pf, pp, ps = pf[keep], pp[keep], ps[keep]
+    # 2. Per file: the matched rows (positions, and each one's source row).
+    bounds = np.searchsorted(pf, np.arange(len(files) + 1))
+    counts = {"matched_update": 0, "matched_delete": 0, "by_source_update": 0, "by_source_delete": 0, "insert": 0}
+    jobs = []
+    for i, add in enumerate(files):
+        lo, hi = bounds[i], bounds[i + 1]
+        changes = (hi - lo if mp.matched else 0) + (live[i] - (hi - lo) if mp.by_source else 0)
+        if changes:
+            jobs.append((i, pp[lo:hi], ps[lo:hi]))
+    dvs = _uses_dvs(snap)
+    indexed = local.stats_columns()
+    not_null = {f.name for f in snap.schema.fields if not f.nullable}
+    touched: dict[str, tuple[AddFile, RowIndexSet]] = {}
+    written: list[AddFile] = []
+    tally: list[dict[str, int]] = []
+
+    with io.staging_area(local.path) as staging:
+
+        def rewrite(job: tuple[int, Any, Any]) -> None:
+            i, positions_m, sids = job
+            add = files[i]
+            table, positions = local.read(add, positions=True)
+            n = table.num_rows
+            mask_m = np.isin(positions, positions_m, assume_unique=True) if mp.matched else np.zeros(n, bool)
+            mask_b = ~np.isin(positions, positions_m, assume_unique=True) if mp.by_source else np.zeros(n, bool)
+            columns = {f.name: table.column(f.name) for f in local.schema}
+            keep = np.ones(n, dtype=bool)
+            changed_rows = np.zeros(n, dtype=bool)
+            c = {k: 0 for k in counts}
+            for clause, mask, name in ((mp.matched, mask_m, "matched"), (mp.by_source, mask_b, "by_source")):
+                if clause is None or not mask.any():
+                    continue
+                changed_rows |= mask
+                if clause.action == "delete":
+                    keep &= ~mask
+                    c[f"{name}_delete"] += int(mask.sum())
+                    continue
+                c[f"{name}_update"] += int(mask.sum())
+                arrow_mask = pa.array(mask)
+                hit = table.filter(arrow_mask)
+                src = None
+                if name == "matched":
+                    order_in_m = np.searchsorted(positions_m, positions[mask])
+                    src = source.take(pa.array(sids[order_in_m]))
+                for col_name, compiled in clause.values.items():
+                    new = compiled.evaluate(lambda ref: _value_of(mp, add, hit, src, ref), hit.num_rows)
+                    _check_new(snap, add, col_name, new, not_null)
+                    if col_name in columns:  # (partition columns were checked to keep their value)
+                        columns[col_name] = pc.replace_with_mask(_flat(columns[col_name]), arrow_mask, new)
+            out_cols = pa.Table.from_arrays([_flat(columns[f.name]) for f in local.schema], schema=local.schema)
+            if dvs:
+                out = out_cols.filter(pa.array(changed_rows & keep))
+            else:
+                out = out_cols.filter(pa.array(keep))
+            new_file = local.write(staging, out, dirs[add.path], add.partition_values or {}, data_change=True,
+                                   indexed=indexed)  # fmt: skip
+            if new_file is not None:
+                written.append(new_file)
+            touched[add.path] = (add, RowIndexSet.from_iter(np.sort(positions[changed_rows]).astype(np.uint64)))
+            tally.append(c)
+
+        try:
+            with ThreadPoolExecutor(min(io_threads(), max(1, len(jobs)))) as pool:
+                list(pool.map(rewrite, jobs))
+            if mp.insert is not None:
+                matched_sids = np.unique(ps)
+                new_rows = np.ones(s_n, dtype=bool)
+                new_rows[matched_sids] = False
+                ins = source.filter(pa.array(new_rows))
+                if ins.num_rows:
+                    counts["insert"] = ins.num_rows
+                    cols = []
+                    for f in local.schema:
+                        compiled = mp.insert.values.get(f.name)
+                        if compiled is None:
+                            new = pa.nulls(ins.num_rows, f.type)
+                        else:
+                            new = compiled.evaluate(lambda ref: _value_of(mp, None, None, ins, ref), ins.num_rows)
+                        _check_new(snap, None, f.name, new, not_null)
+                        cols.append(new)
+                    new_file = local.write(staging, pa.Table.from_arrays(cols, schema=local.schema), "", {},
+                                           data_change=True, indexed=indexed)  # fmt: skip
+                    if new_file is not None:
+                        written.append(new_file)
+        except (NotLocal, V.NotExact, row_level.CannotEvaluate) as e:
+            _discard(local, written)
+            raise NotLocal(str(e)) from None
+        except BaseException:
+            _discard(local, written)
+            raise
+    local.finish(written)
+    for c in tally:
+        for k, v in c.items():
+            counts[k] += v
+    return MergeOutcome(touched, counts, sorted(written, key=lambda a: a.path))
+
+
+def _uses_dvs(snap: Any) -> bool:
+    from serialake.spark.dml import uses_deletion_vectors
+
+    return uses_deletion_vectors(snap)
+
+
+def _flat(col: Any) -> Any:
+    import pyarrow as pa
+
+    return col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+
+
+def _mask(value: Any, n: int) -> Any:
+    """A numpy bool array from an Arrow boolean result (NULL counts as false) or a constant."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if value is None or value is False:
+        return np.zeros(n, dtype=bool)
+    if value is True:
+        return np.ones(n, dtype=bool)
+    if isinstance(value, pa.Scalar):
+        return np.full(n, bool(value.as_py()), dtype=bool)
+    return pc.fill_null(_flat(value), False).to_numpy(zero_copy_only=False).astype(bool)
+
+
+def _value_of(mp: MergePlan, add: AddFile | None, target_rows: Any, source_rows: Any, ref: V.Ref) -> Any:
+    """A referenced column: target rows (or the file's partition value), or source rows."""
+    import pyarrow as pa
+
+    if ref.qualifier == "\0s":
+        side, name = _S, mp.source_schema.field(ref.name).name  # type: ignore[union-attr]
+    else:
+        side, name = mp.sides[(ref.qualifier, ref.name)] if (ref.qualifier, ref.name) in mp.sides else _resolve(
+            mp, ref)
+    if side == _S:
+        return source_rows.column(name)
+    snap = mp.local.snap
+    for p in snap.partition_columns:
+        if p.lower() == name.lower():
+            f = snap.schema.field(name)
+            raw = next((v for k, v in ((add.partition_values if add else None) or {}).items()
+                        if k.lower() == p.lower()), None)  # fmt: skip
+            value = io.parse_partition_value(raw, f.data_type, table=snap.table_path, column=p)
+            return pa.scalar(value, arrow_type(f.data_type))
+    return target_rows.column(name)
+
+
+def _resolve(mp: MergePlan, ref: V.Ref) -> tuple[str, str]:
+    raise NotLocal(f"column {ref.name} was not resolved while planning")
+
+
+def _check_new(snap: Any, add: AddFile | None, column: str, new: Any, not_null: set[str]) -> None:
+    """New values Spark would refuse (NULL in NOT NULL), or that would move rows to another partition."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if column in not_null and new.null_count:
+        raise NotLocal(f"NULL for NOT NULL column {column}")
+    for p in snap.partition_columns:
+        if p.lower() != column.lower():
+            continue
+        if add is None:
+            raise NotLocal(f"insert into partition column {p}")
+        f = snap.schema.field(p)
+        raw = next((v for k, v in (add.partition_values or {}).items() if k.lower() == p.lower()), None)
+        value = io.parse_partition_value(raw, f.data_type, table=snap.table_path, column=p)
+        if value is None:
+            same = new.null_count == len(new)
+        else:
+            same = new.null_count == 0 and pc.all(pc.equal(new, pa.scalar(value, new.type))).as_py() is not False
+        if not same:
+            raise NotLocal(f"the new value of partition column {p} moves rows to another partition")
+
+
+def _read_columns(local: LocalTable, add: AddFile, names: Sequence[str]) -> tuple[Any, Any]:
+    """Some columns of ``add`` (partition columns as constants) for its live rows, and their positions."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from serialake.core.deletion_vectors import read_deletion_vector
+
+    snap = local.snap
+    parts = {p.lower(): p for p in snap.partition_columns}
+    path = io.absolute_path(local.path, add.path)
+    try:
+        pf = pq.ParquetFile(path)
+        have = set(pf.schema_arrow.names)
+        stored = [n for n in names if n.lower() not in parts and n in have]
+        data = pf.read(columns=stored, use_threads=False)
+        n = pf.metadata.num_rows
+    except (OSError, pa.ArrowException) as e:
+        raise NotLocal(f"{add.path}: {e}") from None
+    arrays, fields = [], []
+    for name in names:
+        f = snap.schema.field(name)
+        t = arrow_type(f.data_type) if f is not None else None
+        if f is None or t is None:
+            raise NotLocal(f"column {name}")
+        if name.lower() in parts:
+            raw = next((v for k, v in (add.partition_values or {}).items() if k.lower() == name.lower()), None)
+            value = io.parse_partition_value(raw, f.data_type, table=snap.table_path, column=name)
+            col = pa.repeat(pa.scalar(value, t), n)
+        elif name in have:
+            col = data.column(name)
+            if col.type != t:
+                try:
+                    col = col.cast(t, safe=True)
+                except (pa.ArrowException, ValueError):
+                    raise NotLocal(f"{add.path}: column {name} is {col.type}") from None
+        else:
+            if any(h.lower() == name.lower() for h in have):
+                raise NotLocal(f"{add.path}: column {name} stored under another case")
+            col = pa.nulls(n, t)
+        arrays.append(col)
+        fields.append(pa.field(name, t))
+    table = pa.Table.from_arrays(arrays, schema=pa.schema(fields)) if arrays else pa.table({"__n": pa.nulls(n)})
+    positions = np.arange(n, dtype=np.int64)
+    if add.deletion_vector is not None:
+        deleted = read_deletion_vector(local.path, add.deletion_vector).to_numpy().astype(np.int64)
+        keep = np.ones(n, dtype=bool)
+        keep[deleted[deleted < n]] = False
+        table = table.filter(pa.array(keep))
+        positions = positions[keep]
+    return table, positions
+
+
+def _discard(local: LocalTable, adds: Sequence[AddFile]) -> None:
+    import os
+
+    for add in adds:
+        try:
+            os.remove(io.absolute_path(local.path, add.path))
+        except OSError:
+            pass
+

@@ -121,8 +121,9 @@ def ops_serialake(spark: Any, rows: int) -> dict[str, Callable[[str], Any]]:
     cut = rows // 100
 
     def merge(p: str) -> Any:
+        # Half the batch updates existing rows (every other id of the last 1%), half inserts new ids.
         src = spark.range(0, cut).selectExpr(
-            f"id * 2 as id", "id as key", "0.5 as value", "'merged' as name")  # half match (even ids < 2*cut)
+            f"{rows - cut} + id * 2 as id", "id as key", "0.5 as value", "'merged' as name")
         return (DeltaTable.forPath(spark, p).alias("t").merge(src.alias("s"), "t.id = s.id")
                 .whenMatchedUpdateAll().whenNotMatchedInsertAll().execute())
 
@@ -142,7 +143,7 @@ def ops_deltars(rows: int) -> dict[str, Callable[[str], Any]]:
 
     def merge(p: str) -> Any:
         ids = np.arange(0, cut, dtype=np.int64)
-        src = pa.table({"id": ids * 2, "key": ids, "value": np.full(cut, 0.5), "name": pa.array(["merged"] * cut)})
+        src = pa.table({"id": rows - cut + ids * 2, "key": ids, "value": np.full(cut, 0.5), "name": pa.array(["merged"] * cut)})
         return (DeltaTable(p).merge(src, "t.id = s.id", source_alias="s", target_alias="t")
                 .when_matched_update_all().when_not_matched_insert_all().execute())
 

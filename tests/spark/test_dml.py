@@ -259,6 +259,24 @@ def test_add_columns_commits_only_metadata(spark: SparkSession, tmp_table: str) 
         dml.add_columns(spark, tmp_table, "z int NOT NULL")
 
 
+def test_update_values_outside_the_driver_subset_run_on_spark(spark: SparkSession, tmp_path: Any) -> None:
+    """An integral overflow found on the driver hands the UPDATE to Spark, which raises its ANSI
+    error (nothing committed, no file left behind); Column values and casts run on Spark."""
+    path = str(tmp_path / "t")
+    write(spark.createDataFrame([(1, 2**31 - 1, "a"), (2, 5, "b")], "id long, x int, s string"), path)
+    version = DeltaLog.for_table(path).update().version
+    with pytest.raises(Exception, match="(?i)overflow"):
+        dml.run_update(spark, path, "id = 1", {"x": "x + 1"})
+    assert DeltaLog.for_table(path).update().version == version
+    assert not [n for n in os.listdir(path) if n.startswith("_staging")]
+    assert len([n for n in os.listdir(path) if n.endswith(".parquet")]) == len(DeltaLog.for_table(path).update().all_files)
+    done = dml.run_update(spark, path, "id = 2", {"x": F.col("x") * 2, "s": "cast(x AS string)"})
+    assert _writers(path, done.version) and all("parquet-mr" in w for w in _writers(path, done.version))
+    exact = dml.run_update(spark, path, "id = 1", {"x": "x - 1", "s": "'z'"})
+    assert all("parquet-cpp" in w for w in _writers(path, exact.version))
+    assert sorted(tuple(r) for r in read(spark, path).collect()) == [(1, 2**31 - 2, "z"), (2, 10, "5")]
+
+
 def test_not_null_columns_are_enforced(spark: SparkSession, tmp_table: str) -> None:
     from serialake.spark import DeltaTable
 

@@ -174,6 +174,14 @@ class LocalTable:
             self.path, staging, rel_dir, name, dict(partition_values), indexed or self.stats_columns(), data_change
         )
 
+    def discard(self, adds: Sequence[AddFile]) -> None:
+        """Delete files written for an operation that will not commit them."""
+        for add in adds:
+            try:
+                os.remove(io.absolute_path(self.path, add.path))
+            except OSError:
+                pass
+
     def finish(self, adds: Sequence[AddFile]) -> None:
         """fsync the directories that received ``adds``."""
         io.fsync_dirs(self.path, {posixpath.dirname(decode_path(a.path)) for a in adds})

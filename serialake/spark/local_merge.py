@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Sequence
 
 from serialake.core import predicates as P
 from serialake.core import row_level
@@ -414,10 +414,10 @@ def execute(
                     if new_file is not None:
                         written.append(new_file)
         except (NotLocal, V.NotExact, row_level.CannotEvaluate) as e:
-            _discard(local, written)
+            local.discard(written)
             raise NotLocal(str(e)) from None
         except BaseException:
-            _discard(local, written)
+            local.discard(written)
             raise
     local.finish(written)
     for c in tally:
@@ -553,14 +553,4 @@ def _read_columns(local: LocalTable, add: AddFile, names: Sequence[str]) -> tupl
         table = table.filter(pa.array(keep))
         positions = positions[keep]
     return table, positions
-
-
-def _discard(local: LocalTable, adds: Sequence[AddFile]) -> None:
-    import os
-
-    for add in adds:
-        try:
-            os.remove(io.absolute_path(local.path, add.path))
-        except OSError:
-            pass
 

@@ -18,7 +18,6 @@ then runs the same operation on Spark, which reports errors in its own words.
 
 from __future__ import annotations
 
-import os
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Mapping, Sequence
 
@@ -148,18 +147,11 @@ def _rewrite_each(
             with ThreadPoolExecutor(min(io_threads(), len(touched))) as pool:
                 list(pool.map(one, touched))
         except (NotLocal, V.NotExact) as e:
-            _discard(local, written)
+            local.discard(written)
             raise NotLocal(str(e)) from None
         except BaseException:
-            _discard(local, written)
+            local.discard(written)
             raise
     local.finish(written)
     return sorted(written, key=lambda a: a.path)
 
-
-def _discard(local: LocalTable, adds: Sequence[AddFile]) -> None:
-    for add in adds:
-        try:
-            os.remove(io.absolute_path(local.path, add.path))
-        except OSError:
-            pass

@@ -297,7 +297,9 @@ def compile_value(tree: Any, column_type: Callable[[Ref], str | None], target: s
             raise NotExact("a decimal value")
         kind = "double"  # a lone decimal literal: the nearest double
     if kind == "null":
-        return Compiled(tree, target, target, frozenset(refs), kinds) if target in _COPYABLE else _refuse(target)
+        if target not in _COPYABLE:
+            raise NotExact(f"column type {target}")
+        return Compiled(tree, target, target, frozenset(refs), kinds)
     if kind == target and (target in _COPYABLE or _decimal(target)):
         return Compiled(tree, kind, target, frozenset(refs), kinds)
     if _decimal(kind) and target == "double":
@@ -308,6 +310,3 @@ def compile_value(tree: Any, column_type: Callable[[Ref], str | None], target: s
         return Compiled(tree, kind, target, frozenset(refs), kinds)
     raise NotExact(f"a {kind} value stored in a {target} column needs a cast")
 
-
-def _refuse(target: str) -> Compiled:
-    raise NotExact(f"column type {target}")

@@ -97,11 +97,14 @@ class LocalTable:
             raise NotLocal(f"{add.path}: outside the table")
         return rel
 
-    def read(self, add: AddFile, *, positions: bool = False) -> tuple[Any, Any]:
+    def read(
+        self, add: AddFile, *, positions: bool = False, columns: Sequence[str] | None = None
+    ) -> tuple[Any, Any]:
         """The live rows of ``add`` in table types, and (if ``positions``) their physical row numbers.
 
-        Columns the file lacks (added later) are NULL; a column stored under another type is
-        cast when the cast is exact, else NotLocal.
+        ``columns`` (stored column names, table spelling) reads only those; by default all of
+        ``schema``. Columns the file lacks (added later) are NULL; a column stored under another
+        type is cast when the cast is exact, else NotLocal.
         """
         import numpy as np
         import pyarrow as pa
@@ -110,17 +113,19 @@ class LocalTable:
         path = io.absolute_path(self.path, add.path)
         try:
             with pa.OSFile(path) as f:
-                if f.size() <= (8 << 20):
-                    # A small file: one read into memory, decoded in this thread. ``pq.read_table``
-                    # costs ~0.5 ms more a file (dataset layer, pre-buffering on Arrow's I/O threads):
-                    # most of the time when compacting or scanning many small files.
-                    data = pq.ParquetFile(f.read_buffer()).read(use_threads=False)
-                else:
-                    data = pq.read_table(path)
+                small = f.size() <= (8 << 20)
+                # A small file: one read into memory, decoded in this thread. ``pq.read_table``
+                # (the dataset layer, pre-buffering on Arrow's I/O threads) costs ~0.5 ms more a
+                # file: most of the time when compacting or scanning many small files.
+                parquet = pq.ParquetFile(f.read_buffer() if small else path)
+                schema = self.schema if columns is None else pa.schema([self.schema.field(c) for c in columns])
+                stored = set(parquet.schema_arrow.names)
+                data = parquet.read(columns=[c for c in schema.names if c in stored], use_threads=not small)
+                n = parquet.metadata.num_rows
         except (OSError, pa.ArrowException) as e:
             raise NotLocal(f"{add.path}: {e}") from None
-        columns = []
-        for field in self.schema:
+        arrays = []
+        for field in schema:
             if field.name in data.column_names:
                 col = data.column(field.name)
                 if col.type != field.type:
@@ -128,13 +133,12 @@ class LocalTable:
                         col = col.cast(field.type, safe=True)
                     except (pa.ArrowException, ValueError):
                         raise NotLocal(f"{add.path}: column {field.name} is {col.type}") from None
-            elif any(n.lower() == field.name.lower() for n in data.column_names):
+            elif any(name.lower() == field.name.lower() for name in stored):
                 raise NotLocal(f"{add.path}: column {field.name} stored under another case")
             else:
-                col = pa.nulls(data.num_rows, field.type)  # added after this file was written
-            columns.append(col)
-        table = pa.Table.from_arrays(columns, schema=self.schema) if columns else data.select([])
-        n = data.num_rows
+                col = pa.nulls(n, field.type)  # added after this file was written
+            arrays.append(col)
+        table = pa.Table.from_arrays(arrays, schema=schema) if arrays else data.select([])
         rows = np.arange(n, dtype=np.int64) if positions else None
         if add.deletion_vector is not None:
             deleted = read_deletion_vector(self.path, add.deletion_vector).to_numpy().astype(np.int64)
@@ -144,6 +148,20 @@ class LocalTable:
             if rows is not None:
                 rows = rows[keep]
         return table, rows
+
+    def partition_scalar(self, add: AddFile, column: str) -> Any:
+        """The value of partition ``column`` in ``add`` as a typed Arrow scalar; None if not a partition column."""
+        import pyarrow as pa
+
+        part = next((p for p in self.snap.partition_columns if p.lower() == column.lower()), None)
+        if part is None:
+            return None
+        f = self.snap.schema.field(part)
+        t = arrow_type(f.data_type) if f is not None else None
+        if f is None or t is None:
+            raise NotLocal(f"partition column {part}")
+        raw = next((v for k, v in (add.partition_values or {}).items() if k.lower() == part.lower()), None)
+        return pa.scalar(io.parse_partition_value(raw, f.data_type, table=self.path, column=part), t)
 
     def stats_columns(self) -> list[tuple[tuple[str, ...], Any]]:
         return io.stats_columns(StructType(self.stored), self.snap.configuration)

@@ -814,7 +814,11 @@ def run_update(
     except AnalysisException as e:
         raise analysis_error(snap.table_path, "UPDATE SET expressions", e) from None
     if touched is None:
-        touched = find_touched(spark, snap, plan, lambda: target.filter(hit), with_rows=dvs)
+        matching = target.filter(hit)
+        # When the driver already tried (and could not) find the rows, go straight to Spark.
+        tried = local is not None and compiled is not None
+        touched = touched_files(matching, plan.files, with_rows=dvs) if tried else find_touched(
+            spark, snap, plan, lambda: matching, with_rows=dvs)
     rewrite_start = time.monotonic()
     rewritten = [t.add for t in touched.values()]
     adds = []

@@ -259,8 +259,13 @@ def execute(
     files: Sequence[AddFile],
     source: Any,
     multiple_match: Callable[[str, int], Exception],
+    *,
+    dvs: bool,
 ) -> MergeOutcome:
-    """Run the MERGE on ``files`` (the candidate target files): write new files, commit nothing."""
+    """Run the MERGE on ``files`` (the candidate target files): write new files, commit nothing.
+
+    ``dvs``: changed rows get marked in deletion vectors (only new row versions are written).
+    """
     import numpy as np
     import pyarrow as pa
     import pyarrow.compute as pc
@@ -338,7 +343,6 @@ def execute(
         changes = (hi - lo if mp.matched else 0) + (live[i] - (hi - lo) if mp.by_source else 0)
         if changes:
             jobs.append((i, pp[lo:hi], ps[lo:hi]))
-    dvs = _uses_dvs(snap)
     indexed = local.stats_columns()
     not_null = {f.name for f in snap.schema.fields if not f.nullable}
     touched: dict[str, tuple[AddFile, RowIndexSet]] = {}
@@ -375,7 +379,7 @@ def execute(
                     src = source.take(pa.array(sids[order_in_m]))
                 for col_name, compiled in clause.values.items():
                     new = compiled.evaluate(lambda ref: _value_of(mp, add, hit, src, ref), hit.num_rows)
-                    _check_new(snap, add, col_name, new, not_null)
+                    _check_new(local, add, col_name, new, not_null)
                     if col_name in columns:  # (partition columns were checked to keep their value)
                         columns[col_name] = pc.replace_with_mask(_flat(columns[col_name]), arrow_mask, new)
             out_cols = pa.Table.from_arrays([_flat(columns[f.name]) for f in local.schema], schema=local.schema)
@@ -407,7 +411,7 @@ def execute(
                             new = pa.nulls(ins.num_rows, f.type)
                         else:
                             new = compiled.evaluate(lambda ref: _value_of(mp, None, None, ins, ref), ins.num_rows)
-                        _check_new(snap, None, f.name, new, not_null)
+                        _check_new(local, None, f.name, new, not_null)
                         cols.append(new)
                     new_file = local.write(staging, pa.Table.from_arrays(cols, schema=local.schema), "", {},
                                            data_change=True, indexed=indexed)  # fmt: skip
@@ -424,12 +428,6 @@ def execute(
         for k, v in c.items():
             counts[k] += v
     return MergeOutcome(touched, counts, sorted(written, key=lambda a: a.path))
-
-
-def _uses_dvs(snap: Any) -> bool:
-    from serialake.spark.dml import uses_deletion_vectors
-
-    return uses_deletion_vectors(snap)
 
 
 def _flat(col: Any) -> Any:
@@ -455,102 +453,46 @@ def _mask(value: Any, n: int) -> Any:
 
 def _value_of(mp: MergePlan, add: AddFile | None, target_rows: Any, source_rows: Any, ref: V.Ref) -> Any:
     """A referenced column: target rows (or the file's partition value), or source rows."""
-    import pyarrow as pa
-
     if ref.qualifier == "\0s":
         side, name = _S, mp.source_schema.field(ref.name).name  # type: ignore[union-attr]
     else:
-        side, name = mp.sides[(ref.qualifier, ref.name)] if (ref.qualifier, ref.name) in mp.sides else _resolve(
-            mp, ref)
+        side, name = mp.sides[(ref.qualifier, ref.name)]  # every reference was resolved while planning
     if side == _S:
         return source_rows.column(name)
-    snap = mp.local.snap
-    for p in snap.partition_columns:
-        if p.lower() == name.lower():
-            f = snap.schema.field(name)
-            raw = next((v for k, v in ((add.partition_values if add else None) or {}).items()
-                        if k.lower() == p.lower()), None)  # fmt: skip
-            value = io.parse_partition_value(raw, f.data_type, table=snap.table_path, column=p)
-            return pa.scalar(value, arrow_type(f.data_type))
-    return target_rows.column(name)
+    value = mp.local.partition_scalar(add, name) if add is not None else None
+    return target_rows.column(name) if value is None else value
 
 
-def _resolve(mp: MergePlan, ref: V.Ref) -> tuple[str, str]:
-    raise NotLocal(f"column {ref.name} was not resolved while planning")
-
-
-def _check_new(snap: Any, add: AddFile | None, column: str, new: Any, not_null: set[str]) -> None:
+def _check_new(local: LocalTable, add: AddFile | None, column: str, new: Any, not_null: set[str]) -> None:
     """New values Spark would refuse (NULL in NOT NULL), or that would move rows to another partition."""
-    import pyarrow as pa
     import pyarrow.compute as pc
 
+    snap = local.snap
     if column in not_null and new.null_count:
         raise NotLocal(f"NULL for NOT NULL column {column}")
-    for p in snap.partition_columns:
-        if p.lower() != column.lower():
-            continue
-        if add is None:
-            raise NotLocal(f"insert into partition column {p}")
-        f = snap.schema.field(p)
-        raw = next((v for k, v in (add.partition_values or {}).items() if k.lower() == p.lower()), None)
-        value = io.parse_partition_value(raw, f.data_type, table=snap.table_path, column=p)
-        if value is None:
-            same = new.null_count == len(new)
-        else:
-            same = new.null_count == 0 and pc.all(pc.equal(new, pa.scalar(value, new.type))).as_py() is not False
-        if not same:
-            raise NotLocal(f"the new value of partition column {p} moves rows to another partition")
+    if not any(p.lower() == column.lower() for p in snap.partition_columns):
+        return
+    if add is None:
+        raise NotLocal(f"insert into partition column {column}")
+    value = local.partition_scalar(add, column)
+    if value.as_py() is None:
+        same = new.null_count == len(new)
+    else:
+        same = new.null_count == 0 and pc.all(pc.equal(new, value.cast(new.type))).as_py() is not False
+    if not same:
+        raise NotLocal(f"the new value of partition column {column} moves rows to another partition")
 
 
 def _read_columns(local: LocalTable, add: AddFile, names: Sequence[str]) -> tuple[Any, Any]:
     """Some columns of ``add`` (partition columns as constants) for its live rows, and their positions."""
-    import numpy as np
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
-    from serialake.core.deletion_vectors import read_deletion_vector
-
-    snap = local.snap
-    parts = {p.lower(): p for p in snap.partition_columns}
-    path = io.absolute_path(local.path, add.path)
-    try:
-        pf = pq.ParquetFile(path)
-        have = set(pf.schema_arrow.names)
-        stored = [n for n in names if n.lower() not in parts and n in have]
-        data = pf.read(columns=stored, use_threads=False)
-        n = pf.metadata.num_rows
-    except (OSError, pa.ArrowException) as e:
-        raise NotLocal(f"{add.path}: {e}") from None
-    arrays, fields = [], []
+    parts = {p.lower() for p in local.snap.partition_columns}
+    stored = [local.snap.schema.field(n).name for n in names if n.lower() not in parts]  # type: ignore[union-attr]
+    table, positions = local.read(add, positions=True, columns=stored)
     for name in names:
-        f = snap.schema.field(name)
-        t = arrow_type(f.data_type) if f is not None else None
-        if f is None or t is None:
-            raise NotLocal(f"column {name}")
-        if name.lower() in parts:
-            raw = next((v for k, v in (add.partition_values or {}).items() if k.lower() == name.lower()), None)
-            value = io.parse_partition_value(raw, f.data_type, table=snap.table_path, column=name)
-            col = pa.repeat(pa.scalar(value, t), n)
-        elif name in have:
-            col = data.column(name)
-            if col.type != t:
-                try:
-                    col = col.cast(t, safe=True)
-                except (pa.ArrowException, ValueError):
-                    raise NotLocal(f"{add.path}: column {name} is {col.type}") from None
-        else:
-            if any(h.lower() == name.lower() for h in have):
-                raise NotLocal(f"{add.path}: column {name} stored under another case")
-            col = pa.nulls(n, t)
-        arrays.append(col)
-        fields.append(pa.field(name, t))
-    table = pa.Table.from_arrays(arrays, schema=pa.schema(fields)) if arrays else pa.table({"__n": pa.nulls(n)})
-    positions = np.arange(n, dtype=np.int64)
-    if add.deletion_vector is not None:
-        deleted = read_deletion_vector(local.path, add.deletion_vector).to_numpy().astype(np.int64)
-        keep = np.ones(n, dtype=bool)
-        keep[deleted[deleted < n]] = False
-        table = table.filter(pa.array(keep))
-        positions = positions[keep]
+        value = local.partition_scalar(add, name)
+        if value is not None:
+            table = table.append_column(pa.field(name, value.type), pa.repeat(value, len(positions)))
     return table, positions
 

@@ -26,7 +26,7 @@ from serialake.core.actions import AddFile
 from serialake.core.deletion_vectors import RowIndexSet
 from serialake.core.snapshot import Snapshot
 from serialake.spark import io
-from serialake.spark.arrow_files import LocalTable, NotLocal, arrow_type, io_threads
+from serialake.spark.arrow_files import LocalTable, NotLocal, io_threads
 
 __all__ = ["compile_assignments", "delete_rows", "update_rows"]
 
@@ -103,20 +103,10 @@ def update_rows(
 
 def _reference(local: LocalTable, rows: Any, add: AddFile, ref: V.Ref) -> Any:
     """A referenced column over ``rows``: a data column, or the file's partition value."""
-    import pyarrow as pa
-
-    snap = local.snap
-    f = snap.schema.field(ref.name)
+    f = local.snap.schema.field(ref.name)
     assert f is not None
-    for p in snap.partition_columns:
-        if p.lower() == f.name.lower():
-            raw = next((v for k, v in (add.partition_values or {}).items() if k.lower() == p.lower()), None)
-            t = arrow_type(f.data_type)
-            if t is None:
-                raise NotLocal(f"partition column {p} has type {f.data_type.simple_string()}")
-            value = io.parse_partition_value(raw, f.data_type, table=snap.table_path, column=p)
-            return pa.scalar(value, t)
-    return rows.column(f.name)
+    value = local.partition_scalar(add, f.name)
+    return rows.column(f.name) if value is None else value
 
 
 def _rewrite_each(

@@ -284,7 +284,8 @@ class _MergeRun:
         if sum(f.size or 0 for f in self.files) > limit:
             return None
         try:
-            outcome = local_merge.execute(mp, self.files, self.local_source, self._multiple_match_error)
+            outcome = local_merge.execute(mp, self.files, self.local_source, self._multiple_match_error,
+                                          dvs=uses_deletion_vectors(self.snap))
         except NotLocal:
             return None
         self.scan_ms = elapsed_ms(self.start)
@@ -358,19 +359,22 @@ class _MergeRun:
                 f = self.snap.schema.field(t_side.name)
                 if f is None or f.name.lower() in parts or f.name.lower() in seen:
                     continue
-                values = self._distinct_source_values(s_side)
-                if values is None:
-                    key_range = self._source_range(s_side)
-                    if key_range is None:
-                        continue
+                read = self._key_read(f.name, s_side)
+                if read is not None:
                     seen.add(f.name.lower())
-                    low, high = key_range
-                    out.append(P.conjunction([P.Comparison(">=", P.Column(f.name), low),
-                                              P.Comparison("<=", P.Column(f.name), high)]))
-                    continue
-                seen.add(f.name.lower())
-                out.append(P.In(P.Column(f.name), tuple(values)) if values else P.FALSE)
+                    out.append(read)
         return out
+
+    def _key_read(self, target: str, source_key: P.Column) -> P.Expr | None:
+        """``target IN (source values)``, else ``target BETWEEN min AND max`` of the source key."""
+        values = self._distinct_source_values(source_key)
+        if values is not None:
+            return P.In(P.Column(target), tuple(values)) if values else P.FALSE
+        key_range = self._source_range(source_key)
+        if key_range is None:
+            return None
+        low, high = key_range
+        return P.conjunction([P.Comparison(">=", P.Column(target), low), P.Comparison("<=", P.Column(target), high)])
 
     def _source_range(self, col: P.Column) -> tuple[P.Literal, P.Literal] | None:
         """``(min, max)`` of a source key with too many values for an IN list: prunes target files by stats.
@@ -380,18 +384,24 @@ class _MergeRun:
         """
         if self.local_source is not None:
             return self._local_source_range(col)
+        found = self._source_key(col)
+        if found is None:
+            return None
+        keys, data_type = found
+        row = keys.agg(F.min("k").alias("lo"), F.max("k").alias("hi")).collect()[0]
+        if row["lo"] is None:
+            return None
+        return _literal(row["lo"], data_type), _literal(row["hi"], data_type)
+
+    def _source_key(self, col: P.Column) -> tuple[DataFrame, T.DataType] | None:
+        """The source key column as a one-column DataFrame ``k`` and its type (None: odd type or name)."""
         name = ".".join(io.quote_name(p) for p in [*(col.qualifier.split(".") if col.qualifier else []), col.name])
         try:
             keys = self.source.select(F.col(name).alias("k"))
         except AnalysisException:
             return None
         data_type = keys.schema.fields[0].dataType
-        if not isinstance(data_type, _KEY_TYPES):
-            return None
-        row = keys.agg(F.min("k").alias("lo"), F.max("k").alias("hi")).collect()[0]
-        if row["lo"] is None:
-            return None
-        return _literal(row["lo"], data_type), _literal(row["hi"], data_type)
+        return (keys, data_type) if isinstance(data_type, _KEY_TYPES) else None
 
     def _is_target_column(self, col: P.Column, is_target: Any) -> bool:
         if col.qualifier is None:
@@ -402,14 +412,10 @@ class _MergeRun:
         """Distinct non-NULL values of a source column as literals, or None (too many, odd type)."""
         if self.local_source is not None:
             return self._local_distinct_values(col)
-        name = ".".join(io.quote_name(p) for p in [*(col.qualifier.split(".") if col.qualifier else []), col.name])
-        try:
-            keys = self.source.select(F.col(name).alias("k"))
-        except AnalysisException:
+        found = self._source_key(col)
+        if found is None:
             return None
-        data_type = keys.schema.fields[0].dataType
-        if not isinstance(data_type, _KEY_TYPES):
-            return None
+        keys, data_type = found
         rows = keys.where(F.col("k").isNotNull()).distinct().limit(MAX_KEY_VALUES + 1).collect()
         if len(rows) > MAX_KEY_VALUES:
             return None

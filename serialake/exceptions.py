@@ -235,5 +235,6 @@ class ConcurrentDeleteDeleteException(DeltaConcurrentModificationException):
 
     default_help = (
         "Another operation (often a concurrent OPTIMIZE or DELETE) removed the same file. Retry; "
-        "do not run two compactions over the same partitions at once."
+        "do not run two compactions over the same partitions at once (with deletion vectors "
+        "enabled, bin-packing compactions do not conflict with each other or with DML)."
     )

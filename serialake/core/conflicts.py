@@ -9,7 +9,10 @@ Where we go further than OSS Delta (by design, see conflict-matrix.md):
 - a winner's ``dataChange=false`` adds and removes (compaction) rearrange rows without
   changing them, so they never count as new rows or as deleted-while-read;
 - an add whose path the same winner also removes (a deletion-vector update of a file
-  that existed) brings no new rows, so it is not an append candidate.
+  that existed) brings no new rows, so it is not an append candidate;
+- with deletion vectors, a compaction meeting a compaction or a DML on the same file is
+  rebased by rows through the ``serialake.compactedFrom`` mapping (docs/concurrency.md,
+  "Compactions"); a compaction left with nothing to write commits nothing.
 """
 
 from __future__ import annotations
@@ -123,6 +126,19 @@ class ReadPredicate:
     whole_table: bool = False
     expr: Any = None  # the full predicate (data columns too), for row-level checks
     may_match_stats: Callable[[Mapping[str, str | None], Any], bool] | None = None
+    # The operation's own condition on rows the driver leaves undecided (see row_level.RowEvaluator).
+    row_evaluator: RL.RowEvaluator | None = None
+
+
+@dataclass(frozen=True)
+class MatchedRows:
+    """The live rows of one file that matched the transaction's reads, declared by the operation.
+
+    Positions are physical rows of the file as read: with ``base``'s deletion vector.
+    """
+
+    base: AddFile
+    rows: RowIndexSet
 
 
 @dataclass
@@ -150,6 +166,9 @@ class TransactionInfo:
     compaction_carry: bool = False  # deletion vectors on: deletes carry over compactions
     reader: Any = None  # row_level.RowReader, to evaluate predicates on rows
     compaction_bases: dict[str, Any] = field(default_factory=dict)  # our compaction inputs' base vectors
+    matched_rows: dict[str, MatchedRows] = field(default_factory=dict)  # path -> rows our reads matched
+    rebased_away: bool = False  # a rebase dropped actions whose work a winner had already done
+    rebase_dvs: list[Any] = field(default_factory=list)  # vectors rebasing wrote (deleted when dropped)
 
     def __post_init__(self) -> None:
         for a in self.actions:
@@ -163,6 +182,11 @@ class TransactionInfo:
     @property
     def adds(self) -> list[AddFile]:
         return [a for a in self.actions if isinstance(a, AddFile)]
+
+    @property
+    def nothing_left(self) -> bool:
+        """Rebasing dropped every action (not the commitInfo): the winners already did this work."""
+        return self.rebased_away and all(isinstance(a, CommitInfo) for a in self.actions)
 
     def replace_actions(self, drop: set[int], new: list[Action]) -> None:
         """Rebase: drop actions (by identity) and append new ones, keeping ``removes`` in sync."""
@@ -215,6 +239,8 @@ def _check_protocol(info: TransactionInfo, w: WinnerSummary) -> TransactionInfo:
             )
         )
     if info.protocol is not None:
+        if replaces_table(w.operation) and replaces_table(_own_operation(info)):
+            return _raise(_replaced_concurrently(info, w))
         return _raise(
             _fail(
                 ProtocolChangedException,
@@ -243,6 +269,29 @@ def _check_protocol(info: TransactionInfo, w: WinnerSummary) -> TransactionInfo:
     return replace(info, read_protocol=w.protocol)
 
 
+def replaces_table(operation: str | None) -> bool:
+    """Whether a commit's operation creates or replaces the whole table (CREATE / REPLACE TABLE ...)."""
+    op = (operation or "").upper()
+    return op.startswith(("CREATE", "REPLACE"))
+
+
+def _own_operation(info: TransactionInfo) -> str | None:
+    ci = next((a for a in info.actions if isinstance(a, CommitInfo)), None)
+    return ci.operation if ci is not None else None
+
+
+def _replaced_concurrently(info: TransactionInfo, w: WinnerSummary) -> DeltaConcurrentModificationException:
+    return _fail(
+        ProtocolChangedException,
+        f"The table was created or replaced concurrently by a {w.operation} commit while this "
+        f"{_own_operation(info)} was running.",
+        info,
+        w,
+        help="Two jobs created or replaced this table at the same time: only one can. Re-run this one if its "
+        "table should win, after checking what the other wrote.",
+    )
+
+
 def _allowed_metadata_change(before: Metadata | None, after: Metadata) -> bool:
     if before is None:
         return False
@@ -265,6 +314,8 @@ def _allowed_metadata_change(before: Metadata | None, after: Metadata) -> bool:
 def _check_metadata(info: TransactionInfo, w: WinnerSummary) -> TransactionInfo:
     if w.metadata is None:
         return info
+    if info.metadata is not None and replaces_table(w.operation) and replaces_table(_own_operation(info)):
+        _raise(_replaced_concurrently(info, w))  # e.g. a winner that wrote no protocol action
     if info.metadata is None and _allowed_metadata_change(info.read_metadata, w.metadata):
         return replace(info, read_metadata=w.metadata)
     what = _describe_metadata_change(info.read_metadata, w.metadata)
@@ -411,11 +462,32 @@ def _rows_may_match(info: TransactionInfo, pred: ReadPredicate, add: AddFile) ->
         return True
     if pred.may_match_stats is not None and not pred.may_match_stats(add.partition_values or {}, add.parsed_stats()):
         return False
+    return _any_row_true(info, pred, add, None)
+
+
+def _any_row_true(info: TransactionInfo, pred: ReadPredicate, add: AddFile, rows: RowIndexSet | None) -> bool:
+    """Whether some live row of ``add`` (within ``rows``) satisfies ``pred``; True when undecidable.
+
+    The driver decides what it can (three-valued); the predicate's row evaluator gets the
+    undecided rows. Anything that fails keeps the file-level outcome: a conflict.
+    """
+    evaluator = _guarded(pred.row_evaluator) if pred.row_evaluator is not None else None
     try:
-        return info.reader.any_match(add, [pred.expr])
-    except (RL.CannotEvaluate, OSError, ValueError) as e:  # undecidable: keep the file-level outcome
-        del e
+        return len(RL.resolve_rows(info.reader, add, pred.expr, rows, evaluator)) > 0
+    except (RL.CannotEvaluate, OSError, ValueError):
         return True
+
+
+def _guarded(evaluator: RL.RowEvaluator) -> RL.RowEvaluator:
+    """``evaluator`` with any error turned into ``CannotEvaluate`` (the caller then keeps the conflict)."""
+
+    def run(add: AddFile, rows: RowIndexSet | None) -> RowIndexSet:
+        try:
+            return evaluator(add, rows)
+        except Exception as e:  # noqa: BLE001 - e.g. a Spark job failure: undecided, so a conflict
+            raise RL.CannotEvaluate(f"row evaluator failed on {add.path}: {e}") from e
+
+    return run
 
 
 def _winner_dv_update(w: WinnerSummary, path: str) -> tuple[RemoveFile, AddFile] | None:
@@ -432,7 +504,13 @@ def _newly_deleted(info: TransactionInfo, pair: tuple[RemoveFile, AddFile]) -> A
 
 
 def _row_level_read_ok(info: TransactionInfo, w: WinnerSummary, r: RemoveFile) -> bool:
-    """A winner's DV update of a file we read is harmless if no row it deleted was ours to read."""
+    """A winner's DV update of a file we read is harmless if no row it deleted was ours to read.
+
+    Rows we deleted too are left to the delete-delete check. When the operation declared the
+    rows it matched in this file (``matched_rows``, read with the vector the winner replaced),
+    the other deleted rows are harmless exactly when none of them is among those, whatever the
+    condition. Otherwise every read predicate is evaluated on them (``_any_row_true``).
+    """
     if not info.row_level or info.reader is None or info.read_whole_table:
         return False
     pair = _winner_dv_update(w, r.path)
@@ -445,12 +523,16 @@ def _row_level_read_ok(info: TransactionInfo, w: WinnerSummary, r: RemoveFile) -
             return False
         if own is not None:
             w_deleted = w_deleted - _newly_deleted(info, own)  # same rows: a delete-delete conflict
+        if not len(w_deleted):
+            return True
+        declared = info.matched_rows.get(r.path)
+        if declared is not None and RL.same_dv(declared.base.deletion_vector, r.deletion_vector):
+            return not len(w_deleted & declared.rows)
+        if any(p.expr is None for p in info.read_predicates):
+            return False
         base = AddFile(path=r.path, partition_values=r.partition_values, size=r.size, stats=r.stats,
                        deletion_vector=r.deletion_vector)
-        exprs = [p.expr for p in info.read_predicates if p.expr is not None]
-        if len(exprs) != len(info.read_predicates):
-            return False
-        return not info.reader.any_match(base, exprs, rows=w_deleted)
+        return not any(_any_row_true(info, p, base, w_deleted) for p in info.read_predicates)
     except (RL.CannotEvaluate, OSError, ValueError):
         return False
 
@@ -517,6 +599,14 @@ def _resolve_same_file(info: TransactionInfo, w: WinnerSummary, r: RemoveFile, o
             return _carry_into_compaction(info, w, own, r)
         if theirs is not None and not ours.data_change and info.compaction_carry:
             return _absorb_into_own_compaction(info, theirs, ours)
+        if not info.compaction_carry or own is not None or theirs is not None:
+            return False
+        if not r.data_change and not ours.data_change:
+            return _yield_to_compaction(info, ours)
+        if not r.data_change and not any(a.path == r.path for a in info.adds):
+            return _carry_emptied_into_compaction(info, w, ours, r)
+        if r.data_change and not ours.data_change and not any(a.path == r.path for a in w.adds):
+            return _absorb_emptied_into_own_compaction(info, ours)
     except (RL.CannotEvaluate, OSError, ValueError):
         return False
     return False
@@ -565,9 +655,7 @@ def _carry_into_compaction(
         mine = _newly_deleted(info, own)
         base = RL.dv_rows(info.table, r.deletion_vector)
         mapped = RL.map_rows(base, mine, src.offset)
-        current = RL.dv_rows(info.table, g.deletion_vector)
-        new_dv = RL.write_dv(info.table, current | RowIndexSet.from_iter(mapped))
-        info.replace_actions({id(own[0]), id(own[1])}, [g.remove(), RL.with_dv(g, new_dv)])
+        _mark_in_winner_output(info, g, mapped, {id(own[0]), id(own[1])})
         return True
     return False
 
@@ -590,8 +678,192 @@ def _absorb_into_own_compaction(info: TransactionInfo, theirs: tuple[RemoveFile,
         their_rows = _newly_deleted(info, theirs)
         mapped = RL.map_rows(base, their_rows, src.offset)
         current = RL.dv_rows(info.table, g.deletion_vector)
-        new_g = RL.with_dv(g, RL.write_dv(info.table, current | RowIndexSet.from_iter(mapped)))
+        new_g = RL.with_dv(g, _write_dv(info, current | RowIndexSet.from_iter(mapped)))
         # Remove the file as the winner left it (its new vector), still without changing data.
         info.replace_actions({id(ours), id(g)}, [theirs[1].remove(data_change=False), new_g])
+        _discard_dropped_dvs(info)
         return True
     return False
+
+
+# -- compactions meeting compactions, and files emptied by a DML --------------------------------
+
+
+def _is_compaction(info: TransactionInfo) -> bool:
+    """Every file action of the transaction leaves the data unchanged (OPTIMIZE, REORG)."""
+    return all(not a.data_change for a in info.actions if isinstance(a, (AddFile, RemoveFile)))
+
+
+def _yield_to_compaction(info: TransactionInfo, ours: RemoveFile) -> bool:
+    """A winning compaction also compacted our input F (same base vector): drop our outputs holding F.
+
+    Each of our outputs whose ``compactedFrom`` lists F goes, with our removes of all its
+    inputs: F's rows live in the winner's output, the other inputs stay as they are.
+    """
+    if not _is_compaction(info):
+        return False
+    outputs = [g for g in info.adds if any(s.path == ours.path for s in RL.compaction_sources(g) or ())]
+    if not outputs:
+        return False  # no row mapping (e.g. ZORDER): which output holds F is unknown
+    inputs = {s.path for g in outputs for s in RL.compaction_sources(g) or ()}
+    drop = {id(g) for g in outputs} | {id(r) for r in info.removes.values() if r.path in inputs}
+    _rebase_away(info, drop, [])
+    return True
+
+
+def _own_output_of(info: TransactionInfo, ours: RemoveFile) -> tuple[AddFile, RL.CompactionSource] | None:
+    """Our compaction output holding input ``ours``, if its mapping was made from our base vector."""
+    for g in info.adds:
+        src = next((s for s in RL.compaction_sources(g) or () if s.path == ours.path), None)
+        if src is None:
+            continue
+        if ours.path not in info.compaction_bases:
+            if src.dv_id != ours.dv_id:
+                return None
+            info.compaction_bases[ours.path] = RL.dv_rows(info.table, ours.deletion_vector)
+        return g, src
+    return None
+
+
+def _absorb_emptied_into_own_compaction(info: TransactionInfo, ours: RemoveFile) -> bool:
+    """A winner removed our input F with all its rows (no re-add): they are deleted rows of our output.
+
+    F's rows are marked deleted in the output holding them and our remove of F is dropped
+    (F is gone already). An output left without a live row is dropped; the removes of its
+    other inputs stay, as every row of those was deleted by winners too.
+    """
+    if not _is_compaction(info):
+        return False
+    found = _own_output_of(info, ours)
+    if found is None:
+        return False
+    g, src = found
+    if _live_rows(info, ours, info.compaction_bases[ours.path]) != src.live_rows:
+        return False
+    merged = RL.dv_rows(info.table, g.deletion_vector) | RowIndexSet.from_iter(
+        range(src.offset, src.offset + src.live_rows)
+    )
+    total = g.num_records
+    if total is not None and len(merged) >= total:
+        _rebase_away(info, {id(ours), id(g)}, [])
+    else:
+        new_g = replace(g, deletion_vector=_write_dv(info, merged), stats=_loose_stats(g.stats))
+        _rebase_away(info, {id(ours), id(g)}, [new_g])
+    return True
+
+
+def _carry_emptied_into_compaction(info: TransactionInfo, w: WinnerSummary, ours: RemoveFile, r: RemoveFile) -> bool:
+    """We remove F with all its rows; a winner compacted F into G: mark all of F's rows deleted in G."""
+    for g in w.adds:
+        src = next((s for s in RL.compaction_sources(g) or () if s.path == r.path and s.dv_id == r.dv_id), None)
+        if src is None:
+            continue
+        base = RL.dv_rows(info.table, ours.deletion_vector)
+        if _live_rows(info, ours, base) != src.live_rows:
+            return False
+        _mark_in_winner_output(info, g, range(src.offset, src.offset + src.live_rows), {id(ours)})
+        return True
+    return False
+
+
+def _mark_in_winner_output(info: TransactionInfo, g: AddFile, rows: Any, drop: set[int]) -> None:
+    """Replace actions ``drop`` by marking ``rows`` of a winner's output G deleted.
+
+    One ``remove(G)`` + ``add(G, vector)`` however many of our files G holds; a G left
+    without a live row is only removed.
+    """
+    prior = next((a for a in info.adds if a.path == g.path), None)
+    new: list[Action] = []
+    if prior is not None:
+        drop = drop | {id(prior)}
+    elif g.path in info.removes:  # we already remove G whole: its rows are gone
+        info.replace_actions(drop, [])
+        return
+    else:
+        new.append(g.remove())
+    merged = RL.dv_rows(info.table, (prior or g).deletion_vector) | RowIndexSet.from_iter(rows)
+    total = g.num_records
+    if total is None or len(merged) < total:
+        dv = _write_dv(info, merged)
+        new.append(replace(g, deletion_vector=dv, data_change=True, stats=_loose_stats(g.stats)))
+    info.replace_actions(drop, new)
+    _discard_dropped_dvs(info)
+
+
+def _live_rows(info: TransactionInfo, f: RemoveFile, base: Any) -> int | None:
+    """Rows of ``f`` not in ``base`` (deleted rows): numRecords from stats, else the Parquet footer."""
+    n = f.num_records
+    if n is None:
+        import os
+
+        import pyarrow.parquet as pq
+
+        from serialake.core.actions import decode_path
+
+        path = decode_path(f.path)
+        try:
+            n = pq.read_metadata(path if os.path.isabs(path) else os.path.join(info.table, path)).num_rows
+        except (OSError, ValueError):
+            return None
+    return n - len(base)
+
+
+def _write_dv(info: TransactionInfo, rows: Any) -> Any:
+    """A new deletion vector of ``rows``, remembered so that it is deleted if rebasing drops it."""
+    dv = RL.write_dv(info.table, rows)
+    info.rebase_dvs.append(dv)
+    return dv
+
+
+def _discard_dropped_dvs(info: TransactionInfo) -> None:
+    """Delete the vectors rebasing wrote that no action of ours references any more (never committed)."""
+    import os
+
+    from serialake.core.deletion_vectors import dv_absolute_path
+
+    used = {a.dv_id for a in info.adds}
+    for dv in [d for d in info.rebase_dvs if d.unique_id not in used]:
+        info.rebase_dvs.remove(dv)
+        path = dv_absolute_path(info.table, dv) if dv.storage_type == "u" else None
+        if path:
+            try:
+                os.remove(path)
+            except OSError:
+                pass
+
+
+def _rebase_away(info: TransactionInfo, drop: set[int], new: list[Action]) -> None:
+    """Drop our compaction's actions whose work the winners did; recount its file metrics."""
+    info.replace_actions(drop, new)
+    info.rebased_away = True
+    _discard_dropped_dvs(info)
+    ci = info.actions[0] if info.actions else None
+    metrics = ci.values.get("operationMetrics") if isinstance(ci, CommitInfo) else None
+    if not isinstance(ci, CommitInfo) or not isinstance(metrics, dict):
+        return
+    adds = info.adds
+    removes = list(info.removes.values())
+    counts = {
+        "numAddedFiles": len(adds),
+        "numFilesAdded": len(adds),
+        "numRemovedFiles": len(removes),
+        "numFilesRemoved": len(removes),
+        "numAddedBytes": sum(a.size or 0 for a in adds),
+        "numRemovedBytes": sum(r.size or 0 for r in removes),
+        "numDeletionVectorsRemoved": sum(1 for r in removes if r.deletion_vector is not None),
+    }
+    recounted = {k: str(counts[k]) if k in counts else v for k, v in metrics.items()}
+    info.actions[0] = CommitInfo({**ci.values, "operationMetrics": recounted})
+
+
+def _loose_stats(stats: str | None) -> str | None:
+    """Stats of a file that gets a deletion vector: its bounds may be wider than its live rows."""
+    import json
+
+    try:
+        value = json.loads(stats) if stats else None
+    except ValueError:
+        return stats
+    if not isinstance(value, dict):
+        return stats
+    return json.dumps({**value, "tightBounds": False}, separators=(",", ":"))

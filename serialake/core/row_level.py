@@ -12,8 +12,12 @@ the transaction read:
 - rows a winner deleted or added are checked against the transaction's read predicates,
   by evaluating them on the rows themselves (Parquet via pyarrow).
 
-Anything that cannot be decided exactly (a file that cannot be read, an expression we do
-not evaluate) keeps the file-level outcome: a conflict.
+Evaluation is three-valued per row (``RowReader.evaluate``): a part of a predicate the driver
+does not compute exactly as Spark does (``inexact_reason``: UDFs, ``Unknown`` nodes, floats...)
+may be TRUE, FALSE or NULL, and Kleene logic decides the rows where the whole predicate is
+certainly TRUE or certainly not TRUE (``id = 5 AND f(x)`` on a row with ``id = 7``). The rest
+are undecided: a ``RowEvaluator`` (Spark, supplied by the caller) decides them, or else they
+keep the file-level outcome: a conflict.
 """
 
 from __future__ import annotations
@@ -22,7 +26,8 @@ import json
 import os
 import re
 from dataclasses import dataclass, replace
-from typing import Any, Mapping, Sequence
+from functools import lru_cache
+from typing import Any, Callable, Mapping, Sequence
 
 from serialake.core import predicates as P
 from serialake.core import properties as props
@@ -122,6 +127,19 @@ class CannotEvaluate(Exception):
     """The predicate or the file cannot be evaluated exactly here."""
 
 
+RowEvaluator = Callable[[AddFile, Any], Any]
+"""``(file, rows or None for all) -> RowIndexSet``: the live rows among ``rows`` where a condition
+is TRUE, computed elsewhere (Spark) for rows the driver cannot decide. Errors mean "undecided"."""
+
+
+@dataclass(frozen=True)
+class RowVerdict:
+    """A predicate on the live rows of one file: where it is certainly TRUE, and where it may be."""
+
+    true: Any  # RowIndexSet: rows where the predicate is TRUE
+    undecided: Any  # RowIndexSet: rows where it may be TRUE but is not known to be (other rows: not TRUE)
+
+
 @dataclass
 class RowReader:
     """Evaluates read predicates on the rows of data files (pyarrow; no Spark)."""
@@ -157,14 +175,17 @@ class RowReader:
             wanted.append(real)
         return pq.read_table(full, columns=wanted)
 
-    def matching_rows(self, add: AddFile, expr: Any, rows: Any = None) -> Any:
-        """Physical row indexes of ``add`` (restricted to ``rows`` if given) where ``expr`` is TRUE."""
+    def evaluate(self, add: AddFile, expr: Any, rows: Any = None) -> RowVerdict:
+        """Three-valued ``expr`` on the live rows of ``add`` (restricted to ``rows`` if given).
+
+        Only the columns of the parts evaluated exactly are read. Raises ``CannotEvaluate``
+        when the file itself cannot be read here.
+        """
         import numpy as np
-        import pyarrow.compute as pc
 
         from serialake.core.deletion_vectors import RowIndexSet
 
-        cols = {name for _, name in P.column_refs(expr)}
+        cols = {name for part in _exact_parts(expr, self.schema) for _, name in P.column_refs(part)}
         table = self._table(add, cols)
         n = add.num_records if table.num_columns == 0 else table.num_rows
         if n is None:
@@ -177,19 +198,28 @@ class RowReader:
         else:
             idx = None
             count = n
-        mask = _eval(expr, table, count, add.partition_values or {}, self.schema, self.partition_columns)
-        if isinstance(mask, bool) or mask is None:
-            hit = np.arange(count) if mask is True else np.zeros(0, dtype=np.int64)
-        else:
-            filled = pc.fill_null(mask, False)
-            hit = np.nonzero(filled.to_numpy(zero_copy_only=False))[0]
+        possible = _possible(expr, table, count, add.partition_values or {}, self.schema, self.partition_columns)
+        true = np.nonzero(possible == _T)[0]
+        undecided = np.nonzero(((possible & _T) != 0) & (possible != _T))[0]
         if idx is not None:
-            hit = idx[hit]
+            true, undecided = idx[true], idx[undecided]
         # Rows already deleted by the file's vector are not part of the table.
-        result = RowIndexSet.from_iter(hit.astype("uint64"))
-        if add.deletion_vector is not None:
-            result = result - dv_rows(self.table_path, add.deletion_vector)
-        return result
+        gone = dv_rows(self.table_path, add.deletion_vector) if add.deletion_vector is not None else None
+        out = []
+        for hit in (true, undecided):
+            found = RowIndexSet.from_iter(hit.astype("uint64"))
+            out.append(found - gone if gone is not None else found)
+        return RowVerdict(out[0], out[1])
+
+    def matching_rows(self, add: AddFile, expr: Any, rows: Any = None) -> Any:
+        """Physical row indexes of ``add`` (restricted to ``rows`` if given) where ``expr`` is TRUE.
+
+        Raises ``CannotEvaluate`` when a live row cannot be decided exactly here.
+        """
+        verdict = self.evaluate(add, expr, rows)
+        if len(verdict.undecided):
+            raise CannotEvaluate(f"{add.path}: {inexact_reason(expr, self.schema)}")
+        return verdict.true
 
     def any_match(self, add: AddFile, exprs: Sequence[Any], rows: Any = None) -> bool:
         """Whether some (live) row of ``add`` (within ``rows``) satisfies any of ``exprs``."""
@@ -409,6 +439,126 @@ def _arr(v: Any, n: int) -> Any:
     if isinstance(v, pa.Scalar):
         return pa.repeat(v, n)
     return pa.array([v] * n) if n else pa.array([], type=pa.bool_() if isinstance(v, bool) or v is None else None)
+
+
+# -- three-valued evaluation: per row, the set of values a predicate may take ------------------
+_T, _F, _N = 1, 2, 4  # TRUE, FALSE, NULL as bits; a row's possible values are their union
+_ALL = _T | _F | _N
+
+
+def _kleene_table(op: Callable[[bool | None, bool | None], bool | None]) -> Any:
+    """``table[a, b]``: the possible values of ``op(x, y)`` for x in set ``a`` and y in set ``b``."""
+    import numpy as np
+
+    bits = {True: _T, False: _F, None: _N}
+    table = np.zeros((8, 8), np.uint8)
+    for a in range(8):
+        for b in range(8):
+            for va, ba in bits.items():
+                for vb, bb in bits.items():
+                    if a & ba and b & bb:
+                        table[a, b] |= bits[op(va, vb)]
+    return table
+
+
+def _and3(a: bool | None, b: bool | None) -> bool | None:
+    if a is False or b is False:
+        return False
+    return None if a is None or b is None else True
+
+
+def _or3(a: bool | None, b: bool | None) -> bool | None:
+    if a is True or b is True:
+        return True
+    return None if a is None or b is None else False
+
+
+@lru_cache(maxsize=None)
+def _kleene(name: str) -> Any:
+    """The lookup table of ``and`` / ``or`` (8x8) or ``not`` (8) over sets of values."""
+    import numpy as np
+
+    if name == "not":
+        return np.array([(m & _N) | (_F if m & _T else 0) | (_T if m & _F else 0) for m in range(8)], np.uint8)
+    return _kleene_table(_and3 if name == "and" else _or3)
+
+
+def _exact_parts(expr: Any, schema: Any) -> list[Any]:
+    """The largest subexpressions of ``expr`` that ``_eval`` computes exactly as Spark does."""
+    if inexact_reason(expr, schema) is None:
+        return [expr]
+    if isinstance(expr, (P.And, P.Or)):
+        return [part for a in expr.args for part in _exact_parts(a, schema)]
+    if isinstance(expr, P.Not):
+        return _exact_parts(expr.arg, schema)
+    return []
+
+
+def _possible(expr: Any, table: Any, n: int, pv: Mapping[str, str | None], schema: Any, parts: Sequence[str]) -> Any:
+    """Per row, the values ``expr`` may take as bits (a numpy uint8 array of ``n``).
+
+    Exact parts (``inexact_reason`` is None) give their one value; anything else may be TRUE,
+    FALSE or NULL; AND / OR / NOT combine the sets with Kleene logic.
+    """
+    import numpy as np
+
+    if inexact_reason(expr, schema) is None:
+        try:
+            return _bits(_eval(expr, table, n, pv, schema, parts), n)
+        except CannotEvaluate:
+            return np.full(n, _ALL, np.uint8)
+    if isinstance(expr, (P.And, P.Or)):
+        op = _kleene("and" if isinstance(expr, P.And) else "or")
+        out = _possible(expr.args[0], table, n, pv, schema, parts)
+        for a in expr.args[1:]:
+            out = op[out, _possible(a, table, n, pv, schema, parts)]
+        return out
+    if isinstance(expr, P.Not):
+        return _kleene("not")[_possible(expr.arg, table, n, pv, schema, parts)]
+    return np.full(n, _ALL, np.uint8)
+
+
+def _bits(value: Any, n: int) -> Any:
+    """An exact result of ``_eval`` (Arrow booleans or a Python constant) as one value bit per row."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if value is True or value is False or value is None:
+        return np.full(n, _T if value is True else _F if value is False else _N, np.uint8)
+    arr = _arr(value, n)
+    if arr.type != pa.bool_() or len(arr) != n:
+        raise CannotEvaluate(f"predicate of type {arr.type}")
+    out = np.where(pc.fill_null(arr, False).to_numpy(zero_copy_only=False), _T, _F).astype(np.uint8)
+    if arr.null_count:
+        out[pc.is_null(arr).to_numpy(zero_copy_only=False)] = _N
+    return out
+
+
+def resolve_rows(
+    reader: RowReader, add: AddFile, expr: Any, rows: Any = None, evaluator: RowEvaluator | None = None
+) -> Any:
+    """Live rows of ``add`` (within ``rows``) where ``expr`` is TRUE: decided on the driver, else by ``evaluator``.
+
+    ``evaluator`` gets only the rows the driver left undecided (all of ``rows`` when the file
+    cannot be read here) and evaluates the operation's own condition, which may be narrower
+    than ``expr`` (TRUE only where ``expr`` is). Without one, undecided rows raise
+    ``CannotEvaluate``; the evaluator's errors propagate.
+    """
+    import pyarrow as pa
+
+    try:
+        verdict = reader.evaluate(add, expr, rows)
+    except (CannotEvaluate, OSError, ValueError, pa.ArrowException):
+        if evaluator is None:
+            raise
+        found = evaluator(add, rows)
+        return found & rows if rows is not None else found
+    if not len(verdict.undecided):
+        return verdict.true
+    if evaluator is None:
+        raise CannotEvaluate(f"{add.path}: {inexact_reason(expr, reader.schema)}")
+    return verdict.true | (evaluator(add, verdict.undecided) & verdict.undecided)
 
 
 def _arrow_types() -> dict[str, Any]:

@@ -33,7 +33,7 @@ from serialake.core.actions import (
     actions_to_jsonl,
     now_ms,
 )
-from serialake.core.conflicts import ReadPredicate, TransactionInfo, WinnerSummary, check_winner
+from serialake.core.conflicts import MatchedRows, ReadPredicate, TransactionInfo, WinnerSummary, check_winner
 from serialake.exceptions import (
     CommitFailedError,
     CommitOutcomeUnknownError,
@@ -45,10 +45,14 @@ from serialake.exceptions import (
 )
 
 if TYPE_CHECKING:
+    from serialake.core.deletion_vectors import RowIndexSet
     from serialake.core.log import DeltaLog
+    from serialake.core.row_level import RowEvaluator
     from serialake.core.snapshot import Snapshot
 
 VERSION = "serialake"
+
+READ_TABLES_KEY = "serialake.readTables"  # commitInfo: tables (and versions) a write was computed from
 
 COMMIT_MAX_ATTEMPTS = "commit.max-attempts"
 COMMIT_MAX_ATTEMPTS_DEFAULT = 10_000
@@ -71,13 +75,30 @@ class CommitOptions:
 
 
 @dataclass(frozen=True)
+class HistoryRead:
+    """A read of the table at a version before the transaction's own (see ``record_read``)."""
+
+    version: int
+    predicate: ReadPredicate
+    files: dict[str, AddFile]
+    metadata: Metadata
+    protocol: Protocol
+
+
+@dataclass(frozen=True)
 class CommitResult:
-    """What a successful commit did: its version, attempts, and the winners it rebased over."""
+    """What a successful commit did: its version, attempts, and the winners it rebased over.
+
+    ``work_already_done``: rebasing over the winners left nothing to write (e.g. a compaction
+    whose every output a concurrent compaction already made); no version was written and
+    ``version`` is the latest winner checked, the version that already reflects the work.
+    """
 
     version: int
     attempts: int
     winners_checked: int
     duration_s: float
+    work_already_done: bool = False
 
 
 class OptimisticTransaction:
@@ -103,7 +124,15 @@ class OptimisticTransaction:
         self.read_files: dict[str, AddFile] = {}
         self.read_whole = False
         self.read_app_ids: set[str] = set()
+        self.matched_rows: dict[str, MatchedRows] = {}  # see record_matched_rows
+        # Reads of this table made at earlier versions (a DataFrame read before the transaction
+        # started): checked against every commit after their own version, not only after ours.
+        self.history_reads: list[HistoryRead] = []
+        # Other tables (and time-travel reads of this one) read to compute the write: path -> versions.
+        self.table_reads: dict[str, set[int]] = {}
         self.committed: CommitResult | None = None
+        # The actions of the commit as written, after rebasing ([] when nothing was written).
+        self.committed_actions: list[Action] | None = None
         self.start_time = time.monotonic()
 
     # -- what the transaction sees -----------------------------------------------
@@ -124,8 +153,13 @@ class OptimisticTransaction:
     def is_new_table(self) -> bool:
         return self.snapshot is None
 
-    def update_metadata(self, metadata: Metadata) -> None:
-        """Replace the table metadata in this commit (schema, partitioning, properties)."""
+    def update_metadata(self, metadata: Metadata, *, replace_table: bool = False) -> None:
+        """Replace the table metadata in this commit (schema, partitioning, properties).
+
+        ``replace_table``: this commit creates or replaces the whole table (CREATE [OR
+        REPLACE] TABLE): it writes the protocol too, as Delta does, so that a concurrent
+        creation or replacement fails with ``ProtocolChangedException``.
+        """
         if self.committed:
             raise DeltaIllegalArgumentException("Transaction already committed")
         conf = props.validate_properties(metadata.configuration, table=self.table_path)
@@ -146,7 +180,7 @@ class OptimisticTransaction:
         self._new_metadata = metadata
         base = self.protocol
         needed = features.required_protocol(conf, base=base)
-        if base is None or needed != base:
+        if base is None or needed != base or replace_table:
             self._new_protocol = needed
 
     def update_protocol(self, protocol: Protocol) -> None:
@@ -162,11 +196,16 @@ class OptimisticTransaction:
         return props.isolation_level(meta.configuration if meta else {})
 
     # -- reads ------------------------------------------------------------------
-    def filter_files(self, predicates: Sequence[Any] | None = None) -> list[AddFile]:
+    def filter_files(
+        self, predicates: Sequence[Any] | None = None, *, row_evaluator: RowEvaluator | None = None
+    ) -> list[AddFile]:
         """Files that may hold rows matching ``predicates`` (SQL strings or parsed expressions).
 
         Records the partition part of the predicates as read (data-column parts widen it,
         as Delta does) and the returned files as read. ``[]`` or None reads everything.
+        ``row_evaluator`` computes the operation's actual condition on rows of a file where
+        row-level conflict checks cannot decide ``predicates`` exactly (e.g. with Spark, for
+        a UDF); it must be TRUE only where ``predicates`` may be.
         """
         from serialake.core import predicates as P
 
@@ -193,6 +232,7 @@ class OptimisticTransaction:
                     whole_table=_is_true(part_expr),
                     expr=full,
                     may_match_stats=match_full,
+                    row_evaluator=row_evaluator,
                 )
             )
         else:
@@ -211,6 +251,56 @@ class OptimisticTransaction:
         for f in files:
             self.read_files[f.path] = f
         return files
+
+    def record_read(self, predicates: Sequence[Any] | None = None, *, version: int | None = None) -> list[AddFile]:
+        """Record a read of this table made outside the transaction, e.g. a DataFrame feeding the write.
+
+        ``version`` is the version the read saw. At the transaction's own version (or later,
+        or None) this is ``filter_files``. At an earlier version the read is also checked
+        against every commit after that version (conflict checks run from there), so a
+        DataFrame read before the transaction started cannot hide a concurrent change.
+        Returns the files (of that version) the read may have used.
+        """
+        if version is None or self.snapshot is None or version >= self.read_version:
+            return self.filter_files(predicates)
+        if version < 0:
+            raise DeltaIllegalArgumentException(f"Table {self.table_path}: a read at version {version}")
+        snap = self.delta_log.snapshot(version=version)
+        pred, files = _planned_read(snap, predicates)
+        self.history_reads.append(HistoryRead(version, pred, {f.path: f for f in files}, snap.metadata, snap.protocol))
+        self.read_predicates.append(pred)
+        if pred.whole_table:
+            self.read_whole = True
+        for f in files:
+            self.read_files.setdefault(f.path, f)
+        return files
+
+    def record_table_read(self, table_path: str, version: int) -> None:
+        """Record that the write was computed from ``table_path`` at ``version`` (kept in commitInfo).
+
+        For other tables, and for time-travel reads of this one: history does not change, so
+        these reads conflict with nothing; ``commitInfo["serialake.readTables"]`` keeps them.
+        """
+        self.table_reads.setdefault(table_path, set()).add(int(version))
+
+    def record_matched_rows(self, rows: Mapping[str, RowIndexSet]) -> None:
+        """Declare, per file read, exactly which live rows matched this transaction's reads.
+
+        ``rows`` maps paths of files returned by ``filter_files`` to physical row indexes
+        (deleted rows excluded); a file scanned without a match maps to an empty set. Only
+        declare files whose every row was evaluated with the full condition of every read.
+        Row-level conflict checks then know that a concurrent deletion of other rows of the
+        file cannot change what was read, whatever the condition. Files not declared keep
+        predicate evaluation. Declaring a file again adds rows.
+        """
+        for path, found in rows.items():
+            base = self.read_files.get(path)
+            if base is None:
+                raise DeltaIllegalArgumentException(
+                    f"Table {self.table_path}: matched rows declared for {path}, a file this transaction did not read"
+                )
+            prev = self.matched_rows.get(path)
+            self.matched_rows[path] = MatchedRows(base, prev.rows | found if prev is not None else found)
 
     def txn_version(self, app_id: str) -> int | None:
         """Last version committed by ``app_id`` (None if never); recorded as read."""
@@ -232,14 +322,20 @@ class OptimisticTransaction:
 
         Raises one of the ``DeltaConcurrentModificationException`` subclasses when a
         concurrent commit conflicts; then nothing of this transaction is in the table.
+        Rebasing may change the actions (``committed_actions`` holds those written); when
+        it leaves none, nothing is written and the version returned is the one that
+        already holds the work (``committed.work_already_done``).
         """
         if self.committed:
             raise DeltaIllegalArgumentException("Transaction already committed")
         started = time.monotonic()
         actions = list(actions)
         info = self._prepare(actions, operation, operation_parameters, operation_metrics, tags, user_metadata)
+        self._check_history_reads(info)
         result = self._commit_loop(info, started)
         self.committed = result
+        if result.work_already_done:
+            return result.version
         meta = info.metadata or info.read_metadata
         self.delta_log.maybe_checkpoint_async(
             result.version, dict(meta.configuration) if meta else {}, base=self.snapshot
@@ -320,6 +416,10 @@ class OptimisticTransaction:
             ci_values = {"inCommitTimestamp": max(ci_values["timestamp"], floor), **ci_values}
         if user_metadata is not None:
             ci_values["userMetadata"] = user_metadata
+        if self.table_reads:
+            ci_values[READ_TABLES_KEY] = [
+                {"table": path, "version": v} for path in sorted(self.table_reads) for v in sorted(self.table_reads[path])
+            ]
         if tags:
             ci_values["tags"] = dict(tags)
         if ci_values["readVersion"] is None:
@@ -348,7 +448,53 @@ class OptimisticTransaction:
             row_level=row_level.enabled(snap.metadata if snap else None),
             compaction_carry=row_level.compaction_enabled(snap.metadata if snap else None),
             reader=row_level.RowReader(table, snap) if snap else None,
+            matched_rows=dict(self.matched_rows),
         )
+
+    def _check_history_reads(self, info: TransactionInfo) -> None:
+        """Check reads made at versions before ours against the commits between them and ours.
+
+        Each commit after a read's version (up to the transaction's own) is checked, in
+        order, with the usual rules, as if the transaction had started at that read.
+        """
+        if not self.history_reads:
+            return
+        first = min(r.version for r in self.history_reads)
+        entries = self.delta_log.commits_after(first, limit=self.read_version - first)
+        if (entries[-1].version if entries else first) < self.read_version:
+            raise CommitFailedError(
+                f"Table {self.table_path}: this write was computed from a read of version {first}, but the "
+                f"commits after it up to version {self.read_version} are no longer in the log (log cleanup), so "
+                "the read cannot be checked against them. Nothing was committed: read the table again and retry."
+            )
+        for entry in entries:
+            reads = [r for r in self.history_reads if r.version < entry.version]
+            if entry.version > self.read_version or not reads:
+                continue
+            files: dict[str, AddFile] = {}
+            for r in reads:
+                files.update(r.files)
+            earliest = min(reads, key=lambda r: r.version)
+            view = replace(
+                info,
+                read_version=earliest.version,
+                read_metadata=earliest.metadata,
+                read_protocol=earliest.protocol,
+                read_predicates=[r.predicate for r in reads],
+                read_files=files,
+                read_whole_table=any(r.predicate.whole_table for r in reads),
+                read_app_ids=set(),
+                is_blind_append=False,
+                # App ids and domains were read at our own version: only data actions matter here.
+                actions=[a for a in info.actions if isinstance(a, (CommitInfo, AddFile, RemoveFile))],
+                removes={},
+                app_ids_written={},
+                domains_written=set(),
+                compaction_bases={},
+                matched_rows={},
+                rebase_dvs=[],
+            )
+            check_winner(view, WinnerSummary.of(entry.version, entry.actions))
 
     def _check_change_data_feed(self, body: list[Action]) -> None:
         """Refuse data-changing removes without change data on a CDF table (readers would misread them)."""
@@ -393,6 +539,7 @@ class OptimisticTransaction:
             try:
                 store.put_if_absent(dlog.commit_path(attempt_version), body)
                 dlog.remember_commit(attempt_version, info.actions)
+                self.committed_actions = list(info.actions)
                 return CommitResult(attempt_version, attempts, checked, time.monotonic() - started)
             except FileAlreadyExistsError:
                 pass
@@ -410,11 +557,15 @@ class OptimisticTransaction:
             for entry in winners:
                 summary = WinnerSummary.of(entry.version, entry.actions)
                 if summary.txn_id == info.txn_id:
+                    self.committed_actions = list(entry.actions)
                     return CommitResult(entry.version, attempts, checked, time.monotonic() - started)
                 info = check_winner(info, summary)
                 _rebase_ict(info, summary)
                 checked += 1
                 last_checked = entry.version
+            if info.nothing_left:  # the winners did all of our work: write nothing
+                self.committed_actions = []
+                return CommitResult(last_checked, attempts, checked, time.monotonic() - started, True)
             attempt_version = last_checked + 1
             elapsed = time.monotonic() - started
             if attempts >= opts.max_attempts or elapsed > opts.max_duration_s:
@@ -444,6 +595,27 @@ class OptimisticTransaction:
 
     def __exit__(self, *exc: Any) -> None:
         return None
+
+
+def _planned_read(snapshot: Snapshot, predicates: Sequence[Any] | None) -> tuple[ReadPredicate, list[AddFile]]:
+    """The read predicate of ``predicates`` over ``snapshot`` and the files it may match there."""
+    from serialake.core import predicates as P
+
+    exprs = [P.parse_predicate(p) if isinstance(p, str) else p for p in (predicates or [])]
+    part_cols = list(snapshot.partition_columns)
+    full = P.conjunction(exprs)
+    part_expr = P.partition_filter(exprs, part_cols)
+    match_part = P.compile_predicate(part_expr, snapshot.schema, part_cols)
+    match_full = P.compile_predicate(full, snapshot.schema, part_cols)
+    files = [f for f in snapshot.all_files if match_full(f.partition_values or {}, f.parsed_stats())]
+    pred = ReadPredicate(
+        P.to_sql(part_expr),
+        lambda pv, _m=match_part: _m(pv, None),
+        whole_table=_is_true(part_expr),
+        expr=full,
+        may_match_stats=match_full,
+    )
+    return pred, files
 
 
 def _is_true(expr: Any) -> bool:

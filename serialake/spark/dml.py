@@ -6,13 +6,15 @@ helpers they share are here. Every operation follows the same shape:
 1. start a core transaction first (the snapshot every later step reads is pinned);
 2. record exactly what it reads: ``txn.filter_files([condition])`` with the target-side
    part of its condition (partition conjuncts become the read predicate, data conjuncts
-   narrow the files by stats and let row-level conflict checks evaluate the read);
+   narrow the files by stats and let row-level conflict checks evaluate the read), and the
+   condition itself, which Spark evaluates on the rows those checks cannot decide (UDFs);
 3. find the files holding at least one matching row with one cheap Spark aggregate on
    ``_file`` (untouched files are neither rewritten nor removed);
 4. change them: copy-on-write (rewrite the touched files without the deleted rows and
    with the updated ones), or, when ``delta.enableDeletionVectors=true``, mark the changed
    rows in a deletion vector (``remove(F, old dv)`` + ``add(F, new dv)``) and write only the
-   new versions of updated rows;
+   new versions of updated rows, and declare which rows of every candidate file matched
+   (``txn.record_matched_rows``: a concurrent delete of other rows then never conflicts);
 5. commit; on a conflict the files written are deleted again.
 
 Spark evaluates conditions and expressions (SQL strings or Columns); the core only ever
@@ -31,6 +33,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
@@ -64,7 +67,7 @@ from serialake.exceptions import (
     DeltaTableNotFoundError,
     UnsupportedFeatureError,
 )
-from serialake.spark import io, local_rewrite
+from serialake.spark import io, local_rewrite, scans
 from serialake.spark.arrow_files import LocalTable, NotLocal, io_threads
 from serialake.spark.write import align_to_schema, check_rows, write_checked_files
 
@@ -110,10 +113,16 @@ BeforeCommit = Callable[[], None] | None
 
 @dataclass
 class DmlResult:
-    """What an operation did: the version it committed (None: nothing to commit) and its metrics."""
+    """What an operation did: the version it committed (None: nothing to commit) and its metrics.
+
+    ``work_already_done_in``: the operation committed nothing because concurrent commits had
+    already done its work (e.g. an OPTIMIZE of files another OPTIMIZE compacted); the version
+    that reflects it. ``version`` is then None.
+    """
 
     version: int | None
     metrics: dict[str, Any] = field(default_factory=dict)
+    work_already_done_in: int | None = None
 
     @property
     def num_affected_rows(self) -> int:
@@ -196,13 +205,28 @@ def resolved_condition_sql(df: DataFrame) -> str | None:
 
 
 def parse_or_true(text: str | None) -> P.Expr:
-    """``text`` parsed, or TRUE (read everything) when it is absent or not understood."""
+    """``text`` parsed, or TRUE (read everything) when it is absent or not understood.
+
+    Spark's SQL for a Python UDF given as a Column names it ``<lambda>(...)``: quoted, it
+    parses (as an ``Unknown`` call), so the rest of the condition still counts.
+    """
     if not text:
         return P.TRUE
     try:
         return P.parse_predicate(text)
     except (P.PredicateError, ValueError, TypeError):
-        return P.TRUE
+        pass
+    quoted = _PYTHON_UDF_CALL.sub(lambda m: m.group(1) or f"`<{m.group(2)}>`(", text)
+    if quoted != text:
+        try:
+            return P.parse_predicate(quoted)
+        except (P.PredicateError, ValueError, TypeError):
+            pass
+    return P.TRUE
+
+
+# A quoted string or identifier (kept as is), or a Python UDF call as Spark prints it: <name>(
+_PYTHON_UDF_CALL = re.compile(r"""('(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*"|`[^`]*`)|<(\w+)>\(""")
 
 
 def target_conjuncts(
@@ -285,6 +309,59 @@ def touched_files(
         rows = RowIndexSet.from_iter(sorted(int(i) for i in r["rows"])) if with_rows else None
         out[add.path] = Touched(add, int(r["n"]), rows)
     return out
+
+
+def declare_matched_rows(
+    txn: OptimisticTransaction, files: Sequence[AddFile], touched: Mapping[str, Touched]
+) -> None:
+    """Declare to ``txn`` the live rows of each of ``files`` its condition matched (none if untouched).
+
+    Only for an operation that evaluated its full condition on every row of ``files`` (all
+    the files its read returned) and knows the rows (deletion vectors): concurrent deletions
+    of other rows of those files then never conflict with its read.
+    """
+    empty = RowIndexSet.from_iter([])
+    rows: dict[str, RowIndexSet] = {}
+    for f in files:
+        t = touched.get(f.path)
+        if t is not None and t.rows is None:
+            return  # rows not known: conflict checks evaluate the condition instead
+        rows[f.path] = t.rows if t is not None else empty
+    txn.record_matched_rows(rows)
+
+
+ROWS_ISIN_MAX = 1000  # more rows to evaluate than this are selected by a semi join, not IN
+
+
+def condition_row_evaluator(
+    spark: SparkSession, snap: Snapshot, cond: Column, alias: str
+) -> row_level.RowEvaluator:
+    """``cond`` evaluated by Spark on some rows of one file, for rows conflict checks cannot decide."""
+
+    def evaluate(add: AddFile, rows: RowIndexSet | None) -> RowIndexSet:
+        return evaluate_condition_rows(spark, snap, cond, alias, add, rows)
+
+    return evaluate
+
+
+def evaluate_condition_rows(
+    spark: SparkSession, snap: Snapshot, cond: Column, alias: str, add: AddFile, rows: RowIndexSet | None
+) -> RowIndexSet:
+    """Live rows of ``add`` (among ``rows``; all when None) where ``cond`` is TRUE: one Spark job."""
+    if rows is not None and not len(rows):
+        return RowIndexSet.from_iter([])
+    df = read_target(spark, snap, [add], alias)
+    if rows is not None:
+        wanted = [int(i) for i in rows.to_numpy()]
+        if len(wanted) <= ROWS_ISIN_MAX:
+            df = df.filter(F.col(ROW_COL).isin(wanted))
+        else:
+            keys = spark.createDataFrame(
+                [(i,) for i in wanted], T.StructType([T.StructField(ROW_COL, T.LongType(), False)])
+            )
+            df = df.join(F.broadcast(keys), ROW_COL, "left_semi").alias(alias)
+    hits = df.filter(is_true(cond)).select(ROW_COL).collect()
+    return RowIndexSet.from_iter(sorted(int(r[0]) for r in hits))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -410,14 +487,38 @@ def commit(
     new_dvs: Sequence[AddFile] = (),
     before_commit: BeforeCommit = None,
 ) -> int:
-    """Run ``before_commit``, commit; when the commit certainly failed, delete the files written."""
+    """Run ``before_commit``, commit; delete the files written that the commit does not reference.
+
+    All of them when the commit certainly failed; after a commit, those that rebasing over
+    concurrent commits dropped (``txn.committed_actions``), e.g. compaction outputs another
+    compaction already made.
+    """
     try:
         if before_commit is not None:
             before_commit()
-        return txn.commit(actions, operation, params, metrics)
+        version = txn.commit(actions, operation, params, metrics)
     except (DeltaConcurrentModificationException, CommitFailedError, DeltaAnalysisException):
         remove_files(txn.table_path, new_files, new_dvs)
         raise
+    _discard_unused(txn, new_files, new_dvs)
+    return version
+
+
+def _discard_unused(txn: OptimisticTransaction, new_files: Sequence[AddFile], new_dvs: Sequence[AddFile]) -> None:
+    """Delete the data and deletion-vector files written for ``txn`` that its commit does not reference."""
+    table = txn.table_path
+    final = [a for a in txn.committed_actions or [] if isinstance(a, AddFile)]
+    used = {a.path for a in final}
+    used_dvs = {dv_absolute_path(table, a.deletion_vector) for a in final if a.deletion_vector is not None}
+    remove_files(
+        table,
+        [f for f in new_files if f.path not in used],
+        [
+            d
+            for d in new_dvs
+            if d.deletion_vector is not None and dv_absolute_path(table, d.deletion_vector) not in used_dvs
+        ],
+    )
 
 
 def json_list(values: Sequence[Any]) -> str:
@@ -507,7 +608,8 @@ def plan_condition(
         exact = _exact_condition(snap, condition, sql, alias)
     expr = parse_or_true(condition if isinstance(condition, str) else sql)
     target = P.conjunction(target_conjuncts(expr, alias, lambda n: snap.schema.field(n) is not None))
-    return PlannedCondition(cond, expr, txn.filter_files([target]), condition_text(condition, sql), exact)
+    files = txn.filter_files([target], row_evaluator=condition_row_evaluator(spark, snap, cond, alias))
+    return PlannedCondition(cond, expr, files, condition_text(condition, sql), exact)
 
 
 def _exact_condition(snap: Snapshot, condition: ConditionLike, sql: str | None, alias: str) -> P.Expr | None:
@@ -671,6 +773,7 @@ def _delete_rows(
     stamp = now_ms()
     if dvs:
         changes = mark_deleted(table, touched.values(), stamp)
+        declare_matched_rows(txn, plan.files, touched)
         metrics = _delete_metrics(
             deleted=deleted,
             files_removed=changes.files_removed,
@@ -850,6 +953,7 @@ def _commit_update(
     if dvs:
         # The old versions of the changed rows get marked deleted.
         marks = mark_deleted(snap.table_path, touched.values(), stamp)
+        declare_matched_rows(txn, plan.files, touched)
         actions: list[Action] = marks.actions + list(adds)
         new_dvs = marks.written
         counts = dict(files_removed=marks.files_removed, bytes_removed=marks.bytes_removed, copied=0,
@@ -1126,10 +1230,12 @@ def run_insert(
     snap = txn.snapshot
     if snap is None:
         raise DeltaTableNotFoundError(f"Cannot INSERT: {log.table_path} is not a Delta table.")
-    if read_predicate is None:
-        txn.read_whole_table()
-    else:
+    # What ``df`` reads (its scans); an explicit predicate, or the whole table if it names none.
+    found = scans.record_scans(txn, df)
+    if read_predicate is not None:
         txn.filter_files([parse_or_true(read_predicate)])
+    elif not any(s.table == snap.table_path and not s.time_travel for s in found):
+        txn.read_whole_table()
     data, _ = align_to_schema(df, snap.schema, table=snap.table_path)
     adds = write_rows(snap, data)
     metrics = {"numFiles": len(adds), "numOutputRows": rows_of(adds), "numOutputBytes": file_bytes(adds)}

@@ -39,7 +39,7 @@ from serialake.core import predicates as P
 from serialake.core.actions import Action, AddFile, now_ms
 from serialake.core.deletion_vectors import RowIndexSet
 from serialake.exceptions import DeltaAnalysisException, DeltaIllegalArgumentException
-from serialake.spark import io, local_merge
+from serialake.spark import io, local_merge, scans
 from serialake.spark.arrow_files import NotLocal
 from serialake.spark.dml import (
     FILE_COL,
@@ -222,6 +222,8 @@ class _MergeRun:
         self.before_commit = before_commit
         self.start = time.monotonic()
         self.txn, self.snap = open_transaction(builder._path, "MERGE")
+        # A source that reads the target (or other tables) is part of the transaction's reads.
+        scans.record_scans(self.txn, self.source)
         self.table = self.snap.table_path
         self.alias = builder._alias or TARGET_ALIAS
         self.cond = to_column(builder._condition, "MERGE condition")

@@ -6,7 +6,8 @@ than the target size into bins of at most that size and rewrites each bin as one
 interleaved z-value of the columns' ranks. Both commit with ``dataChange=false`` (rows
 are rearranged, not changed) and record no reads: concurrent appends never conflict, and
 a concurrent change of an input file fails the OPTIMIZE (or, with deletion vectors, is
-carried over by the core's conflict checker).
+carried over by the core's conflict checker; a concurrent compaction of the same files
+makes it drop those outputs, and commit nothing if none is left).
 
 Row mapping: each compaction output holds the live rows of its inputs in input order
 (inputs in the order recorded, rows in physical order, deleted rows skipped) and carries
@@ -31,7 +32,7 @@ from pyspark.sql import types as T
 
 from serialake.core import predicates as P
 from serialake.core import properties as props
-from serialake.core.actions import Action, AddFile, now_ms
+from serialake.core.actions import Action, AddFile, FileAction, RemoveFile, now_ms
 from serialake.core.row_level import COMPACTED_FROM_TAG
 from serialake.core.snapshot import Snapshot
 from serialake.exceptions import DeltaAnalysisException, DeltaIllegalArgumentException
@@ -53,7 +54,7 @@ from serialake.spark.dml import (
     write_rows,
 )
 
-__all__ = ["DeltaOptimizeBuilder", "MAX_FILE_SIZE_CONF", "MAX_THREADS_CONF", "ZORDER_BITS"]
+__all__ = ["DeltaOptimizeBuilder", "MAX_FILE_SIZE_CONF", "MAX_THREADS_CONF", "ZORDER_BITS", "write_compacted"]
 
 MAX_FILE_SIZE_CONF = "spark.databricks.delta.optimize.maxFileSize"
 MAX_FILE_SIZE_DEFAULT = 1024 * 1024 * 1024
@@ -134,7 +135,7 @@ class DeltaOptimizeBuilder:
         target = self._target_size(snap)
         files = self._selected_files(snap)
         bins = _bins(snap, files, target, self._max_deleted_ratio())
-        adds = self._write_bins(snap, bins)
+        adds = write_compacted(self._spark, snap, bins)
         inputs = [f for b in bins for f in b]
         return self._commit(txn, snap, inputs, adds, files, len(bins), [], start, before_commit)
 
@@ -153,17 +154,6 @@ class DeltaOptimizeBuilder:
         return self._commit(txn, snap, files, adds, files, batches, names, start, before_commit)
 
     # -- planning -----------------------------------------------------------------
-    def _local_max_bytes(self) -> int:
-        text = self._spark.conf.get(LOCAL_MAX_BYTES_CONF, None)
-        if not text:
-            return LOCAL_MAX_BYTES_DEFAULT
-        try:
-            return _parse_size(text)
-        except (ValueError, DeltaIllegalArgumentException):
-            raise DeltaIllegalArgumentException(
-                f"{LOCAL_MAX_BYTES_CONF} must be a size in bytes (e.g. 67108864 or 64m), got {text!r}"
-            ) from None
-
     def _target_size(self, snap: Snapshot) -> int:
         """The bin size: the builder's, else ``delta.targetFileSize`` if set, else Spark's maxFileSize conf."""
         if self._target is not None:
@@ -219,40 +209,7 @@ class DeltaOptimizeBuilder:
             out.append(f.name)
         return out
 
-    # -- writing ------------------------------------------------------------------
-    def _write_bins(self, snap: Snapshot, bins: list[list[AddFile]]) -> list[AddFile]:
-        """One output file per bin (bins run as parallel Spark jobs)."""
-        if not bins:
-            return []
-        conf = self._spark.conf.get(MAX_THREADS_CONF, None)
-        threads = max(1, min(len(bins), int(conf) if conf else MAX_THREADS_DEFAULT))
-        if threads == 1:
-            results = [self._write_bin(snap, b) for b in bins]
-        else:
-            with ThreadPoolExecutor(threads, thread_name_prefix="serialake-optimize") as pool:
-                results = list(pool.map(lambda b: self._write_bin(snap, b), bins))
-        return [a for r in results for a in r]
-
-    def _write_bin(self, snap: Snapshot, inputs: list[AddFile]) -> list[AddFile]:
-        """The live rows of ``inputs`` in input order, as one file tagged with the row mapping."""
-        # Inputs in path order, so the file column itself orders them (no per-file literal map).
-        inputs = sorted(inputs, key=lambda f: f.path)
-        local = compact_locally(snap, inputs, max_bytes=self._local_max_bytes())
-        if local is not None:
-            adds = [local]
-        else:
-            df = read_target(self._spark, snap, inputs, _ALIAS)
-            # Partition columns lead the sort: the writer then keeps this order (it sorts by them itself otherwise).
-            parts = [F.col(io.quote_name(c)) for c in snap.partition_columns]
-            ordered = df.coalesce(1).sortWithinPartitions(*parts, F.col(FILE_COL), F.col(ROW_COL))
-            adds = write_rows(snap, ordered.select(*table_columns(snap, ordered)), data_change=False)
-        sources = [[f.path, f.deletion_vector.unique_id if f.deletion_vector else None, _live(snap, f)] for f in inputs]
-        expected = sum(n for _, _, n in sources)
-        if len(adds) != 1 or adds[0].num_records != expected:
-            return adds  # no exact mapping (e.g. no live rows): the outputs carry no tag
-        tags = {**(adds[0].tags or {}), COMPACTED_FROM_TAG: json.dumps(sources, separators=(",", ":"))}
-        return [replace(adds[0], tags=tags)]
-
+    # -- committing ---------------------------------------------------------------
     def _commit(
         self,
         txn: Any,
@@ -265,31 +222,14 @@ class DeltaOptimizeBuilder:
         start: float,
         before_commit: BeforeCommit,
     ) -> DmlResult:
-        sizes = sorted(a.size or 0 for a in adds)
-        metrics: dict[str, Any] = {
-            "numAddedFiles": len(adds),
-            "numRemovedFiles": len(inputs),
-            "numAddedBytes": file_bytes(adds),
-            "numRemovedBytes": file_bytes(inputs),
-            "minFileSize": sizes[0] if sizes else 0,
-            "p25FileSize": _percentile(sizes, 0.25),
-            "p50FileSize": _percentile(sizes, 0.5),
-            "p75FileSize": _percentile(sizes, 0.75),
-            "maxFileSize": sizes[-1] if sizes else 0,
-            "numDeletionVectorsRemoved": sum(1 for f in inputs if f.deletion_vector),
-        }
-        details = {
-            "path": snap.table_path,
-            "filesAdded": _file_stats(adds),
-            "filesRemoved": _file_stats(inputs),
-            "partitionsOptimized": len({_partition_key(f) for f in inputs}),
-            "numBatches": batches,
-            "totalConsideredFiles": len(considered),
-            "totalFilesSkipped": len(considered) - len(inputs),
-            "executionTimeMs": elapsed_ms(start),
-        }
+        """Commit the compaction; metrics describe what the final commit holds.
+
+        Rebasing over a concurrent compaction can drop outputs (their files are deleted) or
+        every output: then nothing is committed, ``version`` is None and
+        ``work_already_done_in`` names the version that already holds the work.
+        """
         if not inputs:
-            return DmlResult(None, {**metrics, **details})
+            return DmlResult(None, _metrics(snap, inputs, adds, considered, batches, start))
         stamp = now_ms()
         actions: list[Action] = [f.remove(data_change=False, timestamp=stamp) for f in inputs] + list(adds)
         params = {
@@ -297,8 +237,16 @@ class DeltaOptimizeBuilder:
             "zOrderBy": json_list(zorder),
             "auto": "false",
         }
-        version = commit(txn, actions, "OPTIMIZE", params, metrics, new_files=adds, before_commit=before_commit)
-        return DmlResult(version, {**metrics, **details})
+        metrics = _metrics(snap, inputs, adds, considered, batches, start)
+        commit_metrics = {k: v for k, v in metrics.items() if k not in _DETAIL_KEYS}
+        version = commit(txn, actions, "OPTIMIZE", params, commit_metrics, new_files=adds, before_commit=before_commit)
+        final = txn.committed_actions or []
+        removed = [a for a in final if isinstance(a, RemoveFile)]
+        added = [a for a in final if isinstance(a, AddFile)]
+        metrics = _metrics(snap, removed, added, considered, batches, start)
+        if txn.committed is not None and txn.committed.work_already_done:
+            return DmlResult(None, metrics, work_already_done_in=version)
+        return DmlResult(version, metrics)
 
     def _result_df(self, result: DmlResult) -> DataFrame:
         m = result.metrics
@@ -321,11 +269,107 @@ class DeltaOptimizeBuilder:
 
 
 # ---------------------------------------------------------------------------------------------
+# Writing compacted files (OPTIMIZE and REORG ... APPLY (PURGE))
+# ---------------------------------------------------------------------------------------------
+
+
+def write_compacted(spark: SparkSession, snap: Snapshot, bins: Sequence[Sequence[AddFile]]) -> list[AddFile]:
+    """One output file per bin: the live rows of its inputs in order, tagged with the row mapping.
+
+    Outputs have ``dataChange=false``; bins run in parallel (``MAX_THREADS_CONF``), each on
+    the driver when small (``compact_locally``), else as a Spark job. A bin whose rows did
+    not land in exactly one file of the expected row count gets no tag.
+    """
+    if not bins:
+        return []
+    local_max = _local_max_bytes(spark)
+    conf = spark.conf.get(MAX_THREADS_CONF, None)
+    threads = max(1, min(len(bins), int(conf) if conf else MAX_THREADS_DEFAULT))
+    if threads == 1:
+        results = [_write_bin(spark, snap, b, local_max) for b in bins]
+    else:
+        with ThreadPoolExecutor(threads, thread_name_prefix="serialake-optimize") as pool:
+            results = list(pool.map(lambda b: _write_bin(spark, snap, b, local_max), bins))
+    return [a for r in results for a in r]
+
+
+def _write_bin(spark: SparkSession, snap: Snapshot, inputs: Sequence[AddFile], local_max: int) -> list[AddFile]:
+    """The live rows of ``inputs`` in input order, as one file tagged with the row mapping."""
+    # Inputs in path order, so the file column itself orders them (no per-file literal map).
+    inputs = sorted(inputs, key=lambda f: f.path)
+    local = compact_locally(snap, inputs, max_bytes=local_max)
+    if local is not None:
+        adds = [local]
+    else:
+        df = read_target(spark, snap, inputs, _ALIAS)
+        # Partition columns lead the sort: the writer then keeps this order (it sorts by them itself otherwise).
+        parts = [F.col(io.quote_name(c)) for c in snap.partition_columns]
+        ordered = df.coalesce(1).sortWithinPartitions(*parts, F.col(FILE_COL), F.col(ROW_COL))
+        adds = write_rows(snap, ordered.select(*table_columns(snap, ordered)), data_change=False)
+    sources = [[f.path, f.deletion_vector.unique_id if f.deletion_vector else None, _live(snap, f)] for f in inputs]
+    expected = sum(n for _, _, n in sources)
+    if len(adds) != 1 or adds[0].num_records != expected:
+        return adds  # no exact mapping (e.g. no live rows): the outputs carry no tag
+    tags = {**(adds[0].tags or {}), COMPACTED_FROM_TAG: json.dumps(sources, separators=(",", ":"))}
+    return [replace(adds[0], tags=tags)]
+
+
+def _local_max_bytes(spark: SparkSession) -> int:
+    text = spark.conf.get(LOCAL_MAX_BYTES_CONF, None)
+    if not text:
+        return LOCAL_MAX_BYTES_DEFAULT
+    try:
+        return _parse_size(text)
+    except (ValueError, DeltaIllegalArgumentException):
+        raise DeltaIllegalArgumentException(
+            f"{LOCAL_MAX_BYTES_CONF} must be a size in bytes (e.g. 67108864 or 64m), got {text!r}"
+        ) from None
+
+
+_DETAIL_KEYS = frozenset(
+    {"path", "filesAdded", "filesRemoved", "partitionsOptimized", "numBatches", "totalConsideredFiles",
+     "totalFilesSkipped", "executionTimeMs"}
+)
+
+
+def _metrics(
+    snap: Snapshot,
+    removed: Sequence[FileAction],
+    added: Sequence[FileAction],
+    considered: Sequence[AddFile],
+    batches: int,
+    start: float,
+) -> dict[str, Any]:
+    """delta-spark's OPTIMIZE metrics (commitInfo) and result details for files removed and added."""
+    sizes = sorted(a.size or 0 for a in added)
+    return {
+        "numAddedFiles": len(added),
+        "numRemovedFiles": len(removed),
+        "numAddedBytes": sum(f.size or 0 for f in added),
+        "numRemovedBytes": sum(f.size or 0 for f in removed),
+        "minFileSize": sizes[0] if sizes else 0,
+        "p25FileSize": _percentile(sizes, 0.25),
+        "p50FileSize": _percentile(sizes, 0.5),
+        "p75FileSize": _percentile(sizes, 0.75),
+        "maxFileSize": sizes[-1] if sizes else 0,
+        "numDeletionVectorsRemoved": sum(1 for f in removed if f.deletion_vector),
+        "path": snap.table_path,
+        "filesAdded": _file_stats(added),
+        "filesRemoved": _file_stats(removed),
+        "partitionsOptimized": len({_partition_key(f) for f in removed}),
+        "numBatches": batches,
+        "totalConsideredFiles": len(considered),
+        "totalFilesSkipped": len(considered) - len(removed),
+        "executionTimeMs": elapsed_ms(start),
+    }
+
+
+# ---------------------------------------------------------------------------------------------
 # Bin packing
 # ---------------------------------------------------------------------------------------------
 
 
-def _partition_key(f: AddFile) -> tuple[tuple[str, str | None], ...]:
+def _partition_key(f: FileAction) -> tuple[tuple[str, str | None], ...]:
     return tuple(sorted((f.partition_values or {}).items()))
 
 
@@ -418,7 +462,7 @@ def _percentile(sorted_values: list[int], q: float) -> int:
     return sorted_values[min(len(sorted_values) - 1, int(q * len(sorted_values)))]
 
 
-def _file_stats(files: Sequence[AddFile]) -> tuple[int | None, int | None, float, int, int]:
+def _file_stats(files: Sequence[FileAction]) -> tuple[int | None, int | None, float, int, int]:
     sizes = [f.size or 0 for f in files]
     if not sizes:
         return (None, None, 0.0, 0, 0)

@@ -13,7 +13,7 @@ from serialake.core import predicates as P
 from serialake.core.actions import AddFile
 from serialake.core.snapshot import Snapshot
 from serialake.exceptions import DeltaTableNotFoundError
-from serialake.spark import io
+from serialake.spark import io, scans
 
 __all__ = ["read", "scan_files", "table_snapshot"]
 
@@ -29,12 +29,15 @@ def read(
     """The table at ``path`` (latest, or as of ``version`` / ``timestamp``) as a DataFrame.
 
     The file list is pinned when this is called: later commits do not change the result.
+    A write computed from this DataFrame records it as a read of the table at that
+    version (``serialake.spark.scans``).
     ``filter`` (a SQL condition) skips files whose partition values or stats rule it out,
     then filters the rows; ``columns`` selects columns.
     """
     snapshot = table_snapshot(path, version=version, timestamp=timestamp)
     files = scan_files(snapshot, filter)
-    df = io.read_files_df(spark, snapshot, files)
+    time_travel = version is not None or timestamp is not None
+    df = scans.mark(io.read_files_df(spark, snapshot, files), snapshot, filter=filter, time_travel=time_travel)
     if filter:
         df = df.filter(F.expr(filter))
     if columns is not None:

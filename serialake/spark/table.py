@@ -30,7 +30,7 @@ from serialake.exceptions import (
     DeltaTableNotFoundError,
     UnsupportedFeatureError,
 )
-from serialake.spark import io
+from serialake.spark import io, scans
 from serialake.spark.write import add_schema_features
 
 __all__ = ["DeltaTable", "DeltaTableBuilder"]
@@ -140,7 +140,7 @@ class DeltaTable:
     def toDF(self) -> DataFrame:  # noqa: N802
         """The table's rows at its latest version (pinned when called: call again after writes)."""
         snap = self.snapshot()
-        df = io.read_files_df(self.spark, snap, snap.all_files)
+        df = scans.mark(io.read_files_df(self.spark, snap, snap.all_files), snap)
         return df.alias(self._alias) if self._alias else df
 
     def alias(self, aliasName: str) -> DeltaTable:  # noqa: N803
@@ -452,7 +452,7 @@ class DeltaTableBuilder:
                 f"Cannot replace table {log.table_path}: it does not exist. Use createOrReplace."
             )
         metadata = self._metadata(txn.snapshot.metadata if txn.snapshot else None, log.table_path)
-        txn.update_metadata(metadata)
+        txn.update_metadata(metadata, replace_table=True)
         add_schema_features(txn, StructType.from_json(metadata.schema_string))
         removes = [f.remove() for f in txn.read_whole_table()] if exists else []
         params: dict[str, Any] = {

@@ -32,7 +32,7 @@ from serialake.exceptions import (
     SchemaMismatchError,
     UnsupportedFeatureError,
 )
-from serialake.spark import io
+from serialake.spark import io, scans
 
 __all__ = [
     "MODES",
@@ -70,6 +70,8 @@ def write(
     txnAppId: str | None = None,
     txnVersion: int | None = None,
     maxRecordsPerFile: int | None = None,
+    *,
+    table_operation: str | None = None,
 ) -> int | None:
     """Write ``df`` to the Delta table at ``path``; returns the committed version (None: skipped).
 
@@ -80,6 +82,9 @@ def write(
     ``overwrite``) replaces schema and partitioning. ``properties`` are table properties
     (set at creation, or changed in this commit). ``txnAppId``/``txnVersion`` make the write
     idempotent: it is skipped when that application already committed that version.
+    ``table_operation`` (``CREATE TABLE AS SELECT``, ``CREATE OR REPLACE TABLE AS SELECT``,
+    ...) commits the write as a creation or replacement of the whole table: a concurrent
+    one fails with ``ProtocolChangedException``.
     """
     mode_key = _check_arguments(mode, replaceWhere, overwriteSchema, txnAppId, txnVersion)
     parts = [partitionBy] if isinstance(partitionBy, str) else list(partitionBy or [])
@@ -105,6 +110,8 @@ def write(
         done = txn.txn_version(txnAppId)
         if done is not None and done >= int(txnVersion):  # type: ignore[arg-type]
             return None
+    # Tables the data was computed from: a read of this one makes the write not blind.
+    scans.record_scans(txn, df)
 
     replace_schema = snap is None or (overwriteSchema and replaceWhere is None)
     if replace_schema:
@@ -115,7 +122,7 @@ def write(
         assert snap is not None
         data, metadata = _existing_table(df, snap.metadata, table, parts, mergeSchema, properties)
     if metadata is not None:
-        txn.update_metadata(metadata)
+        txn.update_metadata(metadata, replace_table=table_operation is not None)
         add_schema_features(txn, StructType.from_json(metadata.schema_string))
     final_meta = txn.metadata
     assert final_meta is not None
@@ -141,7 +148,8 @@ def write(
     if txnAppId is not None:
         actions.append(SetTransaction(app_id=txnAppId, version=int(txnVersion), last_updated=now_ms()))  # type: ignore[arg-type]
     metrics = _metrics(adds, removes)
-    return commit_or_clean_up(txn, actions, adds, "WRITE", params, metrics, user_metadata=userMetadata)
+    operation = table_operation or "WRITE"
+    return commit_or_clean_up(txn, actions, adds, operation, params, metrics, user_metadata=userMetadata)
 
 
 def _check_arguments(

@@ -113,6 +113,7 @@ def _create_table(spark: SparkSession, st: CreateTable) -> DataFrame:
         raise DeltaTableNotFoundError(f"Cannot REPLACE table {st.table.text}: there is no table at {log.table_path}.")
     if st.query is not None:
         df = run_query(spark, st.query)
+        operation = {"create": "CREATE", "replace": "REPLACE", "createOrReplace": "CREATE OR REPLACE"}[st.mode]
         write(
             df,
             location,
@@ -120,6 +121,7 @@ def _create_table(spark: SparkSession, st: CreateTable) -> DataFrame:
             partitionBy=list(st.partition_by) or None,
             overwriteSchema=exists,
             properties=st.properties or None,
+            table_operation=f"{operation} TABLE AS SELECT",
         )
     elif st.columns:
         builder = {
@@ -348,7 +350,8 @@ def _reorg(spark: SparkSession, st: Reorg) -> DataFrame:
     path = _existing(st.table)
     metrics = purge_deletion_vectors(spark, path, st.where)
     isolation.note_write(spark, path)
-    return rows(spark, [("path", path)] + [(k, int(v)) for k, v in metrics.items() if k != "version"])
+    counts = [(k, int(v)) for k, v in metrics.items() if k not in ("version", "workAlreadyDoneIn")]
+    return rows(spark, [("path", path)] + counts)
 
 
 def _describe_history(spark: SparkSession, st: DescribeHistory) -> DataFrame:

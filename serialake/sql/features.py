@@ -1,8 +1,9 @@
 """REORG TABLE ... APPLY (PURGE) and ALTER TABLE ... DROP FEATURE, over the core log and Spark file I/O.
 
 PURGE rewrites the files that carry deletion vectors without their deleted rows
-(``dataChange=false``, so it has OPTIMIZE's isolation: only a concurrent removal of the
-same files conflicts). DROP FEATURE first turns the feature's property off (a metadata
+(``dataChange=false``), each as one file with OPTIMIZE's row mapping, so it has OPTIMIZE's
+isolation: concurrent deletions of other rows carry over, a concurrent compaction of the
+same file leaves that file to it. DROP FEATURE first turns the feature's property off (a metadata
 change: every concurrent writer fails and no new writer uses the feature), then for
 deletionVectors purges, then commits a protocol without the feature while having read
 the whole table, so any concurrent write in between makes it fail rather than leave a
@@ -12,13 +13,13 @@ deletion vector behind a protocol that no longer allows it.
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from serialake.core import DeltaLog
 from serialake.core import features as F
 from serialake.core import predicates as P
 from serialake.core import properties as props
-from serialake.core.actions import Protocol
+from serialake.core.actions import AddFile, FileAction, Protocol, RemoveFile
 from serialake.exceptions import DeltaAnalysisException, DeltaTableNotFoundError, UnsupportedFeatureError
 from serialake.sql.errors import UnsupportedStatementError
 
@@ -35,13 +36,20 @@ DROPPABLE_FEATURES: dict[str, str] = {
 }
 
 
-def purge_deletion_vectors(spark: SparkSession, path: str, where: str | None = None) -> dict[str, Any]:
+def purge_deletion_vectors(
+    spark: SparkSession, path: str, where: str | None = None, *, before_commit: Callable[[], None] | None = None
+) -> dict[str, Any]:
     """Rewrite the files (matching partition predicate ``where``) that have deletion vectors; metrics.
 
-    Commits nothing when no file has a deletion vector.
+    Each such file becomes one file of its live rows in physical order, tagged like an
+    OPTIMIZE output (``serialake.compactedFrom``), so a concurrent DELETE / UPDATE / MERGE
+    of other rows of it carries over instead of conflicting. Commits nothing when no file
+    has a deletion vector, or when concurrent commits already did the work: ``version``
+    is then None (and ``workAlreadyDoneIn`` the version holding the work). ``before_commit``
+    runs just before committing (tests interleave concurrent operations with it).
     """
-    from serialake.spark import io
-    from serialake.spark.write import commit_or_clean_up
+    from serialake.spark.dml import commit
+    from serialake.spark.optimize import write_compacted
 
     log = DeltaLog.for_table(path)
     txn = log.start_transaction()
@@ -61,23 +69,35 @@ def purge_deletion_vectors(spark: SparkSession, path: str, where: str | None = N
         matches = P.compile_predicate(expr, snap.schema, snap.partition_columns)
         files = [f for f in files if matches(f.partition_values or {}, None)]
     targets = [f for f in files if f.deletion_vector is not None]
-    metrics: dict[str, Any] = {
-        "numFilesRemoved": len(targets),
-        "numFilesAdded": 0,
-        "numDeletionVectorsRemoved": len(targets),
-        "numDeletedRowsPurged": sum(f.deletion_vector.cardinality for f in targets if f.deletion_vector),
-    }
+    metrics = _purge_metrics(targets, targets, [])
     if not targets:
         return metrics
-    df = io.read_files_df(spark, snap, targets)  # deleted rows are dropped on read
-    adds = io.write_data_files(
-        df, log.table_path, list(snap.partition_columns), data_change=False, configuration=snap.configuration
-    )
+    adds = write_compacted(spark, snap, [[f] for f in targets])  # one output per file, rows in order
     removes = [f.remove(data_change=False) for f in targets]
-    metrics["numFilesAdded"] = len(adds)
+    metrics = _purge_metrics(targets, removes, adds)
     params = {"predicate": json.dumps([where] if where else []), "applyPurge": "true"}
-    metrics["version"] = commit_or_clean_up(txn, [*removes, *adds], adds, "REORG", params, metrics)
-    return metrics
+    version = commit(txn, [*removes, *adds], "REORG", params, metrics, new_files=adds, before_commit=before_commit)
+    final = txn.committed_actions or []
+    metrics = _purge_metrics(
+        targets, [a for a in final if isinstance(a, RemoveFile)], [a for a in final if isinstance(a, AddFile)]
+    )
+    if txn.committed is not None and txn.committed.work_already_done:
+        return {**metrics, "version": None, "workAlreadyDoneIn": version}
+    return {**metrics, "version": version}
+
+
+def _purge_metrics(
+    targets: Sequence[AddFile], removed: Sequence[FileAction], added: Sequence[AddFile]
+) -> dict[str, Any]:
+    """REORG PURGE metrics of a commit removing ``removed`` (of ``targets``) and adding ``added``."""
+    gone = {f.path for f in removed}
+    purged = [f for f in targets if f.path in gone]
+    return {
+        "numFilesRemoved": len(removed),
+        "numFilesAdded": len(added),
+        "numDeletionVectorsRemoved": sum(1 for f in removed if f.deletion_vector is not None),
+        "numDeletedRowsPurged": sum(f.deletion_vector.cardinality for f in purged if f.deletion_vector),
+    }
 
 
 def drop_feature(spark: SparkSession, path: str, feature: str, truncate_history: bool = False) -> int:

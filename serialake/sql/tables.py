@@ -105,7 +105,7 @@ def bind_query(
     table is read from the transaction's snapshot, those files only (INSERT ... SELECT
     from its own target).
     """
-    from serialake.spark import io
+    from serialake.spark import io, scans
     from serialake.sql.isolation import read_snapshot
 
     tree = tree.copy()
@@ -125,14 +125,15 @@ def bind_query(
         if pinned is not None and path in pinned and version is None and timestamp is None:
             txn, files = pinned[path]
             assert txn.snapshot is not None
-            df = io.read_files_df(spark, txn.snapshot, files)
+            df = scans.mark(io.read_files_df(spark, txn.snapshot, files), txn.snapshot)
         else:
             key = (path, version, timestamp)
             snap = binding.snapshots.get(key)
             if snap is None:
                 snap = read_snapshot(spark, path, version=version, timestamp=timestamp, name=ref.name)
                 binding.snapshots[key] = snap
-            df = io.read_files_df(spark, snap, snap.all_files)
+            time_travel = version is not None or timestamp is not None
+            df = scans.mark(io.read_files_df(spark, snap, snap.all_files), snap, time_travel=time_travel)
         view = exp.to_table(binding.view_of(df))
         alias = node.args.get("alias")
         if alias is not None:

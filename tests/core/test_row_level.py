@@ -213,3 +213,212 @@ def test_three_writers_disjoint_rows_all_commit(tmp_path):
     for t, a in zip(txns, acts):
         t.commit(a, operation="DELETE")
     assert _live_ids(log) == [0, 1, 3, 5, 7, 8, 9]
+
+
+# -- three-valued evaluation: parts the driver cannot compute are unknown, not a give-up --------
+
+from serialake.core import predicates as P  # noqa: E402
+from serialake.core import row_level as RL  # noqa: E402
+from serialake.exceptions import DeltaIllegalArgumentException  # noqa: E402
+
+
+def _verdict(log: DeltaLog, add: AddFile, text: str, rows: list[int] | None = None) -> tuple[list[int], list[int]]:
+    reader = RL.RowReader(log.table_path, DeltaLog(log.table_path).update())
+    v = reader.evaluate(add, P.parse_predicate(text), RowIndexSet.from_iter(rows) if rows is not None else None)
+    return sorted(v.true), sorted(v.undecided)
+
+
+def _with_nulls(tmp_path) -> tuple[DeltaLog, AddFile]:
+    """A table whose one file holds id 0..5 and x = [0, NULL, 2, NULL, 4, 5]."""
+    log, _ = _table(tmp_path)
+    rel = f"part-{uuid.uuid4().hex}.parquet"
+    pq.write_table(pa.table({"id": pa.array(range(6), pa.int64()),
+                             "x": pa.array([0, None, 2, None, 4, 5], pa.int64())}), os.path.join(log.table_path, rel))
+    add = AddFile(path=rel, partition_values={}, size=1, modification_time=0, data_change=True,
+                  stats=json.dumps({"numRecords": 6}))
+    return log, add
+
+
+def test_and_with_an_unknown_part_decides_the_rows_it_makes_false(tmp_path):
+    log, f = _table(tmp_path)
+    assert _verdict(log, f, "id = 5 AND my_udf(id)") == ([], [5])
+    assert _verdict(log, f, "my_udf(x) AND id IN (2, 3)", [1, 2, 9]) == ([], [2])
+    with pytest.raises(RL.CannotEvaluate):
+        RL.RowReader(log.table_path, log.update()).matching_rows(f, P.parse_predicate("id = 5 AND my_udf(id)"))
+
+
+def test_or_with_an_unknown_part_decides_the_rows_it_makes_true(tmp_path):
+    log, f = _table(tmp_path)
+    assert _verdict(log, f, "id = 5 OR my_udf(id)") == ([5], [0, 1, 2, 3, 4, 6, 7, 8, 9])
+    assert _verdict(log, f, "NOT (id = 5 OR my_udf(id))") == ([], [0, 1, 2, 3, 4, 6, 7, 8, 9])
+    assert _verdict(log, f, "(id < 3 OR my_udf(id)) AND id < 5 AND NOT (id = 1)") == ([0, 2], [3, 4])
+
+
+def test_inexact_comparisons_are_unknown_not_guessed(tmp_path):
+    log, f = _table(tmp_path)
+    # A string literal against a long column needs Spark's cast: unknown, even where pyarrow could guess.
+    assert _verdict(log, f, "id < '5' AND id >= 7") == ([], [7, 8, 9])
+    assert _verdict(log, f, "x + 1 = 3 OR id = 0") == ([0], [1, 2, 3, 4, 5, 6, 7, 8, 9])
+
+
+def test_null_values_follow_kleene_logic(tmp_path):
+    log, f = _with_nulls(tmp_path)  # x is NULL on rows 1 and 3
+    assert _verdict(log, f, "x = 1 AND my_udf(id)") == ([], [])  # NULL AND ? is NULL or FALSE
+    assert _verdict(log, f, "x > 1 AND my_udf(id)") == ([], [2, 4, 5])
+    assert _verdict(log, f, "x IS NULL OR my_udf(id)") == ([1, 3], [0, 2, 4, 5])
+    assert _verdict(log, f, "x = 2 OR my_udf(id)") == ([2], [0, 1, 3, 4, 5])  # NULL OR ? may be TRUE
+    assert _verdict(log, f, "NOT (x = 2) AND my_udf(id)") == ([], [0, 4, 5])  # NOT NULL is NULL
+
+
+def test_deleted_rows_are_neither_true_nor_undecided(tmp_path):
+    log, f = _table(tmp_path)
+    t = log.start_transaction()
+    t.commit(_delete(t, log, [4, 5]), operation="DELETE")
+    (g,) = DeltaLog(log.table_path).update().all_files
+    assert _verdict(log, g, "id > 2 AND my_udf(id)") == ([], [3, 6, 7, 8, 9])
+    assert _verdict(log, g, "id < 6 OR my_udf(id)", [0, 5, 6]) == ([0], [6])
+
+
+def test_exact_predicates_evaluate_as_before(tmp_path):
+    log, f = _with_nulls(tmp_path)
+    reader = RL.RowReader(log.table_path, log.update())
+    for text, want in [("x >= 2", [2, 4, 5]), ("NOT (x = 2)", [0, 4, 5]), ("x IS NULL OR id = 0", [0, 1, 3]),
+                       ("x <=> NULL", [1, 3]), ("x IN (0, NULL)", [0]), ("NOT (x IN (0, NULL))", [])]:
+        assert sorted(reader.matching_rows(f, P.parse_predicate(text))) == want, text
+        assert _verdict(log, f, text) == (want, []), text
+
+
+# -- matched rows declared by the operation, and a row evaluator for the undecided rows ----------
+
+
+def _udf_delete(t, log: DeltaLog, cond: str, ids: list[int], evaluator=None, declare: bool = True) -> list:
+    """DELETE WHERE ``cond`` (with a UDF) that matched ``ids``: the transaction knows its matched rows."""
+    (f,) = t.filter_files([cond], row_evaluator=evaluator)
+    if declare:
+        t.record_matched_rows({f.path: RowIndexSet.from_iter(ids)})
+    return _mark(log, f, ids)
+
+
+def test_declared_matched_rows_let_a_delete_of_other_rows_commit(tmp_path):
+    log, _ = _table(tmp_path)
+    t = log.start_transaction()  # id >= 5 AND my_udf(id): row 9 is undecided on the driver
+    t_actions = _udf_delete(t, log, "id >= 5 AND my_udf(id)", [5])
+    w = log.start_transaction()
+    w.commit(_delete(w, log, [9]), operation="DELETE")
+    assert t.commit(t_actions, operation="DELETE") == 2
+    assert _live_ids(log) == [0, 1, 2, 3, 4, 6, 7, 8]
+
+
+def test_without_declared_rows_an_undecided_deleted_row_conflicts(tmp_path):
+    log, _ = _table(tmp_path)
+    t = log.start_transaction()
+    t_actions = _udf_delete(t, log, "id >= 5 AND my_udf(id)", [5], declare=False)
+    w = log.start_transaction()
+    w.commit(_delete(w, log, [9]), operation="DELETE")
+    with pytest.raises(ConcurrentDeleteReadException):
+        t.commit(t_actions, operation="DELETE")
+
+
+def test_a_deleted_row_decided_false_on_the_driver_commits_without_declared_rows(tmp_path):
+    log, _ = _table(tmp_path)
+    t = log.start_transaction()
+    t_actions = _udf_delete(t, log, "id = 5 AND my_udf(id)", [5], declare=False)
+    w = log.start_transaction()
+    w.commit(_delete(w, log, [9]), operation="DELETE")
+    assert t.commit(t_actions, operation="DELETE") == 2
+
+
+def test_declared_rows_of_the_same_row_leave_it_to_delete_delete(tmp_path):
+    log, _ = _table(tmp_path)
+    t = log.start_transaction()
+    t_actions = _udf_delete(t, log, "id >= 5 AND my_udf(id)", [5, 7])
+    w = log.start_transaction()
+    w.commit(_delete(w, log, [5]), operation="DELETE")
+    with pytest.raises(ConcurrentDeleteDeleteException, match="same row"):
+        t.commit(t_actions, operation="DELETE")
+
+
+def test_a_deleted_row_among_the_declared_matches_conflicts(tmp_path):
+    log, _ = _table(tmp_path)
+    t = log.start_transaction()  # an UPDATE that matched 5 and 9 but changes only 5 (e.g. a MERGE)
+    (f,) = t.filter_files(["id >= 5 AND my_udf(id)"])
+    t.record_matched_rows({f.path: RowIndexSet.from_iter([5, 9])})
+    t_actions = _mark(log, f, [5])
+    w = log.start_transaction()
+    w.commit(_delete(w, log, [9]), operation="DELETE")
+    with pytest.raises(ConcurrentDeleteReadException):
+        t.commit(t_actions, operation="MERGE")
+
+
+def test_declared_rows_are_used_only_against_the_vector_they_were_read_with(tmp_path):
+    log, _ = _table(tmp_path)
+    t = log.start_transaction()
+    t_actions = _udf_delete(t, log, "id >= 5 AND my_udf(id)", [5])
+    for row in (0, 9):  # the second winner replaces a vector we did not read: evaluation, undecided
+        w = log.start_transaction()
+        w.commit(_delete(w, log, [row]), operation="DELETE")
+    with pytest.raises(ConcurrentDeleteReadException):
+        t.commit(t_actions, operation="DELETE")
+
+
+def test_matched_rows_only_for_files_read(tmp_path):
+    log, _ = _table(tmp_path)
+    t = log.start_transaction()
+    with pytest.raises(DeltaIllegalArgumentException, match="did not read"):
+        t.record_matched_rows({"elsewhere.parquet": RowIndexSet.from_iter([1])})
+
+
+@pytest.mark.parametrize("answer", ["none", "row", "error"])
+def test_row_evaluator_decides_undecided_deleted_rows(tmp_path, answer):
+    log, _ = _table(tmp_path)
+    calls: list[tuple[str, list[int]]] = []
+
+    def evaluator(add: AddFile, rows: RowIndexSet | None) -> RowIndexSet:
+        assert rows is not None
+        calls.append((add.path, sorted(rows)))
+        if answer == "error":
+            raise RuntimeError("the job failed")
+        return RowIndexSet.from_iter(list(rows) if answer == "row" else [])
+
+    t = log.start_transaction()
+    t_actions = _udf_delete(t, log, "id >= 5 AND my_udf(id)", [5], evaluator, declare=False)
+    w = log.start_transaction()
+    w.commit(_delete(w, log, [3, 9]), operation="DELETE")  # row 3 is decided FALSE on the driver
+    if answer == "none":
+        assert t.commit(t_actions, operation="DELETE") == 2
+        assert _live_ids(log) == [0, 1, 2, 4, 6, 7, 8]
+    else:
+        with pytest.raises(ConcurrentDeleteReadException):
+            t.commit(t_actions, operation="DELETE")
+    assert [rows for _, rows in calls] == [[9]]
+
+
+@pytest.mark.parametrize("answer", ["none", "row", "error"])
+def test_row_evaluator_decides_undecided_appended_rows(tmp_path, answer):
+    log, _ = _table(tmp_path, level="Serializable")
+    calls: list[list[int]] = []
+
+    def evaluator(add: AddFile, rows: RowIndexSet | None) -> RowIndexSet:
+        assert rows is not None
+        calls.append(sorted(rows))
+        if answer == "error":
+            raise RuntimeError("the job failed")
+        return RowIndexSet.from_iter(list(rows) if answer == "row" else [])
+
+    t = log.start_transaction()
+    t_actions = _udf_delete(t, log, "id = 5 AND my_udf(x)", [5], evaluator)
+    log.start_transaction().commit([_write(log.table_path, [1, 5, 7])], operation="WRITE")  # only 5 undecided
+    if answer == "none":
+        assert t.commit(t_actions, operation="DELETE") == 2
+    else:
+        with pytest.raises(ConcurrentAppendException):
+            t.commit(t_actions, operation="DELETE")
+    assert calls == [[1]]  # the new file's row index of id 5
+
+
+def test_appended_rows_decided_false_on_the_driver_need_no_evaluator(tmp_path):
+    log, _ = _table(tmp_path, level="Serializable")
+    t = log.start_transaction()
+    t_actions = _udf_delete(t, log, "id = 5 AND my_udf(x)", [5])
+    log.start_transaction().commit([_write(log.table_path, [1, 7])], operation="WRITE")
+    assert t.commit(t_actions, operation="DELETE") == 2

@@ -1,0 +1,228 @@
+"""Scans of serialake tables inside DataFrames: which table, version and rows a DataFrame reads.
+
+Every DataFrame serialake hands out over a table (``read``, ``DeltaTable.toDF``, the tables
+of a SQL query) carries a marker in its plan: a ``SubqueryAlias`` over the rows read, named
+``__serialake_scan__<base64 JSON>`` with the table path, the version, the file filter and
+whether the read was a time-travel read (``mark``). A DataFrame built from it by any means
+(filters, joins, unions, temp views, SQL subqueries) keeps the marker in its analyzed plan.
+
+When a DataFrame feeds a write (an append, an overwrite, a MERGE source), ``record_scans``
+finds every marked scan in its plan and records it in the write's transaction:
+
+- a scan of the write's own table at its latest version is a read of that table
+  (``txn.record_read``): its predicate is the scan's filter AND every filter Spark applies
+  to the scan's rows on their way up the plan (through projections, filters, inner joins,
+  the null-extended side of outer joins, unions, sorts, DISTINCT); a filter above
+  anything that lets other rows change the result (aggregates, windows, limits,
+  deduplication) is not used, so the read only ever gets wider. A scan taken before the
+  transaction started is a read at that older version: conflict checks run from there;
+- a time-travel scan (``versionAsOf``, ``VERSION AS OF``) and a scan of another table read
+  history that cannot change: recorded as the version read (``commitInfo``).
+
+Reads that leave Spark's plan (``collect()`` then ``createDataFrame``, ``localCheckpoint``,
+RDD round trips) carry no marker and cannot be tracked.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from pyspark.sql import DataFrame
+
+from serialake.core import predicates as P
+
+if TYPE_CHECKING:
+    from serialake.core.snapshot import Snapshot
+    from serialake.core.transaction import OptimisticTransaction
+
+__all__ = ["SCAN_PREFIX", "TableScan", "mark", "record_scans", "scans_of"]
+
+SCAN_PREFIX = "__serialake_scan__"
+
+# Plan nodes a filter above a scan passes through unchanged in meaning: a row of the scan
+# that fails the filter can never reach, or change, the result.
+_ROW_WISE = frozenset(
+    {
+        "Project",
+        "Filter",
+        "SubqueryAlias",
+        "View",
+        "Sort",
+        "Repartition",
+        "RepartitionByExpression",
+        "RebalancePartitions",
+        "ResolvedHint",
+        "Distinct",
+        "Generate",
+        "Union",
+    }
+)
+# Join type -> (sides that filters above the join constrain, sides that one-sided join
+# condition conjuncts constrain); 0 = left, 1 = right.
+_JOIN_SIDES: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = {
+    "INNER": ((0, 1), (0, 1)),
+    "CROSS": ((0, 1), (0, 1)),
+    "LEFT OUTER": ((0,), (1,)),
+    "RIGHT OUTER": ((1,), (0,)),
+    "FULL OUTER": ((), ()),
+    "LEFT SEMI": ((0,), (1,)),
+    "LEFT ANTI": ((0,), (1,)),
+}
+
+
+@dataclass(frozen=True)
+class TableScan:
+    """One scan of a table in a DataFrame's plan: the version read and what of it can matter."""
+
+    table: str
+    version: int
+    predicate: P.Expr  # TRUE when every row can matter
+    time_travel: bool
+
+    @property
+    def predicate_sql(self) -> str:
+        return P.to_sql(self.predicate)
+
+
+def mark(df: DataFrame, snapshot: Snapshot, *, filter: str | None = None, time_travel: bool = False) -> DataFrame:  # noqa: A002
+    """``df`` (the rows of ``snapshot`` matching ``filter``) with its scan marker."""
+    info = {"t": snapshot.table_path, "v": snapshot.version, "f": filter, "tt": bool(time_travel)}
+    token = base64.urlsafe_b64encode(json.dumps(info, separators=(",", ":")).encode()).decode().rstrip("=")
+    return df.alias(SCAN_PREFIX + token)
+
+
+def _unmark(name: str) -> dict[str, Any] | None:
+    token = name[len(SCAN_PREFIX) :]
+    try:
+        info = json.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
+    except ValueError:
+        return None
+    return info if isinstance(info, dict) and "t" in info and "v" in info else None
+
+
+def scans_of(df: DataFrame) -> list[TableScan]:
+    """Every marked scan in ``df``'s analyzed plan, subqueries and views included."""
+    plan = df._jdf.queryExecution().analyzed()  # type: ignore[attr-defined]
+    if SCAN_PREFIX not in plan.toString():
+        return []
+    out: list[TableScan] = []
+    _walk(plan, [], out)
+    return out
+
+
+def record_scans(txn: OptimisticTransaction, df: DataFrame) -> list[TableScan]:
+    """Record in ``txn`` what ``df`` reads (see the module docstring); the scans found."""
+    found = scans_of(df)
+    for scan in found:
+        if scan.table == txn.table_path and not scan.time_travel and txn.snapshot is not None:
+            txn.record_read([scan.predicate], version=scan.version)
+        else:
+            txn.record_table_read(scan.table, scan.version)
+    return found
+
+
+# -- plan walking (py4j over Catalyst's analyzed plan) --------------------------------------
+
+
+def _seq(jseq: Any) -> list[Any]:
+    return [jseq.apply(i) for i in range(jseq.size())]
+
+
+def _walk(node: Any, constraints: list[Any], out: list[TableScan]) -> None:
+    """Collect scans below ``node``; ``constraints`` are conjuncts every row that matters satisfies."""
+    kind = node.getClass().getSimpleName()
+    if kind == "SubqueryAlias":
+        name = node.identifier().name()
+        if name.startswith(SCAN_PREFIX):
+            info = _unmark(name)
+            if info is not None:
+                out.append(_scan(info, node, constraints))
+                return
+    for sub in _seq(node.subqueries()):
+        _walk(sub, [], out)
+    children = _seq(node.children())
+    if kind == "Join":
+        _walk_join(node, children, constraints, out)
+        return
+    if kind == "Filter":
+        constraints = constraints + _conjuncts(node.condition())
+    elif kind not in _ROW_WISE:
+        constraints = []
+    for child in children:
+        _walk(child, constraints, out)
+
+
+def _walk_join(node: Any, children: list[Any], constraints: list[Any], out: list[TableScan]) -> None:
+    above, on = _JOIN_SIDES.get(node.joinType().sql().upper(), ((), ()))
+    condition = node.condition()
+    join_conjuncts = _conjuncts(condition.get()) if condition.isDefined() else []
+    for side, child in enumerate(children):
+        mine = (constraints if side in above else []) + (join_conjuncts if side in on else [])
+        _walk(child, mine, out)
+
+
+def _conjuncts(expr: Any) -> list[Any]:
+    if expr.getClass().getSimpleName() == "And":
+        return _conjuncts(expr.left()) + _conjuncts(expr.right())
+    return [expr]
+
+
+def _scan(info: dict[str, Any], node: Any, constraints: list[Any]) -> TableScan:
+    """The scan under marker ``node`` with the constraints that only read its columns."""
+    columns = {attr.exprId().id(): attr.name() for attr in _seq(node.output())}
+    exprs: list[P.Expr] = []
+    if info.get("f"):
+        try:
+            exprs.append(P.parse_predicate(info["f"]))
+        except P.PredicateError:
+            pass  # dropping a conjunct only widens the read
+    for c in constraints:
+        converted = _to_predicate(c, columns)
+        if converted is not None:
+            exprs.append(converted)
+    return TableScan(str(info["t"]), int(info["v"]), P.conjunction(exprs), bool(info.get("tt")))
+
+
+def _to_predicate(expr: Any, columns: dict[int, str]) -> P.Expr | None:
+    """A conjunct over the scan's columns only, as a predicate on table columns (None: not usable).
+
+    Columns are tied to the scan by Catalyst's expression ids, whatever they are called or
+    qualified as where the filter is; the text goes through ``expr.sql()``.
+    """
+    if not expr.deterministic():
+        return None
+    refs = _seq(expr.references().toSeq())
+    if not refs or any(r.exprId().id() not in columns for r in refs):
+        return None
+    names: dict[tuple[str, ...], str] = {}
+    for r in refs:
+        path = tuple(q.lower() for q in _seq(r.qualifier())) + (r.name().lower(),)
+        names[path] = columns[r.exprId().id()]
+    from sqlglot import exp, parse_one
+    from sqlglot.errors import SqlglotError
+
+    try:
+        tree = parse_one(expr.sql(), read="spark")
+    except SqlglotError:
+        return None
+    unknown: list[str] = []
+
+    def unqualify(node: exp.Expression) -> exp.Expression:
+        if not isinstance(node, exp.Column):
+            return node
+        name = names.get(tuple(p.name.lower() for p in node.parts))
+        if name is None:
+            unknown.append(node.sql())  # a struct field, or a name we cannot tie to a table column
+            return node
+        return exp.column(name, quoted=True)
+
+    tree = tree.transform(unqualify)
+    if unknown:
+        return None
+    try:
+        return P.from_sqlglot(tree)
+    except (P.PredicateError, ValueError, TypeError):
+        return None

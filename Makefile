@@ -30,8 +30,8 @@ test-core: $(STAMP)
 bench: $(STAMP) check-java
 	$(PY) -m bench.run
 
-verify: $(STAMP)
-	$(VENV)/bin/serialake verify --processes 8 --txns 500
+verify: $(STAMP) check-java
+	$(VENV)/bin/serialake verify --processes 8 --txns 500 --dataframes
 
 clean:
 	rm -rf $(VENV) .pytest_cache

@@ -3,7 +3,10 @@
 For each level a fresh table is hammered by ``processes`` worker processes (half of them on
 a fault-injecting log store by default), their histories are merged and checked by the
 Elle-style checker with the level's forbidden anomalies, and the log is audited so that
-every commit belongs to exactly one transaction. Optional SIGKILL crash trials follow.
+every commit belongs to exactly one transaction. With ``dataframes`` the Spark workload
+(:mod:`serialake.verify.dataframes`: appends computed from a DataFrame read of the target)
+runs per level too, in threads sharing one SparkSession. Optional SIGKILL crash trials
+follow.
 The report is text for people or JSON (``--json``); the exit code is 1 when anything is
 invalid.
 """
@@ -17,10 +20,11 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Sequence
+from contextlib import nullcontext
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from serialake.verify.checker import (
     SERIALIZABLE_FORBIDDEN,
@@ -29,6 +33,7 @@ from serialake.verify.checker import (
     check,
 )
 from serialake.verify.crash import CrashReport, run_crash_trials
+from serialake.verify.history import History
 from serialake.verify.workload import (
     FaultSpec,
     WorkloadConfig,
@@ -38,9 +43,14 @@ from serialake.verify.workload import (
     run_workload,
 )
 
+if TYPE_CHECKING:
+    from serialake.verify.dataframes import DataFrameConfig
+
 __all__ = ["LevelReport", "VerifyReport", "main", "run_verify"]
 
 CONTROL_TXNS = 100
+DATAFRAME_CONTROL_TXNS = 25  # per thread and round
+DATAFRAME_CONTROL_ROUNDS = 3  # the control's anomalies are likely, not certain: retry with new seeds
 LEVELS: dict[str, frozenset[str]] = {
     "Serializable": SERIALIZABLE_FORBIDDEN,
     "WriteSerializable": WRITE_SERIALIZABLE_FORBIDDEN,
@@ -77,6 +87,9 @@ class LevelReport:
     worker_problems: list[str] = field(default_factory=list)
     checker_summary: str = ""
     expect_invalid: bool = False  # the negative control
+    title: str = ""  # the section heading, when not the level (or the conflict-check control)
+    workers: str = "processes"  # what ran concurrently: "processes", or "threads" of one process
+    rounds: int = 1  # negative control runs until one was caught (at most DATAFRAME_CONTROL_ROUNDS)
 
     @property
     def checker_valid(self) -> bool:
@@ -109,7 +122,7 @@ class LevelReport:
 
     def render(self) -> str:
         """Text lines for people."""
-        title = "negative control (conflict checks disabled)" if self.expect_invalid else self.level
+        title = self.title or ("negative control (conflict checks disabled)" if self.expect_invalid else self.level)
         if self.expect_invalid:
             status = f"checker found {', '.join(self.violations) or 'nothing'} - " + (
                 "as expected" if self.valid else "THE CHECKER MISSED THE BROKEN CONCURRENCY CONTROL"
@@ -120,15 +133,23 @@ class LevelReport:
         aborted = ", ".join(f"{k} {v}" for k, v in sorted(self.aborted.items(), key=lambda kv: -kv[1])) or "-"
         unknown = ", ".join(f"{k} {v}" for k, v in sorted(self.unknown.items())) or "-"
         faults = ", ".join(f"{k} {v}" for k, v in sorted(self.faults.items())) or "none"
+        if self.workers == "threads":
+            who = f"{self.processes} threads sharing one SparkSession x {self.txns_per_process} txns"
+            who += f" (round {self.rounds})" if self.rounds > 1 else ""
+        else:
+            who = (
+                f"{self.processes} processes x {self.txns_per_process} txns ({self.faulty_processes} on a "
+                "fault-injecting store)"
+            )
         lines = [
             f"== {title}: {status}",
-            f"  {self.processes} processes x {self.txns_per_process} txns ({self.faulty_processes} on a "
-            f"fault-injecting store); {self.wall_s:.1f}s, {self.throughput:.0f} commits/s",
+            f"  {who}; {self.wall_s:.1f}s, {self.throughput:.1f} commits/s",
             f"  txns {self.txns}: committed {self.committed} writes + {self.read_only} read-only; "
             f"aborted {self.aborted_total} ({aborted}); unknown {self.unknown_total} ({unknown}, "
             f"{self.unknown_committed} proven committed)",
             f"  retries {self.retries}; faults injected: {faults}",
-            f"  slowest commit {self.slowest_commit_s * 1000:.1f} ms (version {self.slowest_commit_version}, "
+            f"  slowest {'write (Spark job + commit)' if self.workers == 'threads' else 'commit'} "
+            f"{self.slowest_commit_s * 1000:.1f} ms (version {self.slowest_commit_version}, "
             f"process {self.slowest_commit_process}, {self.slowest_commit_attempts} attempts); "
             f"mean {self.mean_commit_s * 1000:.1f} ms",
             "  log audit: " + ("every commit is exactly one txn's" if not self.log_problems else "PROBLEMS"),
@@ -146,6 +167,7 @@ class VerifyReport:
     levels: list[LevelReport]
     crash: CrashReport | None = None
     control: LevelReport | None = None
+    dataframe_control: LevelReport | None = None  # the Spark workload with read tracking off
     workdir: str | None = None  # kept only when something is invalid
     duration_s: float = 0.0
 
@@ -154,6 +176,7 @@ class VerifyReport:
         parts = [lv.valid for lv in self.levels]
         parts += [self.crash.valid] if self.crash is not None else []
         parts += [self.control.valid] if self.control is not None else []
+        parts += [self.dataframe_control.valid] if self.dataframe_control is not None else []
         return all(parts)
 
     def to_dict(self) -> dict[str, Any]:
@@ -162,6 +185,7 @@ class VerifyReport:
             "duration_s": round(self.duration_s, 2),
             "levels": [lv.to_dict() for lv in self.levels],
             "control": self.control.to_dict() if self.control else None,
+            "dataframe_control": self.dataframe_control.to_dict() if self.dataframe_control else None,
             "crash": self.crash.to_dict() if self.crash else None,
             "workdir": self.workdir,
         }
@@ -171,6 +195,8 @@ class VerifyReport:
         parts = [lv.render() for lv in self.levels]
         if self.control is not None:
             parts.append(self.control.render())
+        if self.dataframe_control is not None:
+            parts.append(self.dataframe_control.render())
         if self.crash is not None:
             parts.append(self.crash.summary())
         verdict = "VALID" if self.valid else "INVALID"
@@ -180,7 +206,13 @@ class VerifyReport:
         return "\n\n".join(parts + [tail])
 
 
-def _level_report(result: WorkloadResult, forbidden: frozenset[str], expect_invalid: bool) -> LevelReport:
+def _level_report(
+    result: WorkloadResult,
+    forbidden: frozenset[str],
+    expect_invalid: bool,
+    audit: Callable[[str, History], list[str]] = audit_log,
+) -> LevelReport:
+    """Count, check and audit one run (``audit`` checks the log against the history)."""
     cfg = result.config
     rep = LevelReport(cfg.isolation_level, cfg.processes, cfg.txns, cfg.faulty_processes, expect_invalid=expect_invalid)
     _count_outcomes(rep, result)
@@ -194,7 +226,7 @@ def _level_report(result: WorkloadResult, forbidden: frozenset[str], expect_inva
     rep.unknown_committed = report.stats.get("info_committed", 0)
     rep.checker_summary = report.summary(limit=1 if expect_invalid else 3)
     if not expect_invalid:
-        rep.log_problems = audit_log(result.table_path, result.history)
+        rep.log_problems = audit(result.table_path, result.history)
     return rep
 
 
@@ -260,6 +292,10 @@ def run_verify(
     workdir: str | None = None,
     out: TextIO | None = None,
     row_level: bool = False,
+    dataframes: bool = False,
+    dataframe_threads: int = 4,
+    dataframe_txns: int = 40,
+    dataframe_keys: int = 3,
 ) -> VerifyReport:
     """Run the whole verification; progress lines go to ``out`` (None: silent).
 
@@ -267,6 +303,9 @@ def run_verify(
     (conflict checks disabled, the checker must find anomalies; at most ``CONTROL_TXNS``
     txns per process, since lost updates make lists grow fast). Tables and histories
     live in ``workdir`` (a temporary directory when None, deleted unless a check failed).
+    ``dataframes`` adds, per level, the Spark workload (``dataframe_threads`` threads x
+    ``dataframe_txns`` txns over ``dataframe_keys`` keys) and with ``control`` its
+    negative control (read tracking off).
     """
     t0 = time.monotonic()
     base = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="serialake-verify-"))
@@ -302,12 +341,63 @@ def run_verify(
         _say(out, f"running {crash_trials} crash trials ...")
         crash = run_crash_trials(crash_trials, workdir=base / "crash", seed=seed)
         _say(out, crash.summary().splitlines()[0])
-    report = VerifyReport(reports, crash, control_report, duration_s=time.monotonic() - t0)
+    # Last: the crash trials and the workloads fork, which a process running Spark should not.
+    dataframe_control: LevelReport | None = None
+    if dataframes:
+        for i, level in enumerate(levels):
+            cfg_df = _dataframe_config(dataframe_threads, dataframe_txns, level, dataframe_keys, seed + 100 + i)
+            reports.append(_run_dataframes(base, cfg_df, out, negative=False))
+        if control:
+            cfg_df = _dataframe_config(
+                dataframe_threads, min(dataframe_txns, DATAFRAME_CONTROL_TXNS), "Serializable", dataframe_keys,
+                seed + 200,
+            )
+            dataframe_control = _run_dataframes(base, cfg_df, out, negative=True)
+    report = VerifyReport(reports, crash, control_report, dataframe_control, duration_s=time.monotonic() - t0)
     if report.valid and workdir is None:
         shutil.rmtree(base, ignore_errors=True)
     else:
         report.workdir = str(base)
     return report
+
+
+def _dataframe_config(threads: int, txns: int, level: str, keys: int, seed: int) -> DataFrameConfig:
+    from serialake.verify.dataframes import DataFrameConfig
+
+    return DataFrameConfig(threads=threads, txns=txns, isolation_level=level, key_count=keys, seed=seed)
+
+
+def _run_dataframes(base: Path, cfg: DataFrameConfig, out: TextIO | None, *, negative: bool) -> LevelReport:
+    """The Spark DataFrame workload at ``cfg``'s level, checked; ``negative``: read tracking off.
+
+    The negative control runs up to ``DATAFRAME_CONTROL_ROUNDS`` rounds (new seeds) until the
+    checker finds an anomaly; the report is of the last round.
+    """
+    from serialake.spark.session import spark_session
+    from serialake.verify import dataframes as dfw
+
+    spark = spark_session("serialake-verify")
+    level = cfg.isolation_level
+    name = "dataframes-control" if negative else f"{level}-dataframes"
+    rounds = DATAFRAME_CONTROL_ROUNDS if negative else 1
+    _say(out, f"running {name}: {cfg.threads} threads x {cfg.txns} txns (Spark) ...")
+    rep: LevelReport | None = None
+    for r in range(rounds):
+        where = base / (name if r == 0 else f"{name}-{r}")
+        run_cfg = replace(cfg, seed=cfg.seed + r)
+        with dfw.read_tracking_off() if negative else nullcontext():
+            result = dfw.run_dataframe_workload(spark, str(where / "table"), run_cfg, where / "history")
+        rep = _level_report(result, LEVELS[level], negative, audit=dfw.audit_table)
+        rep.workers, rep.rounds = "threads", r + 1
+        if not negative or rep.violations:
+            break
+    assert rep is not None
+    if negative:
+        rep.title = "negative control (Spark DataFrames, read tracking off)"
+    else:
+        rep.level = f"{level} (Spark DataFrames: {dfw.APPEND_KIND})"
+    _say(out, rep.render().splitlines()[0])
+    return rep
 
 
 def _say(out: TextIO | None, line: str) -> None:
@@ -336,6 +426,13 @@ def build_parser(prog: str = "serialake verify") -> argparse.ArgumentParser:
         "--no-row-level", action="store_true",
         help="skip the runs on a deletion-vector table with row-level concurrency",
     )
+    ap.add_argument(
+        "--dataframes", action="store_true",
+        help="also run the Spark DataFrame workload (appends computed from a read of the target; needs Java)",
+    )
+    ap.add_argument("--df-threads", type=int, default=4, help="threads of the DataFrame workload (default 4)")
+    ap.add_argument("--df-txns", type=int, default=40, help="transactions per DataFrame thread (default 40)")
+    ap.add_argument("--df-keys", type=int, default=3, help="keys of the DataFrame workload (default 3)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--workdir", default=None, help="keep tables and histories here")
     ap.add_argument("--json", action="store_true", help="print the report as JSON")
@@ -355,6 +452,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         crash_trials=args.crash_trials, faulty_processes=0 if args.no_faults else args.faulty,
         control=args.control, key_count=args.keys, seed=args.seed, workdir=args.workdir,
         out=None if args.json else sys.stderr, row_level=not args.no_row_level,
+        dataframes=args.dataframes, dataframe_threads=args.df_threads, dataframe_txns=args.df_txns,
+        dataframe_keys=args.df_keys,
     )  # fmt: skip
     print(json.dumps(report.to_dict(), indent=2) if args.json else report.render())
     return 0 if report.valid else 1

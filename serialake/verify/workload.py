@@ -21,7 +21,7 @@ import random
 import time
 import traceback
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -404,13 +404,21 @@ def _commit_lists(table: str, actions: Sequence[Any]) -> list[list[int]]:
     return out
 
 
-def audit_log(table: str, history: History) -> list[str]:
+def audit_log(
+    table: str,
+    history: History,
+    *,
+    commit_lists: Callable[[str, Sequence[Any]], list[list[int]]] | None = None,
+) -> list[str]:
     """Check the log against the history: every commit after version 0 is exactly one txn's.
 
     Each commit is attributed to the txn that appended the last value of one of its new
     lists. An ``ok`` txn must own exactly the commit at its reported version (not lost,
-    not duplicated); ``fail`` txns own none; ``info`` txns at most one.
+    not duplicated); ``fail`` txns own none; ``info`` txns at most one. ``commit_lists``
+    (table, actions) gives the lists a commit wrote (default: this workload's file tags
+    or row-level files).
     """
+    lists_of = _commit_lists if commit_lists is None else commit_lists
     DeltaLog.clear_cache()
     log = DeltaLog(table)
     latest = log.update().version
@@ -429,7 +437,7 @@ def audit_log(table: str, history: History) -> list[str]:
         if tid is None or tid in txn_ids:
             problems.append(f"version {version}: missing or duplicate commitInfo.txnId {tid!r}")
         txn_ids.add(tid or "")
-        owners = {writer.get(lst[-1], -1) for lst in _commit_lists(table, entry.actions) if lst}
+        owners = {writer.get(lst[-1], -1) for lst in lists_of(table, entry.actions) if lst}
         if len(owners) != 1 or -1 in owners:
             problems.append(f"version {version}: cannot attribute the commit to one txn (owners {sorted(owners)})")
             continue

@@ -43,6 +43,7 @@ __all__ = [
     "Or",
     "PredicateError",
     "Unknown",
+    "and3",
     "between",
     "column_refs",
     "compile_predicate",
@@ -51,6 +52,7 @@ __all__ = [
     "file_may_match",
     "file_may_match_any",
     "from_sqlglot",
+    "or3",
     "parse_predicate",
     "partition_filter",
     "split_conjuncts",
@@ -651,20 +653,20 @@ def _kleene_table(op: Callable[[bool | None, bool | None], bool | None]) -> list
     return table
 
 
-def _and3(a: bool | None, b: bool | None) -> bool | None:
+def and3(a: bool | None, b: bool | None) -> bool | None:
     if a is False or b is False:
         return False
     return None if a is None or b is None else True
 
 
-def _or3(a: bool | None, b: bool | None) -> bool | None:
+def or3(a: bool | None, b: bool | None) -> bool | None:
     if a is True or b is True:
         return True
     return None if a is None or b is None else False
 
 
-_AND = _kleene_table(_and3)
-_OR = _kleene_table(_or3)
+_AND = _kleene_table(and3)
+_OR = _kleene_table(or3)
 _NOT = [(m & _N) | (_F if m & _T else 0) | (_T if m & _F else 0) for m in range(8)]
 
 # A domain is (low, high, may_be_null, may_have_values): the values a column may take in a file.

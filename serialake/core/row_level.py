@@ -461,16 +461,6 @@ def _kleene_table(op: Callable[[bool | None, bool | None], bool | None]) -> Any:
     return table
 
 
-def _and3(a: bool | None, b: bool | None) -> bool | None:
-    if a is False or b is False:
-        return False
-    return None if a is None or b is None else True
-
-
-def _or3(a: bool | None, b: bool | None) -> bool | None:
-    if a is True or b is True:
-        return True
-    return None if a is None or b is None else False
 
 
 @lru_cache(maxsize=None)
@@ -480,7 +470,7 @@ def _kleene(name: str) -> Any:
 
     if name == "not":
         return np.array([(m & _N) | (_F if m & _T else 0) | (_T if m & _F else 0) for m in range(8)], np.uint8)
-    return _kleene_table(_and3 if name == "and" else _or3)
+    return _kleene_table(P.and3 if name == "and" else P.or3)
 
 
 def _exact_parts(expr: Any, schema: Any) -> list[Any]:

@@ -207,36 +207,11 @@ class OptimisticTransaction:
         row-level conflict checks cannot decide ``predicates`` exactly (e.g. with Spark, for
         a UDF); it must be TRUE only where ``predicates`` may be.
         """
-        from serialake.core import predicates as P
-
-        exprs = [P.parse_predicate(p) if isinstance(p, str) else p for p in (predicates or [])]
         if self.snapshot is None:
-            files: list[AddFile] = []
-            schema = None
-            part_cols: list[str] = []
-        else:
-            files = self.snapshot.all_files
-            schema = self.snapshot.schema
-            part_cols = list(self.snapshot.partition_columns)
-        full = P.conjunction(exprs)
-        part_expr = P.partition_filter(exprs, part_cols)
-        text = P.to_sql(part_expr)
-        if schema is not None:
-            match_part = P.compile_predicate(part_expr, schema, part_cols)
-            match_full = P.compile_predicate(full, schema, part_cols)
-            files = [f for f in files if match_full(f.partition_values or {}, f.parsed_stats())]
-            self.read_predicates.append(
-                ReadPredicate(
-                    text,
-                    lambda pv, _m=match_part: _m(pv, None),
-                    whole_table=_is_true(part_expr),
-                    expr=full,
-                    may_match_stats=match_full,
-                    row_evaluator=row_evaluator,
-                )
-            )
-        else:
-            self.read_predicates.append(ReadPredicate(text, lambda pv: True, whole_table=True))
+            self.read_predicates.append(ReadPredicate("TRUE", lambda pv: True, whole_table=True))
+            return []
+        pred, files = _planned_read(self.snapshot, predicates, row_evaluator)
+        self.read_predicates.append(pred)
         for f in files:
             self.read_files[f.path] = f
         return files
@@ -597,7 +572,9 @@ class OptimisticTransaction:
         return None
 
 
-def _planned_read(snapshot: Snapshot, predicates: Sequence[Any] | None) -> tuple[ReadPredicate, list[AddFile]]:
+def _planned_read(
+    snapshot: Snapshot, predicates: Sequence[Any] | None, row_evaluator: RowEvaluator | None = None
+) -> tuple[ReadPredicate, list[AddFile]]:
     """The read predicate of ``predicates`` over ``snapshot`` and the files it may match there."""
     from serialake.core import predicates as P
 
@@ -614,6 +591,7 @@ def _planned_read(snapshot: Snapshot, predicates: Sequence[Any] | None) -> tuple
         whole_table=_is_true(part_expr),
         expr=full,
         may_match_stats=match_full,
+        row_evaluator=row_evaluator,
     )
     return pred, files
 

@@ -13,6 +13,7 @@ import datetime as dt
 import json
 import os
 import sys
+import traceback
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from serialake.exceptions import DeltaError
@@ -51,9 +52,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     console = _console()
     try:
         result = _COMMANDS[args.command](args, console)
-    except DeltaError as e:
-        return _fail(console, args, e)
-    except FileNotFoundError as e:
+    except KeyboardInterrupt:
+        _stderr_console().print("interrupted")
+        return 130
+    except Exception as e:  # every failure is reported in a line or two; --debug shows the traceback
+        if getattr(args, "debug", False):
+            traceback.print_exc()
         return _fail(console, args, e)
     return result
 
@@ -66,6 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--json", action="store_true", help="print one JSON document (for scripts)")
+    common.add_argument("--debug", action="store_true", help="on failure, also print the Python traceback")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     p = sub.add_parser("history", parents=[common], help="commits, newest first (log only, no Spark)")
@@ -426,13 +431,33 @@ def _spark(console: Console, args: argparse.Namespace) -> Any:
 
 
 def _fail(console: Console, args: argparse.Namespace, error: BaseException) -> int:
+    message = _error_message(error)
     if getattr(args, "json", False):
-        _print_json({"error": {"type": type(error).__name__, "message": str(error)}})
+        _print_json({"error": {"type": type(error).__name__, "message": message}})
     else:
         err = _stderr_console()
         err.print(f"[bold red]{type(error).__name__}[/bold red]: ", end="", soft_wrap=True)
-        err.print(str(error), markup=False, soft_wrap=True)
+        err.print(message, markup=False, soft_wrap=True)
+        if not isinstance(error, (DeltaError, OSError)) and not getattr(args, "debug", False):
+            err.print("(an unexpected error: run again with --debug for the traceback)", markup=False)
     return 1
+
+
+#: Longest error message the CLI prints (a JVM error can carry a whole stack trace).
+_MAX_MESSAGE = 600
+
+
+def _error_message(error: BaseException) -> str:
+    """The error's message, cut to its first lines (Spark's carry the JVM stack trace)."""
+    if isinstance(error, OSError) and error.strerror and not isinstance(error, DeltaError):
+        where = f": {error.filename}" if error.filename else ""
+        return f"{error.strerror}{where}"
+    text = str(error).strip() or repr(error)
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    if not isinstance(error, DeltaError):
+        lines = [ln for ln in lines if not ln.lstrip().startswith(("at ", "JVM stacktrace"))][:2]
+    text = "\n".join(lines)
+    return text if len(text) <= _MAX_MESSAGE else text[: _MAX_MESSAGE - 3] + "..."
 
 
 def _stderr_console() -> Console:

@@ -158,3 +158,33 @@ def test_sql_optimize_vacuum_commands(spark: object, tmp_path: Path, capsys: pyt
     assert code == 0 and json.loads(out)["files"] == []
     code, _, err = run(capsys, "sql", "SELEC 1")
     assert code == 1 and "SqlError: Syntax error at line 1, column" in err
+
+
+def _cli(*argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "serialake.cli", *argv], cwd=REPO, capture_output=True, text=True, timeout=120
+    )
+
+
+@pytest.mark.parametrize(
+    "breakage",
+    ["garbage-commit", "action-not-an-object", "table-is-a-file"],
+)
+def test_unreadable_tables_give_one_line_errors(table: str, tmp_path: Path, breakage: str) -> None:
+    log_dir = Path(table) / "_delta_log"
+    target = table
+    if breakage == "garbage-commit":
+        (log_dir / f"{4:020d}.json").write_text("{not json\n")
+    elif breakage == "action-not-an-object":
+        (log_dir / f"{4:020d}.json").write_text('{"add": 5}\n')
+    else:
+        target = str(tmp_path / "plain-file")
+        Path(target).write_text("x")
+    for command in ("history", "detail", "describe"):
+        done = _cli(command, target)
+        assert done.returncode == 1, (command, done.stdout, done.stderr)
+        assert "Traceback" not in done.stderr, done.stderr
+        assert 1 <= len(done.stderr.strip().splitlines()) <= 3, done.stderr
+        assert target in done.stderr or "Delta table" in done.stderr, done.stderr
+    debug = _cli("detail", target, "--debug")
+    assert debug.returncode == 1 and "Traceback" in debug.stderr

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import time
 from dataclasses import dataclass, field
 
 from serialake.exceptions import CorruptLogError, DeltaIllegalArgumentException, DeltaTableNotFoundError
@@ -69,7 +70,7 @@ def read_last_checkpoint(store: LogStore, log_path: str) -> dict | None:
         obj = json.loads(data)
         if isinstance(obj, dict) and isinstance(obj.get("version"), int):
             return obj
-    except (FileNotFoundError, ValueError, UnicodeDecodeError):
+    except (FileNotFoundError, NotADirectoryError, ValueError, UnicodeDecodeError):
         pass
     return None
 
@@ -101,7 +102,11 @@ def _checkpoints(listing: list[FileStatus]) -> dict[int, CheckpointRef]:
 
 
 def list_log(store: LogStore, log_path: str, start_version: int = 0) -> list[FileStatus]:
-    return store.list_from(log_path, f"{start_version:020d}" if start_version > 0 else "")
+    """The log's files from ``start_version`` on (none when the table path is not a directory)."""
+    try:
+        return store.list_from(log_path, f"{start_version:020d}" if start_version > 0 else "")
+    except NotADirectoryError:
+        return []
 
 
 def build_segment(
@@ -115,17 +120,54 @@ def build_segment(
 
     Uses the newest complete checkpoint at or before the version (``_last_checkpoint``
     is only a hint: listing decides), then requires contiguous commits after it.
+
+    A listing that overlaps concurrent commits can miss version N while showing N+1
+    (a directory read is not a snapshot of the directory). Since N+1 is only ever
+    written after N, a gap is re-checked before the table is declared corrupt: the
+    missing version is probed by name and the log listed again, a bounded number of
+    times. Only a gap that survives the re-checks is reported.
     """
+    start = 0
     if listing is None:
-        hint = read_last_checkpoint(store, log_path)
-        start = hint["version"] if hint and (version is None or hint["version"] <= version) else 0
-        listing = list_log(store, log_path, start)
-        if start and not any(_COMMIT.match(s.name) or ".checkpoint." in s.name for s in listing):
-            listing = list_log(store, log_path, 0)
-        elif start:
-            cps = _checkpoints(listing)
-            if start not in cps:  # hint points at a missing or partial checkpoint: list everything
-                listing = list_log(store, log_path, 0)
+        start, listing = _initial_listing(store, log_path, version)
+    for recheck in range(GAP_RECHECKS + 1):
+        gap = _find_segment(table_path, log_path, version, listing)
+        if isinstance(gap, LogSegment):
+            return gap
+        missing, message = gap
+        if recheck == GAP_RECHECKS:
+            raise CorruptLogError(message)
+        if not store.exists(os.path.join(log_path, commit_name(missing))):
+            # Truly absent now: either a real gap, or older commits were cleaned up after a
+            # checkpoint this listing missed. One more listing tells them apart.
+            if recheck >= 1:
+                raise CorruptLogError(message)
+            time.sleep(0.002)
+        listing = list_log(store, log_path, start if missing >= start else 0)
+    raise AssertionError("unreachable")
+
+
+#: How many times a gap seen while listing the log is re-checked before it is reported.
+GAP_RECHECKS = 3
+
+
+def _initial_listing(store: LogStore, log_path: str, version: int | None) -> tuple[int, list[FileStatus]]:
+    """Where listing starts (the ``_last_checkpoint`` hint when usable) and the listing."""
+    hint = read_last_checkpoint(store, log_path)
+    start = hint["version"] if hint and (version is None or hint["version"] <= version) else 0
+    listing = list_log(store, log_path, start)
+    if start and not any(_COMMIT.match(s.name) or ".checkpoint." in s.name for s in listing):
+        return 0, list_log(store, log_path, 0)
+    if start and start not in _checkpoints(listing):
+        # The hint points at a missing or partial checkpoint: list everything.
+        return 0, list_log(store, log_path, 0)
+    return start, listing
+
+
+def _find_segment(
+    table_path: str, log_path: str, version: int | None, listing: list[FileStatus]
+) -> LogSegment | tuple[int, str]:
+    """The segment the listing gives, or ``(first missing version, error message)``."""
     commits: dict[int, FileStatus] = {}
     for st in listing:
         m = _COMMIT.match(st.name)
@@ -145,18 +187,19 @@ def build_segment(
         )
     usable = [v for v in cps if v <= version]
     checkpoint = cps[max(usable)] if usable else None
-    start = checkpoint.version + 1 if checkpoint else 0
-    wanted = range(start, version + 1)
+    first = checkpoint.version + 1 if checkpoint else 0
+    wanted = range(first, version + 1)
     missing = [v for v in wanted if v not in commits]
     if missing:
         if checkpoint is None and commits and min(commits) > 0 and missing[0] == 0:
-            raise CorruptLogError(
+            return 0, (
                 f"Cannot reconstruct table {table_path} at version {version}: commits before "
                 f"version {min(commits)} are gone and no checkpoint covers them"
             )
-        raise CorruptLogError(
+        return missing[0], (
             f"Table {table_path}: the log has a gap, version {missing[0]} is missing "
-            f"(versions {start}..{version} are needed)"
+            f"(versions {first}..{version} are needed; "
+            f"{commit_name(missing[0])} is absent from {log_path} after re-checking)"
         )
     return LogSegment(
         log_path=log_path,

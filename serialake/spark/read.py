@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from typing import Any, Sequence
 
 from pyspark.sql import DataFrame, SparkSession
@@ -11,11 +12,12 @@ from pyspark.sql import functions as F
 from serialake.core import DeltaLog
 from serialake.core import predicates as P
 from serialake.core.actions import AddFile
+from serialake.core.deletion_vectors import dv_absolute_path
 from serialake.core.snapshot import Snapshot
-from serialake.exceptions import DeltaTableNotFoundError
+from serialake.exceptions import DeltaAnalysisException, DeltaTableNotFoundError
 from serialake.spark import io, scans
 
-__all__ = ["read", "scan_files", "table_snapshot"]
+__all__ = ["check_version_readable", "read", "scan_files", "table_snapshot"]
 
 
 def read(
@@ -37,6 +39,8 @@ def read(
     snapshot = table_snapshot(path, version=version, timestamp=timestamp)
     files = scan_files(snapshot, filter)
     time_travel = version is not None or timestamp is not None
+    if time_travel:
+        check_version_readable(snapshot, files)
     df = scans.mark(io.read_files_df(spark, snapshot, files), snapshot, filter=filter, time_travel=time_travel)
     if filter:
         df = df.filter(F.expr(filter))
@@ -52,6 +56,52 @@ def table_snapshot(path: str, *, version: int | None = None, timestamp: Any = No
     if not log.table_exists():
         raise DeltaTableNotFoundError(f"{log.table_path} is not a Delta table (no _delta_log commits found)")
     return log.snapshot(version=version, timestamp=timestamp)
+
+
+def check_version_readable(snapshot: Snapshot, files: Sequence[AddFile] | None = None) -> None:
+    """Refuse, naming the version and the cause, a past version whose data files are gone.
+
+    VACUUM only deletes files the latest version no longer references, so only the files
+    of ``snapshot`` that are not in the latest version are checked (usually few): a read
+    of a vacuumed version then fails here, not later in Spark with a raw file-not-found.
+    """
+    log = DeltaLog.for_table(snapshot.table_path)
+    latest = log.update()
+    if latest.version == snapshot.version:
+        return
+    current = latest.files_by_path()
+    candidates = [f for f in (snapshot.all_files if files is None else files) if f.path not in current]
+    missing: list[str] = []
+    for f in candidates:
+        if not os.path.exists(io.absolute_path(snapshot.table_path, f.path)):
+            missing.append(f.path)
+        elif f.deletion_vector is not None:
+            dv = dv_absolute_path(snapshot.table_path, f.deletion_vector)
+            if dv is not None and not os.path.exists(dv):
+                missing.append(f"{dv} (deletion vector of {f.path})")
+    if not missing:
+        return
+    vacuums = [
+        v
+        for v, entry in log.history(limit=_VACUUM_LOOKBACK)
+        if v > snapshot.version and (info := entry.commit_info) is not None
+        and str(info.operation or "").startswith("VACUUM")
+    ]
+    cause = (
+        f"VACUUM (version {min(vacuums)}) removed files this version needs"
+        if vacuums
+        else "the files were deleted, most likely by VACUUM, which removes files older versions need"
+    )
+    raise DeltaAnalysisException(
+        f"Cannot read table {snapshot.table_path} at version {snapshot.version}: {len(missing)} of its data "
+        f"file(s) no longer exist (e.g. {missing[0]}): {cause}. Versions older than the "
+        f"retention period (delta.deletedFileRetentionDuration) cannot be read after VACUUM; "
+        f"read a later version (the latest is {latest.version})."
+    )
+
+
+#: How many recent commits are searched for the VACUUM that removed a version's files.
+_VACUUM_LOOKBACK = 1000
 
 
 def scan_files(snapshot: Snapshot, filter: str | None = None) -> list[AddFile]:  # noqa: A002

@@ -106,6 +106,7 @@ def bind_query(
     from its own target).
     """
     from serialake.spark import io, scans
+    from serialake.spark.read import check_version_readable
     from serialake.sql.isolation import read_snapshot
 
     tree = tree.copy()
@@ -133,6 +134,8 @@ def bind_query(
                 snap = read_snapshot(spark, path, version=version, timestamp=timestamp, name=ref.name)
                 binding.snapshots[key] = snap
             time_travel = version is not None or timestamp is not None
+            if time_travel:
+                check_version_readable(snap)
             df = scans.mark(io.read_files_df(spark, snap, snap.all_files), snap, time_travel=time_travel)
         view = exp.to_table(binding.view_of(df))
         alias = node.args.get("alias")

@@ -17,6 +17,7 @@ from serialake.exceptions import (
     InvalidPropertyError,
 )
 from serialake.spark import DeltaTable, read, write
+from serialake.sql import sql as serialake_sql
 from serialake.spark.table import RETENTION_CHECK_CONF
 
 pytestmark = pytest.mark.spark
@@ -194,6 +195,16 @@ def test_vacuum(spark: SparkSession, tmp_table: str, no_retention_check: None) -
     ops = [r.operation for r in table.history(4).collect()]
     assert ops == ["VACUUM END", "VACUUM START", "VACUUM END", "VACUUM START"]
     assert read(spark, tmp_table).count() == 1
+
+    # Version 0's files are gone: reading it names the table, the version and the VACUUM.
+    for attempt in (lambda: read(spark, tmp_table, version=0),
+                    lambda: serialake_sql(spark, f"SELECT * FROM delta.`{tmp_table}` VERSION AS OF 0")):
+        with pytest.raises(DeltaAnalysisException) as info:
+            attempt()
+        msg = str(info.value)
+        assert f"Cannot read table {tmp_table} at version 0" in msg
+        assert "no longer exist" in msg and "VACUUM (version" in msg
+    assert read(spark, tmp_table, version=1).count() == 1  # the latest files are all there
 
 
 def test_vacuum_retention_check(spark: SparkSession, tmp_table: str) -> None:

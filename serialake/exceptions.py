@@ -30,6 +30,7 @@ __all__ = [
     "MetadataChangedException",
     "ProtocolChangedException",
     "SchemaMismatchError",
+    "StagingMismatchError",
     "UnsupportedFeatureError",
 ]
 
@@ -60,6 +61,50 @@ class SchemaMismatchError(DeltaAnalysisException):
 
 class CorruptLogError(DeltaError, IOError):
     """A log file cannot be parsed or the log has gaps."""
+
+
+class StagingMismatchError(DeltaError, IOError):
+    """The driver found other rows in a write's staging directory than the Spark job wrote.
+
+    Nothing was committed. The usual cause: the executors do not share the driver's file
+    system, so their files landed where the driver cannot see them.
+
+    Attributes:
+        table: table path.
+        staging: the staging directory the driver listed.
+        job_rows: rows the Spark job reports it wrote.
+        found_rows: rows in the files the driver found.
+        found_files: files the driver found.
+    """
+
+    def __init__(self, *, table: str, staging: str, job_rows: int, found_rows: int, found_files: int) -> None:
+        self.table = table
+        self.staging = staging
+        self.job_rows = job_rows
+        self.found_rows = found_rows
+        self.found_files = found_files
+        super().__init__(
+            f"Write to table {table}: the Spark job wrote {job_rows} row(s), but the driver found "
+            f"{found_rows} row(s) in {found_files} file(s) in the staging directory {staging}; "
+            "nothing was committed.\n"
+            "  Likely cause: the executors do not share the driver's file system, so they wrote "
+            "their files where the driver cannot see them.\n"
+            "Help: put the table on a file system that the driver and every executor mount at the "
+            "same path (e.g. NFS), or on an object store once serialake supports one; run a "
+            "single-machine job with a local master (local[*])."
+        )
+
+    def __reduce__(self) -> Any:  # picklable across processes
+        return (
+            _rebuild_staging,
+            (self.table, self.staging, self.job_rows, self.found_rows, self.found_files),
+        )
+
+
+def _rebuild_staging(table: str, staging: str, job_rows: int, found_rows: int, found_files: int) -> Any:
+    return StagingMismatchError(
+        table=table, staging=staging, job_rows=job_rows, found_rows=found_rows, found_files=found_files
+    )
 
 
 class DeltaProtocolError(DeltaError):

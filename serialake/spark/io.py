@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping, Sequence
 from urllib.parse import unquote, urlparse
 
 import pyarrow.parquet as pq
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
@@ -46,6 +46,7 @@ from serialake.core.schema import (
 from serialake.exceptions import (
     CorruptLogError,
     DeltaAnalysisException,
+    StagingMismatchError,
     UnsupportedFeatureError,
 )
 
@@ -82,6 +83,7 @@ ROW_INDEX_COLUMN = "_row_index"
 STRING_STATS_PREFIX = 32  # Delta's default: string min/max hold the first 32 characters
 _MAX_CHAR = "\U0010ffff"  # appended to a truncated max so it stays an upper bound
 _KEY_COLUMN = "__serialake_file_key"
+_ROWS_METRIC = "rows"
 _IO_THREADS = 8
 _MIN_MAX_TYPES = frozenset({"byte", "short", "integer", "long", "date", "timestamp", "timestamp_ntz", "string"})
 
@@ -293,12 +295,18 @@ def write_data_files(
     without rows are dropped. ``configuration`` (the table properties) decides which
     columns get stats (``delta.dataSkippingNumIndexedCols``). Nothing is committed: put
     the AddFiles in a transaction.
+
+    The job counts the rows it writes (an ``Observation``); when the files the driver finds
+    hold another number, ``StagingMismatchError`` is raised and the found files are deleted:
+    executors that do not share the driver's file system must never commit an empty write.
     """
     table_path = _local_path(table_path)
     spark = df.sparkSession
     _ensure_micros_timestamps(spark)
     partition_columns = [_resolve(df.schema, c, table_path) for c in partition_columns]
-    writer = df.write.format("parquet").mode("error")
+    observation = Observation(f"serialake_write_{uuid.uuid4().hex}")
+    observed = df.observe(observation, F.count(F.lit(1)).alias(_ROWS_METRIC))
+    writer = observed.write.format("parquet").mode("error")
     if partition_columns:
         writer = writer.partitionBy(*partition_columns)
     if max_records_per_file:
@@ -323,8 +331,29 @@ def write_data_files(
 
         with ThreadPoolExecutor(_IO_THREADS) as pool:
             adds = [a for a in pool.map(finish, jobs) if a is not None]
+        _check_written_rows(table_path, staging, adds, observation)
         fsync_dirs(table_path, {posixpath.dirname(decode_path(a.path)) for a in adds})
         return adds
+
+
+def _check_written_rows(table_path: str, staging: str, adds: Sequence[AddFile], observation: Observation) -> None:
+    """Raise ``StagingMismatchError`` (deleting ``adds``) unless they hold the rows the job wrote.
+
+    Files without rows were dropped already, so the rows of ``adds`` are all the driver found.
+    A job whose metrics did not arrive (an empty result) is not checked.
+    """
+    job_rows = observation.get.get(_ROWS_METRIC)
+    found_rows = sum(a.num_records or 0 for a in adds)
+    if job_rows is None or int(job_rows) == found_rows:
+        return
+    for add in adds:
+        try:
+            os.remove(absolute_path(table_path, add.path))
+        except OSError:
+            pass
+    raise StagingMismatchError(
+        table=table_path, staging=staging, job_rows=int(job_rows), found_rows=found_rows, found_files=len(adds)
+    )
 
 
 @contextmanager

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import sys
 from typing import Any
 
 from pyspark.sql import SparkSession
@@ -31,6 +33,8 @@ def spark_session(app_name: str = "serialake", *, master: str | None = None, **c
 
     ``conf`` keys are Spark settings (pass dotted keys as ``**{"spark.x": "y"}``). When a
     session is already active it is reused and only runtime-settable ``conf`` is applied.
+    Executors run this Python (``spark.pyspark.python``) unless ``conf`` or ``PYSPARK_PYTHON``
+    names another: on a standalone cluster their Python must match the driver's.
     """
     active = SparkSession.getActiveSession()
     if active is not None:
@@ -38,7 +42,10 @@ def spark_session(app_name: str = "serialake", *, master: str | None = None, **c
             active.conf.set(key, str(value))
         return active
     builder = SparkSession.builder.appName(app_name).master(master or DEFAULT_MASTER)
-    for key, value in {**DEFAULT_CONF, **{k: str(v) for k, v in conf.items()}}.items():
+    defaults = dict(DEFAULT_CONF)
+    if not os.environ.get("PYSPARK_PYTHON"):
+        defaults["spark.pyspark.python"] = sys.executable
+    for key, value in {**defaults, **{k: str(v) for k, v in conf.items()}}.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")

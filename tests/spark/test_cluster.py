@@ -1,0 +1,156 @@
+"""Writes on a Spark standalone cluster: executors that cannot see the table fail loudly, shared ones work.
+
+One master and two workers run on 127.0.0.1 for the whole module (``tests/cluster.py``); the
+driver runs ``cluster_scenarios.py`` in a subprocess (this process keeps its one local
+session). The workers run in mount namespaces of their own where the ``private`` directory
+is a private copy: executors read the seeded table there but write where the driver
+cannot see. The ``shared`` directory is the same for everybody.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+import serialake
+from tests.cluster import live_group_members, private_mounts_unavailable, standalone_cluster
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+SCENARIOS = Path(__file__).with_name("cluster_scenarios.py")
+PRIVATE_OPS = ("create", "append", "overwrite", "delete", "update", "merge", "optimize")
+SHARED_OPS = {
+    "create": "WRITE",
+    "append": "WRITE",
+    "overwrite": "WRITE",
+    "delete": "DELETE",
+    "update": "UPDATE",
+    "merge": "MERGE",
+    "optimize": "OPTIMIZE",
+}
+
+
+@pytest.fixture(scope="module")
+def cluster_run(tmp_path_factory: pytest.TempPathFactory, spark: SparkSession) -> dict[str, Any]:
+    """Start the cluster, run the scenarios against it, stop it; the scenarios' results."""
+    root = tmp_path_factory.mktemp("cluster")
+    private_reason = private_mounts_unavailable()
+    private_root = root / "private"
+    shared_root = root / "shared"
+    private_root.mkdir()
+    shared_root.mkdir()
+    seed = private_root / "seed"
+    if private_reason is None:  # written before the workers start: their private copy holds it
+        df = spark.range(0, 20, 1, 4).selectExpr("id", "id * 10 AS v", "CAST(id % 2 AS INT) AS p")
+        serialake.write(df, str(seed))
+    config = {
+        "shared_root": str(shared_root),
+        "private_seed": None if private_reason else str(seed),
+        "out": str(root / "results.json"),
+    }
+    started = time.monotonic()
+    with standalone_cluster(root / "spark", private_dir=None if private_reason else private_root) as cluster:
+        config["master"] = cluster.master_url
+        (root / "config.json").write_text(json.dumps(config))
+        with open(root / "driver.log", "wb") as log:
+            proc = subprocess.run(
+                [sys.executable, str(SCENARIOS), str(root / "config.json")],
+                stdout=log, stderr=subprocess.STDOUT, timeout=400, check=False,
+            )  # fmt: skip
+        pids = [p.pid for p in cluster.processes]
+        logs = cluster.logs()
+    results: dict[str, Any] = json.loads(Path(config["out"]).read_text()) if Path(config["out"]).exists() else {}
+    results.update(
+        returncode=proc.returncode,
+        driver_log=(root / "driver.log").read_text(errors="replace")[-5000:],
+        cluster_logs=logs,
+        leftover_processes=[pid for group in pids for pid in live_group_members(group)],
+        private_reason=private_reason,
+        shared_table=str(shared_root / "t"),
+        seconds=time.monotonic() - started,
+    )
+    return results
+
+
+def _ran(run: dict[str, Any], part: str) -> dict[str, Any]:
+    assert "crash" not in run, run["crash"]
+    assert part in run, f"scenario '{part}' produced no results (exit {run['returncode']}):\n{run['driver_log']}"
+    result = run[part]
+    assert isinstance(result, dict)
+    return result
+
+
+def test_cluster_runs_two_executors_and_stops_cleanly(cluster_run: dict[str, Any]) -> None:
+    assert cluster_run["returncode"] == 0, cluster_run["driver_log"] + cluster_run["cluster_logs"]
+    assert cluster_run["executors"] == 2
+    assert cluster_run["leftover_processes"] == []
+
+
+def test_private_executors_fail_every_write_loudly_and_commit_nothing(cluster_run: dict[str, Any]) -> None:
+    if cluster_run["private_reason"]:
+        pytest.skip(cluster_run["private_reason"])
+    private = _ran(cluster_run, "private")
+    for name in PRIVATE_OPS:
+        op = private[name]
+        error = op["error"]
+        assert error is not None, f"{name} on executors without the driver's disk did not fail"
+        assert error["type"] == "StagingMismatchError", f"{name}: {error}"
+        message = error["message"]
+        assert op["path"] in message and "_staging" in message, message
+        assert "do not share the driver's file system" in message and message.rstrip().splitlines()[-1].startswith(
+            "Help:"
+        )
+        attrs = error["attributes"]
+        assert attrs["table"] == op["path"] and attrs["job_rows"] > 0 and attrs["found_rows"] == 0, attrs
+        assert op["after"]["version"] == op["before"]["version"], f"{name} committed: {op}"
+        assert op["after"]["files"] == op["before"]["files"], f"{name} left files behind: {op}"
+    assert private["create"]["after"]["version"] is None  # no table was created
+    assert private["rows_after"] == private["seed_rows"]
+
+
+def _expected_shared() -> dict[str, list[list[int]]]:
+    """The rows after each shared operation, computed here without Spark."""
+    table: dict[int, int] = {}
+    out = {}
+    table.update({i: i * 10 for i in range(30)})
+    out["create"] = dict(table)
+    table.update({i: i * 10 for i in range(30, 40)})
+    out["append"] = dict(table)
+    table = {i: i * 100 for i in range(40)}
+    out["overwrite"] = dict(table)
+    table = {i: v for i, v in table.items() if i % 5 != 0}
+    out["delete"] = dict(table)
+    table = {i: v + 1 if i < 10 else v for i, v in table.items()}
+    out["update"] = dict(table)
+    table.update({i: -i for i in range(35, 45)})
+    out["merge"] = dict(table)
+    out["optimize"] = dict(table)
+    return {name: sorted([i, v, i % 3] for i, v in rows.items()) for name, rows in out.items()}
+
+
+def test_shared_directory_every_operation_works_on_the_spark_path(cluster_run: dict[str, Any]) -> None:
+    shared = _ran(cluster_run, "shared")
+    expected = _expected_shared()
+    for version, (name, operation) in enumerate(SHARED_OPS.items()):
+        op = shared[name]
+        assert op["version"] == version and op["operation"] == operation, op
+        assert op["adds"] > 0, f"{name} committed no files"
+        assert op["rows"] == expected[name], name
+    assert not [f for f in shared["files"] if f.startswith("_staging")]
+
+
+@pytest.mark.interop
+def test_shared_table_reads_the_same_in_delta_rs(cluster_run: dict[str, Any]) -> None:
+    deltalake = pytest.importorskip("deltalake")
+    _ran(cluster_run, "shared")
+    rows = deltalake.DeltaTable(cluster_run["shared_table"]).to_pyarrow_table().to_pylist()
+    assert sorted([r["id"], r["v"], r["p"]] for r in rows) == _expected_shared()["optimize"]

@@ -26,6 +26,7 @@ __all__ = [
     "DeltaTableNotFoundError",
     "CorruptLogError",
     "FileAlreadyExistsError",
+    "InvalidTableError",
     "InvalidPropertyError",
     "MetadataChangedException",
     "ProtocolChangedException",
@@ -105,6 +106,58 @@ def _rebuild_staging(table: str, staging: str, job_rows: int, found_rows: int, f
     return StagingMismatchError(
         table=table, staging=staging, job_rows=job_rows, found_rows=found_rows, found_files=found_files
     )
+
+
+class InvalidTableError(DeltaError, ValueError):
+    """The log holds an action no Delta reader may accept: the table is neither read nor written.
+
+    Raised when the action enters a snapshot (commit replay or checkpoint read), so no
+    commit is ever made on top of it. Not an ``OSError``: retrying cannot help.
+
+    Attributes:
+        table: table path.
+        version: the version of the commit or checkpoint holding the action (None if unknown).
+        file: that log file (``_delta_log/00000000000000000003.json``), when known.
+        field: the offending field, as ``action.field`` (``add.size``, ``metaData.partitionColumns``).
+        reason: what is wrong with it.
+        data_file: the data file the action describes, when one is involved.
+    """
+
+    default_help = (
+        "A Delta reader must refuse this table. Fix or remove the action with the tool that wrote it "
+        "(the file's writer broke the Delta protocol); the versions before it can still be read (time travel)."
+    )
+
+    def __init__(
+        self,
+        reason: str,
+        *,
+        table: str,
+        field: str,
+        version: int | None = None,
+        file: str | None = None,
+        line: int | None = None,
+        data_file: str | None = None,
+        help: str | None = None,
+    ) -> None:
+        self.reason = reason
+        self.table = table
+        self.field = field
+        self.version = version
+        self.file = file
+        self.line = line
+        self.data_file = data_file
+        self.help = help or self.default_help
+        where = f" at version {version}" if version is not None else ""
+        if file:
+            where += f" ({file}{f', line {line}' if line else ''})"
+        detail = f" (data file {data_file})" if data_file else ""
+        super().__init__(f"Table {table} is invalid{where}: {field}: {reason}{detail}.\nHelp: {self.help}")
+
+    def __reduce__(self) -> Any:  # picklable across processes
+        kwargs = dict(table=self.table, field=self.field, version=self.version, file=self.file, line=self.line,
+                      data_file=self.data_file, help=self.help)
+        return (_rebuild, (type(self), self.reason, kwargs))
 
 
 class DeltaProtocolError(DeltaError):

@@ -15,6 +15,7 @@ from typing import Any, ClassVar, Mapping
 from urllib.parse import quote, unquote
 
 __all__ = [
+    "ACTION_TYPES",
     "Action",
     "AddCDCFile",
     "AddFile",
@@ -473,10 +474,12 @@ class CommitInfo(Action):
         return int(ts) if ts is not None else None
 
 
-_ACTION_TYPES: dict[str, type[Action]] = {
+ACTION_TYPES: dict[str, type[Action]] = {
     cls.KEY: cls
     for cls in (Protocol, Metadata, AddFile, RemoveFile, AddCDCFile, SetTransaction, DomainMetadata, CommitInfo)
 }
+"""The action class of each top-level JSON key of a log line."""
+_ACTION_TYPES = ACTION_TYPES
 
 # Keys of actions the protocol defines that we read but do not model (kept as opaque).
 _IGNORED_KEYS = {"checkpointMetadata", "sidecar"}

@@ -24,8 +24,15 @@ from serialake.core.actions import (
     SetTransaction,
     action_from_dict,
 )
-from serialake.core.logfiles import LAST_CHECKPOINT, CheckpointRef, checkpoint_name
-from serialake.exceptions import CorruptLogError
+from serialake.core.logfiles import LAST_CHECKPOINT, LOG_DIR, CheckpointRef, checkpoint_name
+from serialake.core.validate import (
+    InvalidActionError,
+    add_column_partition_values,
+    check_action,
+    check_add_column,
+    escapes_table,
+)
+from serialake.exceptions import CorruptLogError, InvalidTableError
 from serialake.storage.base import LogStore
 
 _STR_MAP = pa.map_(pa.string(), pa.string())
@@ -168,6 +175,9 @@ class LazyAdds:
 
         arr = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
         arr = arr.filter(pc.is_valid(arr))
+        check_add_column(arr)
+        # Distinct partition values, checked against the schema when the snapshot is built.
+        self.partition_pairs = add_column_partition_values(arr)
         by_key, _ = AddFile.__dict__.get("_CODEC_INFO") or AddFile._codec_info()
         self._attrs: list[str] = []
         self._arrays: list[tuple[pa.Array, str]] = []
@@ -242,8 +252,9 @@ def _parquet_actions(data: bytes, name: str) -> Iterator[Action]:
             if value is None:
                 continue
             body = _from_arrow_value(value)
-            if col in ("add", "remove") and not body.get("path"):
-                continue
+            if not body:
+                continue  # a struct with every field null: no action
+            check_action({col: body})
             action = action_from_dict({col: body})
             if action is not None:
                 yield action
@@ -260,30 +271,46 @@ def _json_actions(data: bytes, name: str) -> Iterator[dict[str, Any]]:
 
 
 def read_checkpoint(store: LogStore, log_path: str, ref: CheckpointRef) -> list[Action | LazyAdds]:
-    """All actions of a checkpoint (adds as ``LazyAdds`` blocks), following v2 sidecars."""
+    """All actions of a checkpoint (adds as ``LazyAdds`` blocks), following v2 sidecars.
+
+    Every action is checked (``serialake.core.validate``); ``InvalidTableError`` names the
+    checkpoint file and the field of one the protocol forbids.
+    """
     out: list[Action | LazyAdds] = []
-    for st in ref.files:
-        path = os.path.join(log_path, st.name)
-        data = store.read(path)
-        if ref.kind == "v2" and st.name.endswith(".json"):
-            sidecars: list[str] = []
-            for obj in _json_actions(data, st.name):
-                if "sidecar" in obj:
-                    sidecars.append(obj["sidecar"]["path"])
-                    continue
-                action = action_from_dict(obj)
-                if action is not None:
-                    out.append(action)
-        else:
-            out.extend(_parquet_actions(data, st.name))
-            sidecars = _sidecar_paths(data) if ref.kind == "v2" else []
-        for sc in sidecars:
-            sc_path = sc if os.path.isabs(sc) else os.path.join(log_path, "_sidecars", sc)
-            try:
-                sc_data = store.read(sc_path)
-            except FileNotFoundError:
-                raise CorruptLogError(f"Checkpoint {st.name} refers to missing sidecar {sc_path}") from None
-            out.extend(_parquet_actions(sc_data, os.path.basename(sc_path)))
+    name = ""
+    try:
+        for st in ref.files:
+            name = f"{LOG_DIR}/{st.name}"
+            path = os.path.join(log_path, st.name)
+            data = store.read(path)
+            if ref.kind == "v2" and st.name.endswith(".json"):
+                sidecars: list[str] = []
+                for obj in _json_actions(data, st.name):
+                    if "sidecar" in obj:
+                        sidecars.append(obj["sidecar"]["path"])
+                        continue
+                    check_action(obj)
+                    action = action_from_dict(obj)
+                    if action is not None:
+                        out.append(action)
+            else:
+                out.extend(_parquet_actions(data, st.name))
+                sidecars = _sidecar_paths(data) if ref.kind == "v2" else []
+            for sc in sidecars:
+                if escapes_table(sc):  # sidecars live in _delta_log/_sidecars
+                    raise InvalidActionError("sidecar.path", f"relative path {sc!r} leaves the _sidecars directory")
+                sc_path = sc if os.path.isabs(sc) else os.path.join(log_path, "_sidecars", sc)
+                name = f"{LOG_DIR}/_sidecars/{os.path.basename(sc_path)}"
+                try:
+                    sc_data = store.read(sc_path)
+                except FileNotFoundError:
+                    raise CorruptLogError(f"Checkpoint {st.name} refers to missing sidecar {sc_path}") from None
+                out.extend(_parquet_actions(sc_data, os.path.basename(sc_path)))
+    except InvalidActionError as e:
+        raise InvalidTableError(
+            e.reason, table=os.path.dirname(log_path), field=e.field, version=ref.version, file=name,
+            data_file=e.data_file,
+        ) from None
     return out
 
 

@@ -7,14 +7,17 @@ keyed by ``(path, deletion-vector id)`` and its newest add or remove decides.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
+import threading
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any, Iterable, NamedTuple
 
 from serialake.core import features
 from serialake.core import properties as props
 from serialake.core.actions import (
+    ACTION_TYPES,
     Action,
     AddFile,
     CommitInfo,
@@ -26,28 +29,41 @@ from serialake.core.actions import (
     action_from_dict,
 )
 from serialake.core.checkpoint import LazyAdds
-from serialake.core.logfiles import LogSegment
-from serialake.exceptions import CorruptLogError
+from serialake.core.logfiles import LOG_DIR, LogSegment, commit_name
+from serialake.core.validate import ACTION_CHECKS, InvalidActionError, check_action, check_partition_values
+from serialake.exceptions import CorruptLogError, InvalidTableError
 
 FileKey = tuple[str, "str | None"]
 
 
 def parse_commit(data: bytes, table: str, version: int) -> list[Action]:
-    """Actions of one commit file, or ``CorruptLogError`` naming the version and line."""
+    """Actions of one commit file, checked (``serialake.core.validate``).
+
+    ``CorruptLogError`` names the version and line of a file that is not JSON lines;
+    ``InvalidTableError`` the version, line and field of an action the protocol forbids.
+    """
     out: list[Action] = []
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
         raise CorruptLogError(f"Table {table}: commit version {version} is not UTF-8 ({e})") from e
     lines = [ln for ln in text.split("\n") if ln.strip()]
+    i = 0
+    checks, classes = ACTION_CHECKS, ACTION_TYPES
     try:
         # One decoder call for the whole file is much faster than one per line.
         objs = json.loads("[" + ",".join(lines) + "]")
-        for obj in objs:
-            action = action_from_dict(obj)
-            if action is not None:
-                out.append(action)
+        for i, obj in enumerate(objs):
+            # check_action + action_from_dict in one loop: it runs once per action.
+            for key, body in obj.items():
+                check = checks.get(key)
+                if check is not None and body is not None:
+                    check(body)
+                    out.append(classes[key]._from_obj(body))
+                    break
         return out
+    except InvalidActionError as e:
+        raise _invalid(e, table, version, _line_number(text, i)) from None
     except (ValueError, TypeError, AttributeError):
         out = []  # find the bad line below, for a precise error
     for lineno, line in enumerate(text.split("\n"), 1):
@@ -55,7 +71,10 @@ def parse_commit(data: bytes, table: str, version: int) -> list[Action]:
             continue
         try:
             obj = json.loads(line)
+            check_action(obj)
             action = action_from_dict(obj)
+        except InvalidActionError as e:
+            raise _invalid(e, table, version, lineno) from None
         except (ValueError, TypeError, AttributeError) as e:
             raise CorruptLogError(
                 f"Table {table}: commit file for version {version} is corrupt or truncated at line {lineno}: {e}"
@@ -63,6 +82,32 @@ def parse_commit(data: bytes, table: str, version: int) -> list[Action]:
         if action is not None:
             out.append(action)
     return out
+
+
+def _line_number(text: str, index: int) -> int:
+    """The 1-based line number of the ``index``-th non-blank line."""
+    seen = -1
+    for lineno, line in enumerate(text.split("\n"), 1):
+        if line.strip():
+            seen += 1
+            if seen == index:
+                return lineno
+    return 0
+
+
+def _invalid(
+    e: InvalidActionError, table: str, version: int | None, line: int | None = None, file: str | None = None
+) -> InvalidTableError:
+    """The table-level error for an action check that failed in ``file`` (the commit of ``version`` by default)."""
+    if file is None and version is not None:
+        file = f"{LOG_DIR}/{commit_name(version)}"
+    return InvalidTableError(
+        e.reason, table=table, field=e.field, version=version, file=file, line=line or None, data_file=e.data_file
+    )
+
+
+def _partitioning(meta: Metadata) -> tuple[Any, ...]:
+    return (meta.schema_string, meta.partition_columns)
 
 
 @dataclass
@@ -75,6 +120,11 @@ class TableState:
     tombstones: dict[FileKey, RemoveFile] = field(default_factory=dict)
     txns: dict[str, SetTransaction] = field(default_factory=dict)
     domains: dict[str, DomainMetadata] = field(default_factory=dict)
+    # Distinct (key, value) of the partitionValues of adds applied since the partitioning last
+    # changed; checked against the metadata when the snapshot is built (``Snapshot.__init__``).
+    partition_values: set[tuple[str, str | None]] = field(default_factory=set)
+    # Earlier such sets, with the metadata they were written under.
+    partition_checks: list[tuple[Metadata, set[tuple[str, str | None]]]] = field(default_factory=list)
 
     def materialize(self) -> None:
         """Build the ``AddFile`` of every file still held columnar."""
@@ -92,10 +142,15 @@ class TableState:
             dict(self.tombstones),
             dict(self.txns),
             dict(self.domains),
+            set(self.partition_values),
+            list(self.partition_checks),
         )
 
     def apply(self, actions: Iterable[Any]) -> None:
+        """Apply one commit's (or one checkpoint's) actions in order."""
         files, tombstones = self.files, self.tombstones
+        meta_before = self.metadata
+        pairs: set[tuple[str, str | None]] = set()
         for a in actions:
             t = type(a)
             if t is LazyAdds:
@@ -103,10 +158,14 @@ class TableState:
                 for i, key in enumerate(a.keys):
                     files[key] = (a, i)  # type: ignore[assignment]
                     tombstones.pop(key, None)
+                pairs.update(a.partition_pairs)
             elif t is AddFile:
                 key = (a.path, a.dv_id)  # type: ignore[attr-defined]
                 files[key] = a  # type: ignore[assignment]
                 tombstones.pop(key, None)
+                pv = a.partition_values  # type: ignore[attr-defined]
+                if pv:
+                    pairs.update(pv.items())
             elif t is RemoveFile:
                 key = (a.path, a.dv_id)  # type: ignore[attr-defined]
                 files.pop(key, None)
@@ -122,10 +181,70 @@ class TableState:
                     self.domains.pop(a.domain, None)  # type: ignore[attr-defined]
                 else:
                     self.domains[a.domain] = a  # type: ignore[attr-defined]
+        self.note_partition_values(meta_before, pairs)
+
+    def note_partition_values(self, meta_before: Metadata | None, pairs: set[tuple[str, str | None]]) -> None:
+        """Keep the partition values of one commit's adds, to be checked against their metadata.
+
+        A commit that changes the schema or partitioning (e.g. REPLACE TABLE) starts a new set:
+        values written before it are checked against the metadata they were written under.
+        """
+        meta = self.metadata
+        if meta is not meta_before and meta_before is not None and meta is not None and (
+            _partitioning(meta) != _partitioning(meta_before)
+        ):
+            if self.partition_values:
+                self.partition_checks.append((meta_before, self.partition_values))
+            self.partition_values = pairs
+        elif pairs:
+            self.partition_values |= pairs
+
+
+class _FileIndex(NamedTuple):
+    """Live files and tombstones of a snapshot, never changed once published.
+
+    ``built``: every value is an ``AddFile`` (none left as a columnar checkpoint row).
+    """
+
+    files: dict[FileKey, Any]
+    tombstones: dict[FileKey, RemoveFile]
+    built: bool
+
+
+def _apply_file_actions(files: dict[FileKey, Any], tombstones: dict[FileKey, RemoveFile], actions: list[Action]) -> None:
+    for a in actions:
+        key = (a.path, a.dv_id)  # type: ignore[attr-defined]
+        if type(a) is AddFile:
+            files[key] = a
+            tombstones.pop(key, None)
+        else:
+            files.pop(key, None)
+            tombstones[key] = a  # type: ignore[assignment]
+
+
+def _built(files: dict[FileKey, Any]) -> dict[FileKey, AddFile]:
+    """A new dict with an ``AddFile`` for every file still held as a columnar checkpoint row.
+
+    The cyclic garbage collector is paused meanwhile: building 50,000 objects (which form
+    no cycles) would otherwise trigger collections that traverse every live row, about
+    half the cost of the build.
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return {k: (v[0].build(v[1]) if type(v) is tuple else v) for k, v in files.items()}
+    finally:
+        if enabled:
+            gc.enable()
 
 
 class Snapshot:
-    """The table at one version: protocol, metadata, live files, txns and domains."""
+    """The table at one version: protocol, metadata, live files, txns and domains.
+
+    Immutable once built, and safe to share between threads (a background checkpoint and
+    transactions read the same snapshot): the file index is computed lazily, under a lock,
+    into new dicts that are published whole and never changed afterwards.
+    """
 
     def __init__(
         self,
@@ -134,6 +253,8 @@ class Snapshot:
         state: TableState,
         segment: LogSegment | None,
         timestamp: int,
+        *,
+        commits: list[tuple[int, list[Action], int]] | None = None,
     ) -> None:
         if state.protocol is None:
             raise CorruptLogError(f"Table {table_path} at version {version} has no protocol action")
@@ -142,36 +263,104 @@ class Snapshot:
         features.check_readable(state.protocol, table_path)
         self.table_path = table_path
         self.version = version
-        self._state = state
+        # Protocol, metadata, txns and domains; the files live in the index only, so that
+        # building ``AddFile`` objects frees the columnar checkpoint rows.
+        self._state = TableState(state.protocol, state.metadata, txns=state.txns, domains=state.domains)
         self.segment = segment
         self.timestamp = timestamp
         self._schema: Any = None
-        # Lazily materialised file state: (parent snapshot, file actions after it).
+        self._lock = threading.Lock()
+        # Published file index (None until computed for a snapshot made by ``with_commits``).
+        self._index: _FileIndex | None = _FileIndex(state.files, state.tombstones, False)
+        # Where the index comes from until it is published: (parent snapshot, file actions after it).
+        # Cleared only after ``_index`` is set, so a reader finding it None finds ``_index`` set.
         self._files_from: tuple[Snapshot, list[Action]] | None = None
+        if state.partition_values or state.partition_checks:
+            self._check_partition_values(state, commits)
 
-    def _files_state(self, materialize: bool = True) -> TableState:
-        """The state with ``files``/``tombstones`` materialised (copying the nearest ancestor's once)."""
-        if self._files_from is None:
-            if materialize:
-                self._state.materialize()
-            return self._state
-        chain: list[Snapshot] = []
-        node: Snapshot | None = self
-        while node is not None and node._files_from is not None:
-            chain.append(node)
-            node = node._files_from[0]
-        assert node is not None
-        files = dict(node._state.files)
-        tombstones = dict(node._state.tombstones)
-        acc = TableState(files=files, tombstones=tombstones)
-        for snap in reversed(chain):
-            acc.apply(snap._files_from[1])  # type: ignore[index]
-        self._state.files = acc.files
-        self._state.tombstones = acc.tombstones
-        self._files_from = None
-        if materialize:
-            self._state.materialize()
-        return self._state
+    def _check_partition_values(self, st: TableState, commits: list[tuple[int, list[Action], int]] | None) -> None:
+        """Every partition value replayed parses as its column's type, under the metadata it was written with."""
+        for meta, pairs in [*st.partition_checks, (st.metadata, st.partition_values)]:
+            try:
+                check_partition_values(meta, pairs)  # type: ignore[arg-type]
+            except InvalidActionError as e:
+                key = e.field.split(".", 2)[2]
+                version, file, data_file = self._locate_partition_value(key, e.value, commits)
+                e.data_file = data_file
+                version = version if version is not None else self.version
+                raise _invalid(e, self.table_path, version, file=file) from None
+
+    def _locate_partition_value(
+        self, key: str, value: str, commits: list[tuple[int, list[Action], int]] | None
+    ) -> tuple[int | None, str | None, str | None]:
+        """(version, log file, data file) of the newest add with this partition value (error path only)."""
+
+        def find(actions: Iterable[Any]) -> str | None:
+            for a in actions:
+                if isinstance(a, AddFile) and (a.partition_values or {}).get(key) == value:
+                    return a.path
+            return None
+
+        if commits is not None:
+            for v, actions, _ in reversed(commits):
+                if (path := find(actions)) is not None:
+                    return v, f"{LOG_DIR}/{commit_name(v)}", path
+            return None, None, None
+        seg = self.segment
+        if seg is None:
+            return None, None, None
+        from serialake.storage import store_for
+
+        store = store_for(self.table_path)
+        for v, st in reversed(seg.commits):
+            try:
+                actions = parse_commit(store.read(os.path.join(seg.log_path, st.name)), self.table_path, v)
+            except (OSError, CorruptLogError, InvalidTableError):
+                continue
+            if (path := find(actions)) is not None:
+                return v, f"{LOG_DIR}/{st.name}", path
+        if seg.checkpoint is None:
+            return None, None, None
+        index = self._index.files if self._index is not None else {}
+        lazy = (v[0].build(v[1]) if type(v) is tuple else v for v in index.values())
+        names = ", ".join(f"{LOG_DIR}/{f.name}" for f in seg.checkpoint.files)
+        return seg.checkpoint.version, names, find(lazy)
+
+    def _files_index(self, built: bool = True) -> _FileIndex:
+        """The live files and tombstones (with ``built``, as ``AddFile`` objects), computed once."""
+        idx = self._index
+        if idx is not None and (idx.built or not built):
+            return idx
+        with self._lock:
+            idx = self._index
+            if idx is None:
+                idx = self._replay_files()
+            if built and not idx.built:
+                idx = _FileIndex(_built(idx.files), idx.tombstones, True)
+            self._index = idx
+            self._files_from = None  # after publishing: lets the parents be collected
+            return idx
+
+    def _replay_files(self) -> _FileIndex:
+        """This snapshot's files: the nearest ancestor's published index plus the file actions since."""
+        chain: list[list[Action]] = []
+        node = self
+        while True:
+            idx = node._index
+            if idx is not None:
+                break
+            source = node._files_from  # read once: another thread may clear it after publishing
+            if source is None:
+                idx = node._index
+                assert idx is not None
+                break
+            chain.append(source[1])
+            node = source[0]
+        files = dict(idx.files)
+        tombstones = dict(idx.tombstones)
+        for actions in reversed(chain):
+            _apply_file_actions(files, tombstones, actions)
+        return _FileIndex(files, tombstones, idx.built)
 
     # -- state -----------------------------------------------------------------
     @property
@@ -208,15 +397,15 @@ class Snapshot:
     @property
     def all_files(self) -> list[AddFile]:
         """Live data files (one per path; with a DV, its current vector)."""
-        return list(self._files_state().files.values())
+        return list(self._files_index().files.values())
 
     @property
     def num_files(self) -> int:
-        return len(self._files_state(materialize=False).files)
+        return len(self._files_index(built=False).files)
 
     @property
     def tombstones(self) -> list[RemoveFile]:
-        return list(self._files_state().tombstones.values())
+        return list(self._files_index(built=False).tombstones.values())
 
     @property
     def set_transactions(self) -> dict[str, SetTransaction]:
@@ -232,25 +421,25 @@ class Snapshot:
 
     def file(self, path: str) -> AddFile | None:
         """The live add for ``path`` (any DV), or None."""
-        for (p, _), add in self._files_state().files.items():
+        for (p, _), add in self._files_index().files.items():
             if p == path:
                 return add
         return None
 
     def files_by_path(self) -> dict[str, AddFile]:
-        return {add.path: add for add in self._files_state().files.values()}
+        return {add.path: add for add in self._files_index().files.values()}
 
     def size_in_bytes(self) -> int:
-        return sum(a.size or 0 for a in self._files_state().files.values())
+        return sum(a.size or 0 for a in self._files_index().files.values())
 
     def checkpoint_actions(self, retention_cutoff_ms: int) -> list[Action]:
         """What a checkpoint of this snapshot holds (removes newer than the cutoff, stats dropped)."""
-        st = self._files_state()
+        idx = self._files_index()
         out: list[Action] = [self.protocol, self.metadata]
-        out.extend(st.txns.values())
-        out.extend(st.domains.values())
-        out.extend(st.files.values())
-        for r in st.tombstones.values():
+        out.extend(self._state.txns.values())
+        out.extend(self._state.domains.values())
+        out.extend(idx.files.values())
+        for r in idx.tombstones.values():
             if (r.deletion_timestamp or 0) > retention_cutoff_ms:
                 out.append(RemoveFile(**{**r.__dict__, "stats": None}))
         return out
@@ -265,15 +454,20 @@ class Snapshot:
         for v, actions, t in commits:
             if v != version + 1:
                 raise CorruptLogError(f"Table {self.table_path}: expected version {version + 1}, found {v}")
+            pairs: set[tuple[str, str | None]] = set()
             for a in actions:
                 if isinstance(a, (AddFile, RemoveFile)):
                     file_actions.append(a)
+                    if type(a) is AddFile and a.partition_values:
+                        pairs.update(a.partition_values.items())
                 elif isinstance(a, (SetTransaction, DomainMetadata)) and not copied_small:
                     state.txns, state.domains = dict(st.txns), dict(st.domains)
                     copied_small = True
             state.apply([a for a in actions if not isinstance(a, (AddFile, RemoveFile))])
+            state.note_partition_values(state.metadata, pairs)
             version, ts = v, t
-        snap = Snapshot(self.table_path, version, state, None, ts)
+        snap = Snapshot(self.table_path, version, state, None, ts, commits=commits)
+        snap._index = None
         snap._files_from = (self, file_actions)
         return snap
 

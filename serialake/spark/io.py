@@ -33,6 +33,7 @@ from pyspark.sql import types as T
 
 from serialake.core import properties as props
 from serialake.core.actions import AddFile, decode_path, encode_path
+from serialake.core.validate import escapes_table
 from serialake.core.schema import (
     ArrayType,
     DataType,
@@ -46,6 +47,7 @@ from serialake.core.schema import (
 from serialake.exceptions import (
     CorruptLogError,
     DeltaAnalysisException,
+    InvalidTableError,
     StagingMismatchError,
     UnsupportedFeatureError,
 )
@@ -149,7 +151,11 @@ def _has_struct(data_type: DataType) -> bool:
 
 
 def absolute_path(table_path: str, add_path: str) -> str:
-    """The local file-system path of an ``add.path`` (relative URI-encoded, or an absolute URI)."""
+    """The local file-system path of an ``add.path`` (relative URI-encoded, or an absolute URI).
+
+    A relative path that leaves the table directory (``../x.parquet``) is refused with
+    ``InvalidTableError``; absolute paths and URIs are allowed, as the protocol says.
+    """
     if "://" in add_path or add_path.startswith("file:"):
         parsed = urlparse(add_path)
         if parsed.scheme not in ("", "file"):
@@ -157,10 +163,15 @@ def absolute_path(table_path: str, add_path: str) -> str:
                 f"Table {table_path}: data file {add_path} is on '{parsed.scheme}', "
                 "only local files are supported"
             )
-        return posixpath.normpath(unquote(parsed.path))
+        if parsed.scheme:
+            return posixpath.normpath(unquote(parsed.path))
     decoded = decode_path(add_path)
     if decoded.startswith("/"):
         return posixpath.normpath(decoded)
+    if escapes_table(add_path):
+        raise InvalidTableError(
+            f"relative path {add_path!r} leaves the table directory", table=table_path, field="add.path"
+        )
     return posixpath.normpath(posixpath.join(table_path, decoded))
 
 

@@ -32,6 +32,8 @@ __all__ = [
     "ProtocolChangedException",
     "SchemaMismatchError",
     "StagingMismatchError",
+    "StorageWriteError",
+    "CommitWriteFailedError",
     "UnsupportedFeatureError",
 ]
 
@@ -183,6 +185,43 @@ class CommitOutcomeUnknownError(CommitFailedError):
         super().__init__(message)
         self.txn_id = txn_id
         self.version = version
+
+
+class StorageWriteError(DeltaError):
+    """A write to the table's storage certainly failed: nothing of it is visible.
+
+    Attributes: ``table``, ``path`` (the file being written), ``errno`` and ``strerror``
+    (the operating system's error), ``version`` (the commit or checkpoint version, when
+    one is involved).
+    """
+
+    def __init__(
+        self, message: str, *, table: str, path: str, errno: int | None, strerror: str | None,
+        version: int | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.table = table
+        self.path = path
+        self.errno = errno
+        self.strerror = strerror
+        self.version = version
+
+    def __reduce__(self) -> Any:  # picklable across processes
+        return (
+            _rebuild_storage_error,
+            (type(self), str(self), self.table, self.path, self.errno, self.strerror, self.version),
+        )
+
+
+def _rebuild_storage_error(
+    cls: type[StorageWriteError], message: str, table: str, path: str, errno: int | None, strerror: str | None,
+    version: int | None,
+) -> StorageWriteError:
+    return cls(message, table=table, path=path, errno=errno, strerror=strerror, version=version)
+
+
+class CommitWriteFailedError(StorageWriteError, CommitFailedError):
+    """Writing the commit file failed before it could appear: nothing was committed (retrying is safe)."""
 
 
 class ConcurrentModificationException(DeltaError, RuntimeError):

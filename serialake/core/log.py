@@ -8,6 +8,7 @@ the next version numbers, never by replaying from version 0 when state is at han
 from __future__ import annotations
 
 import bisect
+import errno
 import logging
 import os
 import threading
@@ -33,8 +34,10 @@ from serialake.exceptions import (
     CorruptLogError,
     DeltaIllegalArgumentException,
     DeltaTableNotFoundError,
+    StorageWriteError,
 )
 from serialake.storage import LogStore, normalize_table_path, store_for
+from serialake.storage.base import os_error_advice
 
 if TYPE_CHECKING:
     from serialake.core.transaction import OptimisticTransaction
@@ -318,7 +321,20 @@ class DeltaLog:
         retention = props.get(snap.configuration, props.DELETED_FILE_RETENTION)
         cutoff = int(time.time() * 1000) - retention
         actions = snap.checkpoint_actions(cutoff)
-        return write_checkpoint(self.store, self.log_path, snap.version, actions, snap.num_files)
+        try:
+            return write_checkpoint(self.store, self.log_path, snap.version, actions, snap.num_files)
+        except OSError as e:
+            code = errno.errorcode.get(e.errno or 0, "")
+            raise StorageWriteError(
+                f"Table {self.table_path}: writing the checkpoint of version {snap.version} failed "
+                f"(errno {e.errno} {code}: {e.strerror or e}); {os_error_advice(e.errno, self.log_path)}. "
+                "The table is intact: readers replay the commits instead.",
+                table=self.table_path,
+                path=e.filename or self.log_path,
+                errno=e.errno,
+                strerror=e.strerror,
+                version=snap.version,
+            ) from e
 
     def maybe_checkpoint_async(
         self, version: int, configuration: dict[str, str], base: Snapshot | None = None

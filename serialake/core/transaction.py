@@ -10,6 +10,7 @@ A commit whose outcome was lost is recognised on retry by its ``txnId``.
 
 from __future__ import annotations
 
+import errno as errno_module
 import json
 import random
 import time
@@ -37,12 +38,15 @@ from serialake.core.conflicts import MatchedRows, ReadPredicate, TransactionInfo
 from serialake.exceptions import (
     CommitFailedError,
     CommitOutcomeUnknownError,
+    CommitWriteFailedError,
+    CorruptLogError,
     DeltaAnalysisException,
     DeltaIllegalArgumentException,
     FileAlreadyExistsError,
     InvalidPropertyError,
     UnsupportedFeatureError,
 )
+from serialake.storage.base import TRANSIENT_ERRNOS, WriteNotDoneError, WriteNotDurableError, os_error_advice
 
 if TYPE_CHECKING:
     from serialake.core.deletion_vectors import RowIndexSet
@@ -58,6 +62,8 @@ COMMIT_MAX_ATTEMPTS = "commit.max-attempts"
 COMMIT_MAX_ATTEMPTS_DEFAULT = 10_000
 COMMIT_MAX_DURATION_S = "commit.max-duration-s"
 COMMIT_MAX_DURATION_S_DEFAULT = 600.0
+#: Retries of a commit write that certainly failed with a transient errno (EINTR, EAGAIN, EIO, EBUSY).
+TRANSIENT_WRITE_RETRIES = 3
 COMMIT_BACKOFF_BASE_S = "commit.backoff-base-s"
 COMMIT_BACKOFF_BASE_S_DEFAULT = 0.0005
 COMMIT_BACKOFF_MAX_S = "commit.backoff-max-s"
@@ -508,6 +514,7 @@ class OptimisticTransaction:
         last_checked = info.read_version
         opts = self.options
         uncertain_version: int | None = None
+        transient_failures = 0
         while True:
             attempts += 1
             body = actions_to_jsonl(info.actions)
@@ -518,6 +525,30 @@ class OptimisticTransaction:
                 return CommitResult(attempt_version, attempts, checked, time.monotonic() - started)
             except FileAlreadyExistsError:
                 pass
+            except WriteNotDurableError as e:
+                raise CommitOutcomeUnknownError(
+                    f"Commit to {info.table}: version {attempt_version} was written and is visible, but syncing "
+                    f"{dlog.log_path} failed ({_errno_text(e)}), so it may not survive a crash of this machine. "
+                    f"Look for commitInfo.txnId = {info.txn_id} in the log after a crash before retrying.",
+                    txn_id=info.txn_id,
+                    version=attempt_version,
+                ) from e
+            except WriteNotDoneError as e:
+                # Certainly not written: retry a transient error briefly, otherwise fail now.
+                if e.errno in TRANSIENT_ERRNOS and transient_failures < TRANSIENT_WRITE_RETRIES:
+                    transient_failures += 1
+                    time.sleep(0.005 * 4**transient_failures)
+                    continue
+                raise CommitWriteFailedError(
+                    f"Commit to {info.table} failed: could not {e.phase} for version {attempt_version} "
+                    f"({_errno_text(e)}); {os_error_advice(e.errno, dlog.log_path)}. Nothing was committed, "
+                    "so retrying the operation is safe.",
+                    table=info.table,
+                    path=dlog.commit_path(attempt_version),
+                    errno=e.errno,
+                    strerror=e.strerror,
+                    version=attempt_version,
+                ) from e
             except OSError:
                 # Outcome unknown (e.g. the response was lost): the winners check below finds
                 # our own txnId if the commit did land.
@@ -525,11 +556,12 @@ class OptimisticTransaction:
             # Check every commit after the last one checked, in order.
             try:
                 winners = dlog.commits_after(last_checked)
-            except FileNotFoundError:
-                raise
+            except (FileNotFoundError, CorruptLogError):
+                raise  # a corrupt winner is not an I/O hiccup: retrying would spin
             except OSError:
                 winners = []  # a failed read of the log: back off and try again
             for entry in winners:
+                self._check_winner_is_valid(entry)
                 summary = WinnerSummary.of(entry.version, entry.actions)
                 if summary.txn_id == info.txn_id:
                     self.committed_actions = list(entry.actions)
@@ -564,12 +596,37 @@ class OptimisticTransaction:
             elif attempts > 2:
                 time.sleep(random.uniform(0, min(opts.backoff_max_s, opts.backoff_base_s * 2 ** min(attempts, 10))))
 
+    def _check_winner_is_valid(self, entry: Any) -> None:
+        """A winner's partition values parse as their columns' types (the rest was checked when it was parsed).
+
+        Nothing is committed on top of a commit no Delta reader may accept.
+        """
+        from serialake.core.snapshot import _invalid
+        from serialake.core.validate import InvalidActionError, check_partition_values
+
+        meta = next((a for a in entry.actions if isinstance(a, Metadata)), None) or self.metadata
+        if meta is None or not meta.partition_columns:
+            return
+        for a in entry.actions:
+            if isinstance(a, AddFile) and a.partition_values:
+                try:
+                    check_partition_values(meta, a.partition_values.items())
+                except InvalidActionError as e:
+                    e.data_file = a.path
+                    raise _invalid(e, self.table_path, entry.version) from None
+
     # -- context manager: ``with log.start_transaction() as txn`` --------------------
     def __enter__(self) -> OptimisticTransaction:
         return self
 
     def __exit__(self, *exc: Any) -> None:
         return None
+
+
+def _errno_text(error: OSError) -> str:
+    """``errno 28 ENOSPC: No space left on device``."""
+    name = errno_module.errorcode.get(error.errno or 0, "")
+    return f"errno {error.errno} {name}: {error.strerror}" if error.errno else str(error)
 
 
 def _planned_read(

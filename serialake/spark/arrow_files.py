@@ -26,6 +26,7 @@ from serialake.core.actions import AddFile, decode_path
 from serialake.core.deletion_vectors import read_deletion_vector
 from serialake.core.schema import DecimalType, PrimitiveType, StructField, StructType
 from serialake.core.snapshot import Snapshot
+from serialake.exceptions import StorageWriteError
 from serialake.spark import io
 
 __all__ = ["LocalTable", "NotLocal", "arrow_type", "io_threads"]
@@ -185,12 +186,20 @@ class LocalTable:
 
         if table.num_rows == 0:
             return None
-        os.makedirs(os.path.join(staging, rel_dir), exist_ok=True)
         name = f"{uuid.uuid4().hex}.snappy.parquet"
-        pq.write_table(table, os.path.join(staging, rel_dir, name), compression="snappy")
-        return io.publish_staged(
-            self.path, staging, rel_dir, name, dict(partition_values), indexed or self.stats_columns(), data_change
-        )
+        target = os.path.join(staging, rel_dir, name)
+        try:
+            os.makedirs(os.path.join(staging, rel_dir), exist_ok=True)
+            pq.write_table(table, target, compression="snappy")
+            return io.publish_staged(
+                self.path, staging, rel_dir, name, dict(partition_values), indexed or self.stats_columns(), data_change
+            )
+        except OSError as e:
+            try:
+                os.remove(target)
+            except OSError:
+                pass
+            raise data_write_error(self.path, target, e) from e
 
     def discard(self, adds: Sequence[AddFile]) -> None:
         """Delete files written for an operation that will not commit them."""
@@ -201,6 +210,27 @@ class LocalTable:
                 pass
 
     def finish(self, adds: Sequence[AddFile]) -> None:
-        """fsync the directories that received ``adds``."""
-        io.fsync_dirs(self.path, {posixpath.dirname(decode_path(a.path)) for a in adds})
+        """fsync the directories that received ``adds`` (on failure they are deleted: nothing commits them)."""
+        try:
+            io.fsync_dirs(self.path, {posixpath.dirname(decode_path(a.path)) for a in adds})
+        except OSError as e:
+            self.discard(adds)
+            raise data_write_error(self.path, e.filename or self.path, e) from e
+
+
+def data_write_error(table: str, path: str, error: OSError) -> StorageWriteError:
+    """The error for a data file the driver could not write: table, file, errno and what to do."""
+    import errno as errno_module
+
+    from serialake.storage.base import os_error_advice
+
+    code = errno_module.errorcode.get(error.errno or 0, "")
+    return StorageWriteError(
+        f"Table {table}: writing data file {path} failed (errno {error.errno} {code}: {error.strerror or error}); "
+        f"{os_error_advice(error.errno, os.path.dirname(path))}. Nothing was committed.",
+        table=table,
+        path=path,
+        errno=error.errno,
+        strerror=error.strerror,
+    )
 

@@ -61,6 +61,8 @@ from serialake.core.snapshot import Snapshot
 from serialake.core.transaction import OptimisticTransaction
 from serialake.exceptions import (
     CommitFailedError,
+    CommitOutcomeUnknownError,
+    InvalidTableError,
     DeltaAnalysisException,
     DeltaConcurrentModificationException,
     DeltaIllegalArgumentException,
@@ -497,7 +499,9 @@ def commit(
         if before_commit is not None:
             before_commit()
         version = txn.commit(actions, operation, params, metrics)
-    except (DeltaConcurrentModificationException, CommitFailedError, DeltaAnalysisException):
+    except CommitOutcomeUnknownError:
+        raise  # the commit may have landed: the files it references must stay
+    except (DeltaConcurrentModificationException, CommitFailedError, DeltaAnalysisException, InvalidTableError):
         remove_files(txn.table_path, new_files, new_dvs)
         raise
     _discard_unused(txn, new_files, new_dvs)

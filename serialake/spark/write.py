@@ -26,6 +26,8 @@ from serialake.core.schema import ArrayType, MapType, StructType
 from serialake.core.transaction import OptimisticTransaction
 from serialake.exceptions import (
     CommitFailedError,
+    CommitOutcomeUnknownError,
+    InvalidTableError,
     DeltaAnalysisException,
     DeltaConcurrentModificationException,
     DeltaIllegalArgumentException,
@@ -181,7 +183,9 @@ def commit_or_clean_up(
     """Commit; if the commit certainly failed, delete the data files it would have added."""
     try:
         return txn.commit(actions, operation, params, metrics, user_metadata=user_metadata)
-    except (DeltaConcurrentModificationException, CommitFailedError, DeltaAnalysisException):
+    except CommitOutcomeUnknownError:
+        raise  # the commit may have landed: the files it references must stay
+    except (DeltaConcurrentModificationException, CommitFailedError, DeltaAnalysisException, InvalidTableError):
         for add in adds:
             try:
                 os.remove(io.absolute_path(txn.table_path, add.path))

@@ -7,8 +7,53 @@ Listing is sorted by name; a reader never sees a partially written log file.
 
 from __future__ import annotations
 
+import errno as _errno
+import os
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
+
+
+class WriteNotDoneError(OSError):
+    """A write that certainly did not happen: it failed before the file could appear.
+
+    Raised by a store for a failure before the atomic step (creating, writing or syncing
+    the temporary file, creating the directory) or by the atomic step itself when it
+    reports that it did not take place. ``phase`` says which step failed.
+    """
+
+    def __init__(self, error: OSError, path: str, phase: str) -> None:
+        super().__init__(error.errno, error.strerror or str(error), path)
+        self.phase = phase
+
+
+class WriteNotDurableError(OSError):
+    """The file was written and is visible, but syncing its directory failed: a crash may lose it."""
+
+    def __init__(self, error: OSError, path: str) -> None:
+        super().__init__(error.errno, error.strerror or str(error), path)
+        self.phase = "fsync the log directory"
+
+
+#: errnos after which writing again is safe and may succeed (nothing landed).
+TRANSIENT_ERRNOS = frozenset({_errno.EINTR, _errno.EAGAIN, _errno.EIO, _errno.EBUSY})
+
+
+def os_error_advice(err: int | None, directory: str) -> str:
+    """What a person can do about an I/O error number when writing in ``directory``."""
+    if err in (_errno.ENOSPC, _errno.EDQUOT):
+        return f"the file system holding {directory} is full (or over quota): free space, then retry"
+    if err == _errno.EROFS:
+        return f"the file system holding {directory} is read-only: remount it read-write or use another location"
+    if err in (_errno.EACCES, _errno.EPERM):
+        return (
+            f"the user running this job (uid {os.geteuid()}) may not create files in {directory}: "
+            "check the directory's owner and mode"
+        )
+    if err == _errno.EIO:
+        return "the device reported an I/O error: check the disk and the system log"
+    if err == _errno.EMLINK or err == _errno.ENAMETOOLONG:
+        return f"the file system refused a new name in {directory}"
+    return "check the file system holding the table"
 
 
 @dataclass(frozen=True, order=True)

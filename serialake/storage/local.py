@@ -17,7 +17,10 @@ import uuid
 from typing import Any
 
 from serialake.exceptions import FileAlreadyExistsError
-from serialake.storage.base import FileStatus, LogStore
+from serialake.storage.base import FileStatus, LogStore, WriteNotDoneError, WriteNotDurableError
+
+#: errnos of ``open(O_TMPFILE)`` meaning "this file system cannot do it": fall back to a named temp file.
+_NO_TMPFILE = frozenset({errno.EOPNOTSUPP, errno.EISDIR, errno.EINVAL, errno.ENOSYS})
 
 
 def fsync_dir(directory: str) -> None:
@@ -105,20 +108,26 @@ class LocalLogStore(LogStore):
         """
         try:
             fd = os.open(directory, os.O_TMPFILE | os.O_WRONLY, 0o644)
-        except OSError:
+        except OSError as e:
+            if e.errno not in _NO_TMPFILE:
+                raise WriteNotDoneError(e, path, "create the temporary file") from e
             self._tmpfile_ok = False
             return False
         try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
-            if self.fsync:
-                os.fsync(fd)
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view):]
+                if self.fsync:
+                    os.fsync(fd)
+            except OSError as e:  # the unnamed inode vanishes when closed: nothing landed
+                raise WriteNotDoneError(e, path, "write the temporary file") from e
             if _linkat(_AT_FDCWD, f"/proc/self/fd/{fd}".encode(), _AT_FDCWD, path.encode(), _AT_SYMLINK_FOLLOW) != 0:
                 err = ctypes.get_errno()
                 if err == errno.EEXIST:
                     raise FileAlreadyExistsError(f"{path} already exists")
-                raise OSError(err, os.strerror(err), path)
+                # A local linkat that returns an error did not create the name.
+                raise WriteNotDoneError(OSError(err, os.strerror(err)), path, "name the commit file (linkat)")
         finally:
             os.close(fd)
         return True
@@ -149,20 +158,37 @@ class LocalLogStore(LogStore):
         return out
 
     def put_if_absent(self, path: str, data: bytes) -> None:
+        """Create ``path`` atomically and durably (see the module docstring).
+
+        Failures are classified: ``WriteNotDoneError`` when the file certainly did not
+        appear (anything before the link, or a link that reports failure),
+        ``WriteNotDurableError`` when it appeared but the directory sync failed.
+        """
         directory, name = os.path.split(path)
-        os.makedirs(directory, exist_ok=True)
+        try:
+            os.makedirs(directory, exist_ok=True)
+        except OSError as e:
+            raise WriteNotDoneError(e, path, "create the log directory") from e
         if os.path.exists(path):
             raise FileAlreadyExistsError(f"{path} already exists")
         if not (self._tmpfile_ok and self._put_tmpfile(directory, path, data)):
-            tmp = _write_temp(directory, name, data, self.fsync)
+            try:
+                tmp = _write_temp(directory, name, data, self.fsync)
+            except OSError as e:
+                raise WriteNotDoneError(e, path, "write the temporary file") from e
             try:
                 os.link(tmp, path)
             except FileExistsError:
                 raise FileAlreadyExistsError(f"{path} already exists") from None
+            except OSError as e:
+                raise WriteNotDoneError(e, path, "name the commit file (link)") from e
             finally:
                 _unlink_quietly(tmp)
         if self.fsync:
-            self._fsync_dir(directory)
+            try:
+                self._fsync_dir(directory)
+            except OSError as e:
+                raise WriteNotDurableError(e, path) from e
 
     def write(self, path: str, data: bytes) -> None:
         directory, name = os.path.split(path)

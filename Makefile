@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-core test-spark bench verify check-java clean
+.PHONY: demo test test-core test-spark bench verify verify-long check-java clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -32,6 +32,10 @@ bench: $(STAMP) check-java
 
 verify: $(STAMP) check-java
 	$(VENV)/bin/serialake verify --processes 8 --txns 500 --dataframes
+
+# 100,000 transactions: 8 processes x 3,125 at each of the four levels/tables (docs/verification.md).
+verify-long: $(STAMP)
+	$(VENV)/bin/serialake verify --processes 8 --txns 3125 --control
 
 clean:
 	rm -rf $(VENV) .pytest_cache

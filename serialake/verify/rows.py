@@ -5,9 +5,15 @@ partitioned and has deletion vectors on, so row-level concurrency applies. Key `
 one live row ``(k='x', list='3 17 42', rv=<read version>)``; rows of many keys share
 files. An append marks the key's current row deleted in its file's deletion vector and
 writes the key's new row in a new file (one per transaction), exactly like an UPDATE with
-deletion vectors. Two transactions appending to different keys of one file therefore
-rebase over each other (vectors merged); the same key is the same row and conflicts.
-A read returns every live row of the key (by read version), so a lost update shows.
+deletion vectors; a key with no row yet (the key window moved on) gets its first row the
+same way, like an INSERT. Two transactions appending to different keys of one file
+therefore rebase over each other (vectors merged); the same key is the same row and
+conflicts. A file whose rows are all deleted is removed, as Delta does, so the live files
+stay few. A read returns every live row of the key (by read version), so a lost update
+shows.
+
+Data files and deletion vectors are immutable, so each process caches what it read of
+them (by path and by vector id): a transaction reads only files it has not seen yet.
 """
 
 from __future__ import annotations
@@ -16,15 +22,18 @@ import json
 import os
 import uuid
 from dataclasses import replace
-from typing import Any, Sequence
+from functools import lru_cache
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from serialake.core.actions import AddFile, Metadata
+from serialake.core.actions import AddFile, DeletionVectorDescriptor, Metadata
 from serialake.core.deletion_vectors import RowIndexSet, write_deletion_vector
-from serialake.core.row_level import dv_rows
 from serialake.core.log import DeltaLog
+from serialake.core.predicates import Expr, parse_predicate
+from serialake.core.row_level import dv_rows
 from serialake.storage.local import LocalLogStore
 from serialake.verify.history import Mop
 
@@ -33,6 +42,7 @@ SCHEMA = json.dumps({"type": "struct", "fields": [
     {"name": "list", "type": "string", "nullable": True, "metadata": {}},
     {"name": "rv", "type": "long", "nullable": True, "metadata": {}},
 ]})
+_CACHED_FILES = 4096  # per process; a file is a few rows
 
 
 def write_rows(table: str, rows: list[tuple[str, str, int]]) -> AddFile:
@@ -54,47 +64,120 @@ def write_rows(table: str, rows: list[tuple[str, str, int]]) -> AddFile:
                    data_change=True, stats=json.dumps(stats))
 
 
-def create_table(path: str, isolation_level: str, keys: Sequence[str], checkpoint_interval: int = 10,
-                 fsync: bool = True) -> DeltaLog:
-    """The table, with every key's empty row in one shared file."""
+def create_table(path: str, keys: Sequence[str], properties: Mapping[str, str], fsync: bool = True) -> DeltaLog:
+    """The table with ``properties`` and deletion vectors on, every key's empty row in one shared file."""
     log = DeltaLog(path, store=LocalLogStore(fsync=fsync))
     txn = log.start_transaction()
-    conf = {"delta.isolationLevel": isolation_level, "delta.checkpointInterval": str(checkpoint_interval),
-            "delta.enableDeletionVectors": "true"}
+    conf = {**properties, "delta.enableDeletionVectors": "true"}
     txn.update_metadata(Metadata(schema_string=SCHEMA, configuration=conf))
     os.makedirs(path, exist_ok=True)
     txn.commit([write_rows(path, [(k, "", -1) for k in keys])], operation="CREATE TABLE")
     return log
 
 
+@lru_cache(maxsize=_CACHED_FILES)
+def _file_rows(table: str, path: str) -> dict[str, list[tuple[int, str, int]]]:
+    """``key -> [(row index, list, rv)]`` of every row of a data file (deleted or not)."""
+    data = pq.ParquetFile(os.path.join(table, path)).read()  # 3x cheaper than read_table's dataset
+    out: dict[str, list[tuple[int, str, int]]] = {}
+    ks, lists, rvs = data.column("k").to_pylist(), data.column("list").to_pylist(), data.column("rv").to_pylist()
+    for i, k in enumerate(ks):
+        out.setdefault(k, []).append((i, lists[i], rvs[i]))
+    return out
+
+
+@lru_cache(maxsize=_CACHED_FILES)
+def _deleted(table: str, dv: DeletionVectorDescriptor | None) -> frozenset[int]:
+    return frozenset(dv_rows(table, dv)) if dv is not None else frozenset()
+
+
+@lru_cache(maxsize=1024)
+def _key_predicate(key: str) -> Expr:
+    return parse_predicate(f"k = '{key}'")
+
+
 def _live_rows(table: str, f: AddFile, key: str) -> list[tuple[int, str, int]]:
     """``(row index, list, rv)`` of the live rows of ``key`` in file ``f``."""
-    data = pq.read_table(os.path.join(table, f.path))
-    gone = dv_rows(table, f.deletion_vector)
-    ks, lists, rvs = data.column("k").to_pylist(), data.column("list").to_pylist(), data.column("rv").to_pylist()
-    return [(i, lists[i], rvs[i]) for i in range(len(ks)) if ks[i] == key and i not in gone]
+    rows = _file_rows(table, f.path).get(key, [])
+    if not rows:
+        return []
+    gone = _deleted(table, f.deletion_vector)
+    return [r for r in rows if r[0] not in gone]
+
+
+def _is_empty(f: AddFile) -> bool:
+    """Every row of ``f`` is deleted (known from the log alone: stats and the vector's cardinality)."""
+    stats = f.parsed_stats() or {}
+    n = stats.get("numRecords")
+    return f.deletion_vector is not None and isinstance(n, int) and f.deletion_vector.cardinality >= n
+
+
+def _delete_rows(table: str, marks: Iterable[tuple[AddFile, set[int]]]) -> list[Any]:
+    """Actions deleting ``rows`` of each file: a new vector, or the file's remove when no row is left."""
+    actions: list[Any] = []
+    for add, rows in marks:
+        new = RowIndexSet.from_iter(sorted(_deleted(table, add.deletion_vector) | rows))
+        if len(new) >= (add.parsed_stats() or {}).get("numRecords", len(new) + 1):
+            actions.append(add.remove())
+        else:
+            actions += [add.remove(), replace(add, deletion_vector=write_deletion_vector(table, new))]
+    return actions
+
+
+def retire_keys(log: DeltaLog, first_live: Callable[[int], int]) -> int | None:
+    """Delete the rows of keys below ``first_live(read version)``; the commit version, or None if none.
+
+    Like :func:`serialake.verify.workload.retire_keys`, over rows: a DELETE through deletion
+    vectors, which concurrent appends to other rows of the same files rebase over.
+    """
+    from serialake.verify.workload import RETIRE_WORKLOAD, key_name
+
+    table = log.table_path
+    txn = log.start_transaction()
+    bound = key_name(first_live(txn.read_version))
+    marks: list[tuple[AddFile, set[int]]] = []
+    for add in txn.filter_files([_below_predicate(bound)]):
+        gone = _deleted(table, add.deletion_vector)
+        rows = {i for k, found in _file_rows(table, add.path).items() if k < bound for i, _, _ in found}
+        if rows - gone or _is_empty(add):
+            marks.append((add, rows))
+    if not marks:
+        return None
+    txn.commit(_delete_rows(table, marks), operation="DELETE", operation_parameters={"workload": RETIRE_WORKLOAD})
+    return txn.committed.version if txn.committed is not None else None
+
+
+@lru_cache(maxsize=1024)
+def _below_predicate(bound: str) -> Expr:
+    return parse_predicate(f"k < '{bound}'")
 
 
 def file_lists(table: str, f: AddFile) -> list[str]:
     """Every ``list`` value in a data file (for auditing which transaction wrote it)."""
-    return pq.read_table(os.path.join(table, f.path), columns=["list"]).column("list").to_pylist()
+    return pq.ParquetFile(os.path.join(table, f.path)).read(columns=["list"]).column("list").to_pylist()
 
 
-def execute_txn(log: DeltaLog, mops: Sequence[Mop]) -> Any:
-    """Run ``mops`` as one transaction over rows; same outcomes as the file-level workload."""
-    from serialake.verify.workload import TxnResult, _err, commit_txn
+def execute_txn(log: DeltaLog, mops: Sequence[Mop], retired: Callable[[int], int] | None = None) -> Any:
+    """Run ``mops`` as one transaction over rows; same outcomes (and ``retired``) as the file-level workload."""
+    from serialake.verify.workload import TxnResult, _err, check_window, commit_txn
 
     table = log.table_path
     try:
         txn = log.start_transaction()
+        if retired is not None:
+            check_window(txn.read_version, mops, retired(txn.read_version))
         lists: dict[str, list[int]] = {}
         where: dict[str, list[tuple[AddFile, int]]] = {}
+        emptied: dict[str, AddFile] = {}  # files read whose rows are all deleted already
         done: list[Mop] = []
         appended: dict[str, list[int]] = {}
         for f, key, value in mops:
             if key not in lists:
                 found = []
-                for add in txn.filter_files([f"k = '{key}'"]):
+                for add in txn.filter_files([_key_predicate(key)]):
+                    if _is_empty(add):
+                        emptied[add.path] = add
+                        continue
                     found += [(add, i, lst, rv) for i, lst, rv in _live_rows(table, add, key)]
                 found.sort(key=lambda x: (x[3], x[0].path))
                 lists[key] = [int(v) for _, _, lst, _ in found for v in lst.split()]
@@ -114,11 +197,9 @@ def execute_txn(log: DeltaLog, mops: Sequence[Mop]) -> Any:
     for key in appended:
         for add, i in where[key]:
             marks.setdefault(add.path, (add, set()))[1].add(i)
-    actions: list[Any] = []
-    for add, rows in marks.values():
-        old = dv_rows(table, add.deletion_vector)
-        dv = write_deletion_vector(table, old | RowIndexSet.from_iter(sorted(rows)))
-        actions += [add.remove(), replace(add, deletion_vector=dv)]
+    actions = _delete_rows(table, marks.values())
+    # Emptied files left by rebased vector merges go too (a remove of no live rows).
+    actions += [add.remove() for path, add in emptied.items() if path not in marks]
     new_rows = [(k, " ".join(map(str, dict.fromkeys(lists[k]))), txn.read_version) for k in appended]
     actions.append(write_rows(table, new_rows))
     return commit_txn(txn, actions, mops, done, "list-append-rows")

@@ -72,6 +72,8 @@ class LevelReport:
     unknown: dict[str, int] = field(default_factory=dict)  # info outcomes, by exception class
     unknown_committed: int = 0  # info txns the checker proved committed (a read saw them)
     retries: int = 0  # commit attempts beyond the first, summed
+    retirements: int = 0  # commits that retired keys a window behind (not history txns)
+    retirements_failed: int = 0
     faults: dict[str, int] = field(default_factory=dict)
     slowest_commit_s: float = 0.0
     slowest_commit_version: int | None = None
@@ -79,7 +81,9 @@ class LevelReport:
     slowest_commit_attempts: int | None = None
     mean_commit_s: float = 0.0
     wall_s: float = 0.0
+    cpu_s: float | None = None  # worker processes' user + system time (None for threads)
     check_s: float = 0.0
+    audit_s: float = 0.0
     anomalies: dict[str, int] = field(default_factory=dict)
     violations: list[str] = field(default_factory=list)
     strict_serializable: bool = False  # no real-time / process-order variants either
@@ -115,9 +119,20 @@ class LevelReport:
         """Committed writes per second of wall time."""
         return self.committed / self.wall_s if self.wall_s > 0 else 0.0
 
+    def cost_ms(self) -> dict[str, float | None]:
+        """Milliseconds per transaction: workers' CPU and wall time, history check, log audit."""
+        n = max(1, self.txns)
+        return {
+            "workers_cpu": None if self.cpu_s is None else 1000 * self.cpu_s / n,
+            "wall": 1000 * self.wall_s / n,
+            "check": 1000 * self.check_s / n,
+            "audit": 1000 * self.audit_s / n,
+        }
+
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d.update(valid=self.valid, checker_valid=self.checker_valid, throughput=round(self.throughput, 1))
+        d["cost_ms_per_txn"] = {k: None if v is None else round(v, 3) for k, v in self.cost_ms().items()}
         return d
 
     def render(self) -> str:
@@ -147,17 +162,28 @@ class LevelReport:
             f"  txns {self.txns}: committed {self.committed} writes + {self.read_only} read-only; "
             f"aborted {self.aborted_total} ({aborted}); unknown {self.unknown_total} ({unknown}, "
             f"{self.unknown_committed} proven committed)",
-            f"  retries {self.retries}; faults injected: {faults}",
+            f"  retries {self.retries}; faults injected: {faults}"
+            + (f"; old keys retired in {self.retirements} commits ({self.retirements_failed} retirements "
+               "conflicted or failed, redone later)" if self.workers == "processes" else ""),
             f"  slowest {'write (Spark job + commit)' if self.workers == 'threads' else 'commit'} "
             f"{self.slowest_commit_s * 1000:.1f} ms (version {self.slowest_commit_version}, "
             f"process {self.slowest_commit_process}, {self.slowest_commit_attempts} attempts); "
             f"mean {self.mean_commit_s * 1000:.1f} ms",
             "  log audit: " + ("every commit is exactly one txn's" if not self.log_problems else "PROBLEMS"),
+            "  cost per txn: " + _render_cost(self.cost_ms()),
         ]
         lines += [f"    {p}" for p in self.log_problems[:10]]
         lines += [f"  worker: {p}" for p in self.worker_problems[:5]]
         lines += ["  " + line for line in self.checker_summary.splitlines()]
         return "\n".join(lines)
+
+
+def _render_cost(c: dict[str, float | None]) -> str:
+    cpu = c["workers_cpu"]
+    workers = f"workers {cpu:.2f} ms CPU, " if cpu is not None else ""
+    return (
+        f"{workers}{c['wall']:.2f} ms wall; history check {c['check']:.3f} ms, log audit {c['audit']:.3f} ms"
+    )
 
 
 @dataclass
@@ -179,10 +205,17 @@ class VerifyReport:
         parts += [self.dataframe_control.valid] if self.dataframe_control is not None else []
         return all(parts)
 
+    @property
+    def txns(self) -> int:
+        """Transactions run and checked, in every section."""
+        parts = [*self.levels, self.control, self.dataframe_control]
+        return sum(lv.txns for lv in parts if lv is not None)
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "valid": self.valid,
             "duration_s": round(self.duration_s, 2),
+            "txns": self.txns,
             "levels": [lv.to_dict() for lv in self.levels],
             "control": self.control.to_dict() if self.control else None,
             "dataframe_control": self.dataframe_control.to_dict() if self.dataframe_control else None,
@@ -200,7 +233,7 @@ class VerifyReport:
         if self.crash is not None:
             parts.append(self.crash.summary())
         verdict = "VALID" if self.valid else "INVALID"
-        tail = f"serialake verify: {verdict} in {self.duration_s:.1f}s"
+        tail = f"serialake verify: {verdict} in {self.duration_s:.1f}s ({self.txns} txns checked)"
         if self.workdir:
             tail += f" (histories and tables kept in {self.workdir})"
         return "\n\n".join(parts + [tail])
@@ -226,7 +259,9 @@ def _level_report(
     rep.unknown_committed = report.stats.get("info_committed", 0)
     rep.checker_summary = report.summary(limit=1 if expect_invalid else 3)
     if not expect_invalid:
+        t0 = time.monotonic()
         rep.log_problems = audit(result.table_path, result.history)
+        rep.audit_s = time.monotonic() - t0
     return rep
 
 
@@ -252,6 +287,8 @@ def _merge_stats(rep: LevelReport, result: WorkloadResult) -> None:
     commits = 0
     for s in result.stats:
         rep.retries += s.retries
+        rep.retirements += s.retirements
+        rep.retirements_failed += s.retirements_failed
         faults.update(s.faults)
         total_time += s.commit_time_s
         commits += s.commits
@@ -265,7 +302,7 @@ def _merge_stats(rep: LevelReport, result: WorkloadResult) -> None:
             rep.worker_problems.append(f"process {p} exited with code {code}")
     rep.faults = dict(faults)
     rep.mean_commit_s = total_time / commits if commits else 0.0
-    rep.wall_s = result.wall_s
+    rep.wall_s, rep.cpu_s = result.wall_s, result.cpu_s
 
 
 def _normalize_levels(levels: Sequence[str]) -> list[str]:
@@ -331,7 +368,7 @@ def run_verify(
         rep = _level_report(result, LEVELS[level], negative)
         if rows_mode:
             rep.level = f"{level} (row-level, deletion vectors)"
-        _say(out, rep.render().splitlines()[0])
+        _say(out, "\n".join(line for line in rep.render().splitlines() if line.startswith(("==", "  cost"))))
         if negative:
             control_report = rep
         else:

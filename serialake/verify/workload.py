@@ -8,6 +8,12 @@ them. An append is a copy-on-write rewrite like a real DML: read the partition's
 the list of every live file of the partition concatenated, so a lost update (two live files)
 shows up as duplicates or an incompatible order instead of being hidden.
 
+The active keys are a window of ``key_count`` keys that moves on by one key every
+``rotate_every`` table versions, so lists stay short however long the run. A key a whole
+window behind is *retired*: one process in turn commits a DELETE of its files (not a history
+txn; see :func:`retired_below` for why no txn can observe it), so the live files, and with
+them the cost of planning a read, stay bounded too.
+
 Each worker is a separate OS process with its own :class:`~serialake.verify.history.Recorder`
 file; :func:`run_workload` starts them together, waits, and merges their histories.
 """
@@ -18,16 +24,19 @@ import json
 import multiprocessing as mp
 import os
 import random
+import resource
 import time
 import traceback
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from serialake.core.actions import AddFile, Metadata, RemoveFile
+from serialake.core.actions import AddFile, CommitInfo, Metadata, RemoveFile
 from serialake.core.log import DeltaLog
+from serialake.core.predicates import Expr, parse_predicate
 from serialake.exceptions import CommitFailedError, DeltaConcurrentModificationException
 from serialake.storage.base import LogStore
 from serialake.storage.faulty import FaultPlan, FaultyLogStore
@@ -37,17 +46,24 @@ from serialake.verify.history import History, Mop, Recorder
 
 __all__ = [
     "FaultSpec",
+    "StaleKeyWindow",
     "TxnResult",
     "WorkerStats",
     "WorkloadConfig",
     "WorkloadResult",
+    "audit_log",
+    "check_window",
     "create_table",
     "error_class",
     "execute_txn",
     "generate_txn",
-    "audit_log",
+    "key_index",
+    "key_name",
     "read_key",
+    "retire_keys",
+    "retired_below",
     "run_workload",
+    "table_properties",
 ]
 
 PARTITION_COLUMN = "k"
@@ -60,6 +76,8 @@ SCHEMA = json.dumps(
         ],
     }
 )
+TOMBSTONE_RETENTION = "interval 1 second"
+RETIRE_WORKLOAD = "retire-keys"  # operationParameters.workload of the commits that retire keys
 VALUE_BASE = 10**6  # values are process * VALUE_BASE + counter: unique across processes and retries
 
 
@@ -88,6 +106,7 @@ class WorkloadConfig:
     isolation_level: str = "Serializable"
     key_count: int = 8  # keys active at once: few, so transactions contend
     rotate_every: int = 40  # table versions after which the active key window moves by one key
+    retire_keys: bool = True  # delete keys a whole window behind, so live files stay few
     min_mops: int = 2
     max_mops: int = 4
     read_only_fraction: float = 0.1
@@ -123,6 +142,8 @@ class WorkerStats:
     read_only: int = 0
     retries: int = 0
     winners_checked: int = 0
+    retirements: int = 0  # commits that retired old keys
+    retirements_failed: int = 0  # retirements that conflicted or hit a fault (retried at the next step)
     commit_time_s: float = 0.0
     slowest_commit_s: float = 0.0
     slowest_commit_version: int | None = None
@@ -142,22 +163,79 @@ class WorkloadResult:
     stats: list[WorkerStats]
     wall_s: float
     exit_codes: list[int | None]
+    cpu_s: float | None = None  # user + system time of the worker processes (None: not measured)
 
 
 # -- table ----------------------------------------------------------------------------------
+def table_properties(isolation_level: str, checkpoint_interval: int) -> dict[str, str]:
+    """Properties of a workload table.
+
+    Tombstones matter only to VACUUM, which never runs on these tables; a short retention
+    keeps checkpoints (every ``checkpoint_interval`` commits) from growing with the run.
+    """
+    return {
+        "delta.isolationLevel": isolation_level,
+        "delta.checkpointInterval": str(checkpoint_interval),
+        "delta.deletedFileRetentionDuration": TOMBSTONE_RETENTION,
+    }
+
+
 def create_table(path: str, isolation_level: str, checkpoint_interval: int = 10, fsync: bool = True) -> DeltaLog:
     """An empty table partitioned by ``k`` at ``isolation_level``."""
     log = DeltaLog(path, store=LocalLogStore(fsync=fsync))
     txn = log.start_transaction()
-    conf = {"delta.isolationLevel": isolation_level, "delta.checkpointInterval": str(checkpoint_interval)}
+    conf = table_properties(isolation_level, checkpoint_interval)
     txn.update_metadata(Metadata(schema_string=SCHEMA, partition_columns=(PARTITION_COLUMN,), configuration=conf))
     txn.commit([], operation="CREATE TABLE")
     return log
 
 
 def key_name(i: int) -> str:
-    """Key ``i`` as a partition value."""
-    return f"k{i}"
+    """Key ``i`` as a partition value; zero-padded so that string order is key order."""
+    return f"k{i:06d}"
+
+
+def key_index(key: str) -> int:
+    """Inverse of :func:`key_name`."""
+    return int(key[1:])
+
+
+class StaleKeyWindow(Exception):
+    """A txn chose a key that may have been retired by the version it reads: refused before reading."""
+
+
+def retired_below(cfg: WorkloadConfig, version: int) -> int:
+    """Keys below this index may have been retired at ``version`` (0: none).
+
+    A key is retired once it is a whole window (``key_count`` keys) behind the window at
+    ``version``. The bound only grows with the version, and a retiring commit deletes only
+    keys below the bound at its own read version, so a txn that reads at ``version`` and
+    refuses keys below it never observes a retired key: the checker sees every key's list
+    grow and stop, never vanish.
+    """
+    if not cfg.retire_keys:
+        return 0
+    return max(0, version // max(1, cfg.rotate_every) - cfg.key_count)
+
+
+def check_window(read_version: int, mops: Sequence[Mop], first_live: int) -> None:
+    """Raise :class:`StaleKeyWindow` if ``mops`` use a key below ``first_live``."""
+    stale = sorted({k for _, k, _ in mops if key_index(k) < first_live})
+    if stale:
+        raise StaleKeyWindow(
+            f"keys {', '.join(stale)} may be retired at version {read_version} (keys below {key_name(first_live)})"
+        )
+
+
+@lru_cache(maxsize=1024)
+def _below_predicate(first_live: int) -> Expr:
+    return parse_predicate(f"{PARTITION_COLUMN} < '{key_name(first_live)}'")
+
+
+@lru_cache(maxsize=1024)
+def _key_predicate(key: str) -> Expr:
+    """``k = 'key'`` parsed once per process (parsing is most of a read's cost otherwise)."""
+    return parse_predicate(f"{PARTITION_COLUMN} = '{key}'")
 
 
 def _list_of(f: AddFile) -> list[int]:
@@ -200,7 +278,7 @@ def generate_txn(rng: random.Random, cfg: WorkloadConfig, position: int, next_va
     The window follows the table version (not a per-process counter) so that processes
     running at different speeds still contend on the same keys while lists stay short.
     """
-    base = 0 if cfg.row_level else position // max(1, cfg.rotate_every)  # row keys are created up front
+    base = position // max(1, cfg.rotate_every)
     n = rng.randint(cfg.min_mops, cfg.max_mops)
     read_only = rng.random() < cfg.read_only_fraction
     mops: list[Mop] = []
@@ -213,17 +291,22 @@ def generate_txn(rng: random.Random, cfg: WorkloadConfig, position: int, next_va
     return mops
 
 
-def execute_txn(log: DeltaLog, mops: Sequence[Mop]) -> TxnResult:
-    """Run ``mops`` as one transaction; the outcome is ``info`` when a commit error leaves it unknown."""
+def execute_txn(log: DeltaLog, mops: Sequence[Mop], retired: Callable[[int], int] | None = None) -> TxnResult:
+    """Run ``mops`` as one transaction; the outcome is ``info`` when a commit error leaves it unknown.
+
+    ``retired(read_version)`` (see :func:`retired_below`) refuses keys that may be retired.
+    """
     try:
         txn = log.start_transaction()
+        if retired is not None:
+            check_window(txn.read_version, mops, retired(txn.read_version))
         lists: dict[str, list[int]] = {}
         files: dict[str, list[AddFile]] = {}
         done: list[Mop] = []
         appended: dict[str, list[int]] = {}
         for f, key, value in mops:
             if key not in lists:
-                files[key] = txn.filter_files([f"{PARTITION_COLUMN} = '{key}'"])
+                files[key] = txn.filter_files([_key_predicate(key)])
                 lists[key] = read_key(files[key])
             if f == "r":
                 done.append(("r", key, tuple(lists[key])))
@@ -242,6 +325,19 @@ def execute_txn(log: DeltaLog, mops: Sequence[Mop]) -> TxnResult:
         # the checker, but the rewrite stores each value once so lists cannot snowball.
         actions.append(_new_file(key, list(dict.fromkeys(lists[key])), txn.read_version, txn.txn_id))
     return commit_txn(txn, actions, mops, done, "list-append")
+
+
+def retire_keys(log: DeltaLog, first_live: Callable[[int], int]) -> int | None:
+    """Remove the files of keys below ``first_live(read version)``; the commit version, or None if none.
+
+    Not a history txn: the audit recognises these commits by their ``workload`` parameter.
+    """
+    txn = log.start_transaction()
+    files = txn.filter_files([_below_predicate(first_live(txn.read_version))])
+    if not files:
+        return None
+    txn.commit([_tombstone(f) for f in files], operation="DELETE", operation_parameters={"workload": RETIRE_WORKLOAD})
+    return txn.committed.version if txn.committed is not None else None
 
 
 def commit_txn(txn: Any, actions: list[Any], mops: Sequence[Mop], done: list[Mop], workload: str) -> TxnResult:
@@ -304,16 +400,27 @@ def _worker(table: str, cfg: WorkloadConfig, process: int, workdir: str, start: 
         return process * VALUE_BASE + next(counter)
 
     errors: Counter[str] = Counter()
+
+    def window(version: int) -> int:
+        return retired_below(cfg, version)
+
     start.wait()
     try:
         log = DeltaLog(table, store=store)
         with Recorder(Path(workdir) / f"history-{process}.jsonl", process=process) as rec:
+            retired_up_to = 0
             for _ in range(cfg.txns):
-                mops = generate_txn(rng, cfg, _position(log), next_value)
+                position = _position(log)
+                mops = generate_txn(rng, cfg, position, next_value)
                 handle = rec.invoke(mops)
-                res = rows.execute_txn(log, mops) if cfg.row_level else execute_txn(log, mops)
+                res = (rows.execute_txn if cfg.row_level else execute_txn)(log, mops, window)
                 rec.complete(handle, res.outcome, res.mops, res.error, res.commit_version, res.attempts)  # type: ignore[arg-type]
                 _tally(stats, errors, res)
+                # Each step of the retirement bound is one process's job, taken in turn.
+                bound = window(position)
+                if bound > retired_up_to and bound % cfg.processes == process:
+                    retired_up_to = bound
+                    _retire(log, cfg, stats, errors)
         log.wait_for_checkpoints()
     except BaseException:  # noqa: BLE001 - report it to the parent; the history stays usable
         stats.crashed = traceback.format_exc()
@@ -321,6 +428,17 @@ def _worker(table: str, cfg: WorkloadConfig, process: int, workdir: str, start: 
     if isinstance(store, FaultyLogStore):
         stats.faults = dict(store.counts)
     stats_path.write_text(json.dumps(asdict(stats)))
+
+
+def _retire(log: DeltaLog, cfg: WorkloadConfig, stats: WorkerStats, errors: Counter[str]) -> None:
+    """Retire old keys; a conflict or fault just leaves them to the next retirement."""
+    try:
+        retire = rows.retire_keys if cfg.row_level else retire_keys
+        if retire(log, lambda v: retired_below(cfg, v)) is not None:
+            stats.retirements += 1
+    except Exception as e:  # noqa: BLE001
+        stats.retirements_failed += 1
+        errors[f"retire:{type(e).__name__}"] += 1
 
 
 def _position(log: DeltaLog) -> int:
@@ -353,8 +471,8 @@ def run_workload(table: str, cfg: WorkloadConfig, workdir: str | os.PathLike[str
     work.mkdir(parents=True, exist_ok=True)
     DeltaLog.clear_cache()
     if cfg.row_level:
-        rows.create_table(table, cfg.isolation_level, [key_name(i) for i in range(cfg.key_count)],
-                          cfg.checkpoint_interval, cfg.fsync)
+        rows.create_table(table, [key_name(i) for i in range(cfg.key_count)],
+                          table_properties(cfg.isolation_level, cfg.checkpoint_interval), cfg.fsync)
     else:
         create_table(table, cfg.isolation_level, cfg.checkpoint_interval, cfg.fsync)
     ctx = mp.get_context("fork")
@@ -363,6 +481,7 @@ def run_workload(table: str, cfg: WorkloadConfig, workdir: str | os.PathLike[str
         ctx.Process(target=_worker, args=(table, cfg, p, str(work), start), name=f"list-append-{p}")
         for p in range(cfg.processes)
     ]
+    cpu0 = _children_cpu()
     for p in procs:
         p.start()
     t0 = time.monotonic()
@@ -375,8 +494,16 @@ def run_workload(table: str, cfg: WorkloadConfig, workdir: str | os.PathLike[str
             p.kill()
             p.join()
     wall = time.monotonic() - t0
+    cpu = _children_cpu() - cpu0
     history = History.merge(sorted(work.glob("history-*.jsonl")))
-    return WorkloadResult(cfg, table, history, _load_stats(work, cfg.processes), wall, [p.exitcode for p in procs])
+    stats = _load_stats(work, cfg.processes)
+    return WorkloadResult(cfg, table, history, stats, wall, [p.exitcode for p in procs], cpu)
+
+
+def _children_cpu() -> float:
+    """CPU seconds (user + system) of this process's finished, waited-for children."""
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
 
 
 def _load_stats(work: Path, processes: int) -> list[WorkerStats]:
@@ -402,6 +529,14 @@ def _commit_lists(table: str, actions: Sequence[Any]) -> list[list[int]]:
         elif a.deletion_vector is None and os.path.exists(os.path.join(table, a.path)):
             out += [[int(x) for x in lst.split()] for lst in rows.file_lists(table, a)]
     return out
+
+
+def _is_retirement(actions: Sequence[Any]) -> bool:
+    """A commit of :func:`retire_keys`: its commitInfo says so and it adds no new data file."""
+    ci = next((a for a in actions if isinstance(a, CommitInfo)), None)
+    params = (ci.values.get("operationParameters") or {}) if ci is not None else {}
+    new_files = [a for a in actions if isinstance(a, AddFile) and a.deletion_vector is None]
+    return params.get("workload") == RETIRE_WORKLOAD and not new_files
 
 
 def audit_log(
@@ -438,6 +573,8 @@ def audit_log(
             problems.append(f"version {version}: missing or duplicate commitInfo.txnId {tid!r}")
         txn_ids.add(tid or "")
         owners = {writer.get(lst[-1], -1) for lst in lists_of(table, entry.actions) if lst}
+        if not owners and _is_retirement(entry.actions):
+            continue  # retired old keys: wrote no list, belongs to no txn
         if len(owners) != 1 or -1 in owners:
             problems.append(f"version {version}: cannot attribute the commit to one txn (owners {sorted(owners)})")
             continue

@@ -64,6 +64,8 @@ COMMIT_MAX_DURATION_S = "commit.max-duration-s"
 COMMIT_MAX_DURATION_S_DEFAULT = 600.0
 #: Retries of a commit write that certainly failed with a transient errno (EINTR, EAGAIN, EIO, EBUSY).
 TRANSIENT_WRITE_RETRIES = 3
+#: Commit writes in a row whose outcome was unknown (each then checked in the log) before giving up.
+UNKNOWN_WRITE_RETRIES = 20
 COMMIT_BACKOFF_BASE_S = "commit.backoff-base-s"
 COMMIT_BACKOFF_BASE_S_DEFAULT = 0.0005
 COMMIT_BACKOFF_MAX_S = "commit.backoff-max-s"
@@ -513,8 +515,10 @@ class OptimisticTransaction:
         checked = 0
         last_checked = info.read_version
         opts = self.options
-        uncertain_version: int | None = None
+        uncertain_version: int | None = None  # an attempt that may have landed, not yet ruled out
         transient_failures = 0
+        unknown_failures = 0  # attempts in a row whose outcome was unknown
+        last_error: OSError | None = None
         while True:
             attempts += 1
             body = actions_to_jsonl(info.actions)
@@ -524,7 +528,7 @@ class OptimisticTransaction:
                 self.committed_actions = list(info.actions)
                 return CommitResult(attempt_version, attempts, checked, time.monotonic() - started)
             except FileAlreadyExistsError:
-                pass
+                unknown_failures = 0
             except WriteNotDurableError as e:
                 raise CommitOutcomeUnknownError(
                     f"Commit to {info.table}: version {attempt_version} was written and is visible, but syncing "
@@ -539,6 +543,8 @@ class OptimisticTransaction:
                     transient_failures += 1
                     time.sleep(0.005 * 4**transient_failures)
                     continue
+                if uncertain_version is not None:  # an earlier attempt may still have landed
+                    raise self._outcome_unknown(info, uncertain_version, attempts, started, last_error) from e
                 raise CommitWriteFailedError(
                     f"Commit to {info.table} failed: could not {e.phase} for version {attempt_version} "
                     f"({_errno_text(e)}); {os_error_advice(e.errno, dlog.log_path)}. Nothing was committed, "
@@ -549,17 +555,21 @@ class OptimisticTransaction:
                     strerror=e.strerror,
                     version=attempt_version,
                 ) from e
-            except OSError:
-                # Outcome unknown (e.g. the response was lost): the winners check below finds
+            except OSError as e:
+                # Outcome unknown (e.g. the link's result was lost): the winners check below finds
                 # our own txnId if the commit did land.
                 uncertain_version = attempt_version
+                unknown_failures += 1
+                last_error = e
             # Check every commit after the last one checked, in order.
             try:
                 winners = dlog.commits_after(last_checked)
+                log_read = True
             except (FileNotFoundError, CorruptLogError):
                 raise  # a corrupt winner is not an I/O hiccup: retrying would spin
             except OSError:
                 winners = []  # a failed read of the log: back off and try again
+                log_read = False
             for entry in winners:
                 self._check_winner_is_valid(entry)
                 summary = WinnerSummary.of(entry.version, entry.actions)
@@ -570,21 +580,33 @@ class OptimisticTransaction:
                 _rebase_ict(info, summary)
                 checked += 1
                 last_checked = entry.version
+            if log_read:
+                # Read after the attempt returned, the log does not hold our txnId: it did not land
+                # (a late landing would make the next put at that version fail, never duplicate).
+                uncertain_version = None
             if info.nothing_left:  # the winners did all of our work: write nothing
                 self.committed_actions = []
                 return CommitResult(last_checked, attempts, checked, time.monotonic() - started, True)
             attempt_version = last_checked + 1
             elapsed = time.monotonic() - started
+            if unknown_failures >= UNKNOWN_WRITE_RETRIES and last_error is not None:
+                # The store keeps failing without saying how: stop rather than spin for minutes.
+                if uncertain_version is not None:
+                    raise self._outcome_unknown(info, uncertain_version, attempts, started, last_error)
+                raise CommitWriteFailedError(
+                    f"Commit to {info.table} failed: {unknown_failures} writes in a row of version "
+                    f"{attempt_version} failed ({_errno_text(last_error)}) and each time the log showed it had "
+                    f"not landed; {os_error_advice(last_error.errno, dlog.log_path)}. Nothing was committed, "
+                    "so retrying the operation is safe.",
+                    table=info.table,
+                    path=dlog.commit_path(attempt_version),
+                    errno=last_error.errno,
+                    strerror=last_error.strerror,
+                    version=attempt_version,
+                ) from last_error
             if attempts >= opts.max_attempts or elapsed > opts.max_duration_s:
                 if uncertain_version is not None:
-                    raise CommitOutcomeUnknownError(
-                        f"Commit to {info.table} gave up after {attempts} attempts and {elapsed:.1f}s; an "
-                        f"attempt at version {uncertain_version} failed with an I/O error after which the log "
-                        f"could not be read, so it may have landed. Look for commitInfo.txnId = {info.txn_id} "
-                        "in the log before retrying, or the write may be applied twice.",
-                        txn_id=info.txn_id,
-                        version=uncertain_version,
-                    )
+                    raise self._outcome_unknown(info, uncertain_version, attempts, started, last_error)
                 raise CommitFailedError(
                     f"Commit to {info.table} gave up after {attempts} attempts and {elapsed:.1f}s "
                     f"(no conflict found; the table is under heavy contention). Nothing was committed. "
@@ -595,6 +617,21 @@ class OptimisticTransaction:
                 time.sleep(min(opts.backoff_max_s, opts.backoff_base_s * (2 ** min(attempts, 10))))
             elif attempts > 2:
                 time.sleep(random.uniform(0, min(opts.backoff_max_s, opts.backoff_base_s * 2 ** min(attempts, 10))))
+
+    def _outcome_unknown(
+        self, info: TransactionInfo, version: int, attempts: int, started: float, error: OSError | None
+    ) -> CommitOutcomeUnknownError:
+        """The error for giving up while the attempt at ``version`` may have landed (the log could not be read)."""
+        elapsed = time.monotonic() - started
+        cause = f" ({_errno_text(error)})" if error is not None else ""
+        return CommitOutcomeUnknownError(
+            f"Commit to {info.table} gave up after {attempts} attempts and {elapsed:.1f}s; the write of version "
+            f"{version} failed with an I/O error that hides whether it landed{cause}, and the log could not be "
+            f"read afterwards to find out. Look for commitInfo.txnId = {info.txn_id} in the log before "
+            "retrying, or the write may be applied twice.",
+            txn_id=info.txn_id,
+            version=version,
+        )
 
     def _check_winner_is_valid(self, entry: Any) -> None:
         """A winner's partition values parse as their columns' types (the rest was checked when it was parsed).

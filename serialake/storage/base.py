@@ -34,8 +34,39 @@ class WriteNotDurableError(OSError):
         self.phase = "fsync the log directory"
 
 
+class WriteOutcomeUnknownError(OSError):
+    """The step that names the file failed in a way that hides whether it took place.
+
+    E.g. EIO, ETIMEDOUT or ESTALE from ``link`` (on NFS the server may have made the name
+    and the reply was lost). The caller must look for the file's content to know; any
+    other ``OSError`` from ``put_if_absent`` means the same.
+    """
+
+    def __init__(self, error: OSError, path: str, phase: str) -> None:
+        super().__init__(error.errno, error.strerror or str(error), path)
+        self.phase = phase
+
+
 #: errnos after which writing again is safe and may succeed (nothing landed).
 TRANSIENT_ERRNOS = frozenset({_errno.EINTR, _errno.EAGAIN, _errno.EIO, _errno.EBUSY})
+
+#: errnos with which ``link``/``linkat``/``rename`` refuse before touching the directory: the
+#: new name certainly does not exist. Any other errno (EIO, EINTR, ETIMEDOUT, ESTALE, ...)
+#: leaves the outcome unknown.
+NAME_NOT_MADE_ERRNOS = frozenset(
+    {
+        _errno.ENOSPC, _errno.EDQUOT, _errno.EROFS, _errno.EACCES, _errno.EPERM, _errno.EMLINK,
+        _errno.ENOENT, _errno.ENOTDIR, _errno.ENAMETOOLONG, _errno.ELOOP, _errno.EXDEV, _errno.EINVAL,
+        _errno.EBADF, _errno.ENOMEM, _errno.EFAULT,
+    }
+)  # fmt: skip
+
+
+def naming_error(error: OSError, path: str, phase: str) -> OSError:
+    """Classify a failed naming step (link, linkat, rename) of ``path`` (EEXIST is the caller's)."""
+    if error.errno in NAME_NOT_MADE_ERRNOS:
+        return WriteNotDoneError(error, path, phase)
+    return WriteOutcomeUnknownError(error, path, phase)
 
 
 def os_error_advice(err: int | None, directory: str) -> str:
@@ -81,7 +112,12 @@ class LogStore(ABC):
 
     @abstractmethod
     def put_if_absent(self, path: str, data: bytes) -> None:
-        """Create ``path`` with ``data`` atomically and durably, or raise ``FileAlreadyExistsError``."""
+        """Create ``path`` with ``data`` atomically and durably, or raise ``FileAlreadyExistsError``.
+
+        Other failures say what is known: ``WriteNotDoneError`` (the file certainly did not
+        appear), ``WriteNotDurableError`` (it appeared; a crash may lose it); any other
+        ``OSError`` (``WriteOutcomeUnknownError`` among them) leaves the outcome unknown.
+        """
 
     @abstractmethod
     def write(self, path: str, data: bytes) -> None:

@@ -3,17 +3,23 @@
 Wraps a real store and, with given probabilities, loses the response of a put that did
 land (an indeterminate commit), fails a put before it lands, fails or slows listings,
 and slows puts. Every injected fault is counted so a test can check it happened.
+
+Over a ``LocalLogStore`` it also fails one step of a write with a chosen errno
+(``FaultPlan.step_errno``), so the store's own classification of the failure (not done,
+outcome unknown, not durable) is what a test sees.
 """
 
 from __future__ import annotations
 
+import os
 import random
 import threading
 import time
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from serialake.storage.base import FileStatus, LogStore
+from serialake.storage.local import LocalLogStore
 
 
 class InjectedFault(OSError):
@@ -22,7 +28,14 @@ class InjectedFault(OSError):
 
 @dataclass
 class FaultPlan:
-    """Probabilities (0..1) and delays of each fault; only ``*.json`` commit puts are affected."""
+    """Probabilities (0..1) and delays of each fault; only ``*.json`` commit puts are affected.
+
+    ``step_errno`` maps a step of a ``LocalLogStore`` write (``mkdir``, ``create``, ``write``,
+    ``fsync``, ``link``, ``replace``, ``linked``, ``fsync-dir``: see ``LocalLogStore.fault_hook``)
+    to the errno it fails with, for files whose name ends with ``step_suffix``, the first
+    ``step_times`` times (every time when None). ``fail_put`` raises an error that does not
+    say whether the put happened (it did not): the caller must check.
+    """
 
     lose_put_response: float = 0.0
     fail_put: float = 0.0
@@ -31,6 +44,9 @@ class FaultPlan:
     slow_put_s: float = 0.0
     slow_list_s: float = 0.0
     seed: int | None = None
+    step_errno: dict[str, int] = field(default_factory=dict)
+    step_suffix: str = ".json"
+    step_times: int | None = None
 
 
 class FaultyLogStore(LogStore):
@@ -39,9 +55,23 @@ class FaultyLogStore(LogStore):
     def __init__(self, inner: LogStore, plan: FaultPlan) -> None:
         self.inner = inner
         self.plan = plan
-        self.counts: Counter[str] = Counter()
+        self.counts: Counter[str] = Counter()  # faults injected, by kind
+        self.commit_puts = 0  # commit puts attempted
         self._rng = random.Random(plan.seed)
         self._lock = threading.Lock()
+        if isinstance(inner, LocalLogStore):
+            inner.fault_hook = self._step_fault
+
+    def _step_fault(self, step: str, path: str) -> None:
+        err = self.plan.step_errno.get(step)
+        if err is None or not path.endswith(self.plan.step_suffix):
+            return
+        key = f"fail_{step}"
+        with self._lock:
+            if self.plan.step_times is not None and self.counts[key] >= self.plan.step_times:
+                return
+            self.counts[key] += 1
+        raise InjectedFault(err, f"{os.strerror(err)} (injected at {step})", path)
 
     def _roll(self, p: float) -> bool:
         if p <= 0:
@@ -65,6 +95,9 @@ class FaultyLogStore(LogStore):
 
     def put_if_absent(self, path: str, data: bytes) -> None:
         commit = path.endswith(".json")
+        if commit:
+            with self._lock:
+                self.commit_puts += 1
         if commit and self.plan.slow_put_s:
             time.sleep(self._rng.uniform(0, self.plan.slow_put_s))
         if commit and self._roll(self.plan.fail_put):

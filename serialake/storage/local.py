@@ -5,6 +5,13 @@ then given its final name with ``linkat``, which fails if the name exists; where
 ``O_TMPFILE`` is unavailable a uniquely named temporary file and ``link`` do the same.
 The directory is then fsynced so the new name survives a crash. Readers see the final
 name only once the content is complete and durable, and never an overwritten commit.
+
+Failures are classified by step, since only the store knows which step failed: anything
+before the naming step (directory, temporary file, its write or fsync) certainly left no
+file (``WriteNotDoneError``); the naming step either refused before touching the directory
+(``NAME_NOT_MADE_ERRNOS``: not done), or failed in a way that hides its result (EIO,
+EINTR, ETIMEDOUT, ...: ``WriteOutcomeUnknownError``); a failed fsync of the directory after
+the name appeared leaves the file visible but maybe not durable (``WriteNotDurableError``).
 """
 
 from __future__ import annotations
@@ -14,10 +21,13 @@ import errno
 import os
 import threading
 import uuid
-from typing import Any
+from typing import Any, Callable
 
 from serialake.exceptions import FileAlreadyExistsError
-from serialake.storage.base import FileStatus, LogStore, WriteNotDoneError, WriteNotDurableError
+from serialake.storage.base import FileStatus, LogStore, WriteNotDoneError, WriteNotDurableError, naming_error
+
+#: ``fault_hook(step, path)``: called before each step of a write (see ``LocalLogStore.fault_hook``).
+FaultHook = Callable[[str, str], None]
 
 #: errnos of ``open(O_TMPFILE)`` meaning "this file system cannot do it": fall back to a named temp file.
 _NO_TMPFILE = frozenset({errno.EOPNOTSUPP, errno.EISDIR, errno.EINVAL, errno.ENOSYS})
@@ -32,28 +42,44 @@ def fsync_dir(directory: str) -> None:
         os.close(fd)
 
 
-def _write_temp(directory: str, name: str, data: bytes, fsync: bool) -> str:
+def _write_temp(directory: str, name: str, data: bytes, fsync: bool, hook: FaultHook | None = None) -> str:
+    """A hidden temporary file in ``directory`` holding ``data``; ``WriteNotDoneError`` (none left) on failure."""
+    final = os.path.join(directory, name)
     tmp = os.path.join(directory, f".{name}.{uuid.uuid4().hex}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     try:
+        if hook is not None:
+            hook("create", final)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    except OSError as e:
+        raise WriteNotDoneError(e, final, "create the temporary file") from e
+    step = "write"
+    try:
+        if hook is not None:
+            hook(step, final)
         view = memoryview(data)
         while view:
             written = os.write(fd, view)
             view = view[written:]
         if fsync:
+            step = "fsync"
+            if hook is not None:
+                hook(step, final)
             os.fsync(fd)
-    except BaseException:
+    except BaseException as e:
         os.close(fd)
         _unlink_quietly(tmp)
+        if isinstance(e, OSError):
+            raise WriteNotDoneError(e, final, f"{step} the temporary file") from e
         raise
     os.close(fd)
     return tmp
 
 
 def _unlink_quietly(path: str) -> None:
+    """Remove ``path`` if possible: a leftover hidden temporary file is invisible to readers."""
     try:
         os.unlink(path)
-    except FileNotFoundError:
+    except OSError:
         pass
 
 
@@ -83,10 +109,18 @@ class LocalLogStore(LogStore):
     Args:
         fsync: make every commit durable before ``put_if_absent`` returns (default True;
             tests of logic may turn it off, never production).
+
+    Attributes:
+        fault_hook: for fault injection (``storage.faulty``): called with ``(step, path)``
+            before each step of a write: ``mkdir``, ``create``, ``write``, ``fsync`` (the
+            temporary file), ``link`` (``replace`` in ``write``), ``linked`` (after a link
+            that succeeded: an error there is a lost result), ``fsync-dir``. An ``OSError``
+            it raises is handled as that step's failure.
     """
 
     def __init__(self, fsync: bool = True) -> None:
         self.fsync = fsync
+        self.fault_hook: FaultHook | None = None
         self._dir_fds: dict[str, int] = {}
         self._dir_lock = threading.Lock()
         self._tmpfile_ok = _linkat is not None
@@ -100,6 +134,29 @@ class LocalLogStore(LogStore):
                 self._dir_fds[directory] = fd
         os.fsync(fd)
 
+    def _hook(self, step: str, path: str) -> None:
+        if self.fault_hook is not None:
+            self.fault_hook(step, path)
+
+    def _temp(self, directory: str, name: str, data: bytes) -> str:
+        if self.fault_hook is None:
+            return _write_temp(directory, name, data, self.fsync)  # (verify.crash wraps this call)
+        return _write_temp(directory, name, data, self.fsync, self.fault_hook)
+
+    def _name(self, path: str, step: str, make_name: Callable[[], None]) -> None:
+        """Run the naming step ``make_name`` of ``path``, classifying its failure (``naming_error``)."""
+        try:
+            self._hook(step, path)
+            make_name()
+        except FileExistsError:
+            raise FileAlreadyExistsError(f"{path} already exists") from None
+        except OSError as e:
+            raise naming_error(e, path, f"name the file ({step})") from e
+        try:
+            self._hook("linked", path)
+        except OSError as e:  # the name exists, but the caller cannot know it: a lost result
+            raise naming_error(e, path, f"name the file ({step})") from e
+
     def _put_tmpfile(self, directory: str, path: str, data: bytes) -> bool:
         """Write an unnamed inode (O_TMPFILE), fsync it, then name it with linkat (no overwrite).
 
@@ -107,6 +164,7 @@ class LocalLogStore(LogStore):
         Returns False when the file system does not support O_TMPFILE.
         """
         try:
+            self._hook("create", path)
             fd = os.open(directory, os.O_TMPFILE | os.O_WRONLY, 0o644)
         except OSError as e:
             if e.errno not in _NO_TMPFILE:
@@ -114,20 +172,26 @@ class LocalLogStore(LogStore):
             self._tmpfile_ok = False
             return False
         try:
+            step = "write"
             try:
+                self._hook(step, path)
                 view = memoryview(data)
                 while view:
                     view = view[os.write(fd, view):]
                 if self.fsync:
+                    step = "fsync"
+                    self._hook(step, path)
                     os.fsync(fd)
             except OSError as e:  # the unnamed inode vanishes when closed: nothing landed
-                raise WriteNotDoneError(e, path, "write the temporary file") from e
-            if _linkat(_AT_FDCWD, f"/proc/self/fd/{fd}".encode(), _AT_FDCWD, path.encode(), _AT_SYMLINK_FOLLOW) != 0:
-                err = ctypes.get_errno()
-                if err == errno.EEXIST:
-                    raise FileAlreadyExistsError(f"{path} already exists")
-                # A local linkat that returns an error did not create the name.
-                raise WriteNotDoneError(OSError(err, os.strerror(err)), path, "name the commit file (linkat)")
+                raise WriteNotDoneError(e, path, f"{step} the temporary file") from e
+
+            def link() -> None:
+                source = f"/proc/self/fd/{fd}".encode()
+                if _linkat(_AT_FDCWD, source, _AT_FDCWD, path.encode(), _AT_SYMLINK_FOLLOW) != 0:
+                    err = ctypes.get_errno()
+                    raise OSError(err, os.strerror(err), path)
+
+            self._name(path, "link", link)
         finally:
             os.close(fd)
         return True
@@ -161,46 +225,50 @@ class LocalLogStore(LogStore):
         """Create ``path`` atomically and durably (see the module docstring).
 
         Failures are classified: ``WriteNotDoneError`` when the file certainly did not
-        appear (anything before the link, or a link that reports failure),
-        ``WriteNotDurableError`` when it appeared but the directory sync failed.
+        appear (anything before the link, or a link refused with ``NAME_NOT_MADE_ERRNOS``),
+        ``WriteOutcomeUnknownError`` when the link's result is lost, ``WriteNotDurableError``
+        when it appeared but the directory sync failed.
         """
         directory, name = os.path.split(path)
-        try:
-            os.makedirs(directory, exist_ok=True)
-        except OSError as e:
-            raise WriteNotDoneError(e, path, "create the log directory") from e
+        self._make_dir(directory, path)
         if os.path.exists(path):
             raise FileAlreadyExistsError(f"{path} already exists")
         if not (self._tmpfile_ok and self._put_tmpfile(directory, path, data)):
+            tmp = self._temp(directory, name, data)
             try:
-                tmp = _write_temp(directory, name, data, self.fsync)
-            except OSError as e:
-                raise WriteNotDoneError(e, path, "write the temporary file") from e
-            try:
-                os.link(tmp, path)
-            except FileExistsError:
-                raise FileAlreadyExistsError(f"{path} already exists") from None
-            except OSError as e:
-                raise WriteNotDoneError(e, path, "name the commit file (link)") from e
+                self._name(path, "link", lambda: os.link(tmp, path))
             finally:
                 _unlink_quietly(tmp)
-        if self.fsync:
-            try:
-                self._fsync_dir(directory)
-            except OSError as e:
-                raise WriteNotDurableError(e, path) from e
+        self._sync_name(directory, path)
 
     def write(self, path: str, data: bytes) -> None:
+        """Create or replace ``path``; failures are classified as in ``put_if_absent``."""
         directory, name = os.path.split(path)
-        os.makedirs(directory, exist_ok=True)
-        tmp = _write_temp(directory, name, data, self.fsync)
+        self._make_dir(directory, path)
+        tmp = self._temp(directory, name, data)
         try:
-            os.replace(tmp, path)
+            self._name(path, "replace", lambda: os.replace(tmp, path))
         except BaseException:
             _unlink_quietly(tmp)
             raise
-        if self.fsync:
+        self._sync_name(directory, path)
+
+    def _make_dir(self, directory: str, path: str) -> None:
+        try:
+            self._hook("mkdir", path)
+            os.makedirs(directory, exist_ok=True)
+        except OSError as e:
+            raise WriteNotDoneError(e, path, "create the log directory") from e
+
+    def _sync_name(self, directory: str, path: str) -> None:
+        """fsync ``directory`` after ``path`` got its name: a failure leaves it visible but maybe not durable."""
+        if not self.fsync:
+            return
+        try:
+            self._hook("fsync-dir", path)
             self._fsync_dir(directory)
+        except OSError as e:
+            raise WriteNotDurableError(e, path) from e
 
     def exists(self, path: str) -> bool:
         return os.path.exists(path)

@@ -30,6 +30,7 @@ from serialake.exceptions import (
     StorageWriteError,
 )
 from serialake.storage.base import WriteNotDoneError, WriteNotDurableError
+from serialake.storage.faulty import FaultPlan, FaultyLogStore
 from serialake.storage.local import LocalLogStore
 from tests.core.conftest import add_file
 
@@ -254,3 +255,127 @@ def test_checkpoint_write_failure_names_table_and_version(make_table) -> None:
     e = info.value
     assert e.version == 1 and e.errno == errno.ENOSPC and e.table == log.table_path
     assert "checkpoint of version 1" in str(e) and "is full" in str(e)
+
+
+# -- per-step faults in the real local store (storage.faulty) ------------------------------------
+
+
+def _faulty(
+    log: DeltaLog, *, fsync: bool = False, tmpfile: bool = True, **plan: object
+) -> tuple[DeltaLog, FaultyLogStore]:
+    local = LocalLogStore(fsync=fsync)
+    if not tmpfile:
+        local._tmpfile_ok = False  # the named temporary file + link path
+    store = FaultyLogStore(local, FaultPlan(**plan))  # type: ignore[arg-type]
+    return DeltaLog(log.table_path, store=store), store
+
+
+@pytest.mark.parametrize("tmpfile", [True, False], ids=["o_tmpfile", "named_temp"])
+@pytest.mark.parametrize("step", ["mkdir", "create", "write", "fsync", "link"])
+@pytest.mark.parametrize("err", [errno.ENOSPC, errno.EROFS, errno.EACCES])
+def test_failure_before_or_at_the_link_is_definite(make_table, step: str, err: int, tmpfile: bool) -> None:
+    log = make_table()
+    flog, store = _faulty(log, fsync=True, tmpfile=tmpfile, step_errno={step: err})
+    with pytest.raises(CommitWriteFailedError) as info:
+        flog.start_transaction().commit([add_file(1)], operation="WRITE")
+    e = info.value
+    assert store.commit_puts == 1 and store.counts[f"fail_{step}"] == 1  # no retry loop
+    assert e.errno == err and e.version == 1 and e.table == log.table_path
+    assert errno.errorcode[err] in str(e) and os.strerror(err) in str(e) and "Nothing was committed" in str(e)
+    assert isinstance(e.__cause__, WriteNotDoneError)
+    _no_commit_after(log, 0)
+
+
+def test_transient_failure_of_a_step_is_retried_briefly(make_table) -> None:
+    log = make_table()
+    flog, store = _faulty(log, step_errno={"write": errno.EIO}, step_times=2)
+    assert flog.start_transaction().commit([add_file(1)], operation="WRITE") == 1
+    assert store.commit_puts == 3 and store.counts["fail_write"] == 2
+    _no_commit_after(log, 1)
+
+
+def test_lost_link_result_is_resolved_by_txn_id(make_table) -> None:
+    """The link made the name but its result was lost: the log holds our txnId, so it committed once."""
+    log = make_table()
+    flog, store = _faulty(log, step_errno={"linked": errno.EIO}, step_times=1)
+    txn = flog.start_transaction()
+    assert txn.commit([add_file(1)], operation="WRITE") == 1
+    assert store.commit_puts == 1 and store.counts["fail_linked"] == 1
+    assert DeltaLog(log.table_path).read_commit(1).commit_info.txn_id == txn.txn_id
+    _no_commit_after(log, 1)
+
+
+def test_unknown_link_error_that_did_not_land_is_retried(make_table) -> None:
+    """EIO from the link itself (outcome unknown): the log shows it did not land, so writing again is safe."""
+    log = make_table()
+    flog, store = _faulty(log, step_errno={"link": errno.EIO}, step_times=1)
+    assert flog.start_transaction().commit([add_file(1)], operation="WRITE") == 1
+    assert store.commit_puts == 2
+    _no_commit_after(log, 1)
+
+
+def test_persistent_unknown_link_error_is_bounded_and_definite_once_checked(make_table) -> None:
+    from serialake.core.transaction import UNKNOWN_WRITE_RETRIES
+
+    log = make_table()
+    flog, store = _faulty(log, step_errno={"link": errno.ETIMEDOUT})
+    with pytest.raises(CommitWriteFailedError) as info:
+        flog.start_transaction().commit([add_file(1)], operation="WRITE")
+    e = info.value
+    assert store.commit_puts == UNKNOWN_WRITE_RETRIES  # not 10,000 attempts over 10 minutes
+    assert e.errno == errno.ETIMEDOUT and "ETIMEDOUT" in str(e) and "version 1" in str(e)
+    assert "the log showed it had not landed" in str(e)
+    _no_commit_after(log, 0)
+
+
+def test_lost_link_result_with_unreadable_log_is_unknown(make_table) -> None:
+    """Only when the log cannot be read after a lost result does the outcome stay unknown."""
+    from serialake.core import CommitOptions
+
+    log = make_table()
+    flog, store = _faulty(log, step_errno={"linked": errno.EIO})
+    txn = flog.start_transaction(options=CommitOptions(max_attempts=3, backoff_base_s=0.0001))
+    store.plan.fail_read = 1.0  # from now on the log cannot be read
+    with pytest.raises(CommitOutcomeUnknownError) as info:
+        txn.commit([add_file(1)], operation="WRITE")
+    e = info.value
+    assert e.txn_id == txn.txn_id and e.version == 1 and "EIO" in str(e)
+    assert DeltaLog(log.table_path).read_commit(1).commit_info.txn_id == txn.txn_id  # it did land
+
+
+def test_failed_directory_sync_after_the_link_is_not_durable(make_table) -> None:
+    log = make_table()
+    flog, store = _faulty(log, fsync=True, step_errno={"fsync-dir": errno.EIO})
+    with pytest.raises(CommitOutcomeUnknownError) as info:
+        flog.start_transaction().commit([add_file(1)], operation="WRITE")
+    assert info.value.version == 1 and "may not survive a crash" in str(info.value) and "EIO" in str(info.value)
+    assert store.commit_puts == 1
+    assert commit_name(1) in os.listdir(log.log_path)
+
+
+@pytest.mark.parametrize("step", ["create", "write", "replace"])
+def test_checkpoint_step_failure_names_table_version_and_errno(make_table, step: str) -> None:
+    log = make_table()
+    log.start_transaction().commit([add_file(1)], operation="WRITE")
+    flog, _ = _faulty(log, step_errno={step: errno.ENOSPC}, step_suffix=".checkpoint.parquet")
+    with pytest.raises(StorageWriteError) as info:
+        flog.checkpoint(1)
+    e = info.value
+    assert e.version == 1 and e.errno == errno.ENOSPC and e.table == log.table_path
+    assert "checkpoint of version 1" in str(e) and "ENOSPC" in str(e) and "is full" in str(e)
+    names = os.listdir(log.log_path)
+    assert not [n for n in names if "checkpoint" in n or n.startswith(".")], names
+
+
+def test_background_checkpoint_failure_keeps_the_commit(make_table, caplog: pytest.LogCaptureFixture) -> None:
+    log = make_table(props={"delta.checkpointInterval": "2"})
+    flog, _ = _faulty(log, step_errno={"create": errno.ENOSPC}, step_suffix=".checkpoint.parquet")
+    with caplog.at_level("WARNING", logger="serialake"):
+        assert flog.start_transaction().commit([add_file(1)], operation="WRITE") == 1
+        assert flog.start_transaction().commit([add_file(1)], operation="WRITE") == 2
+        flog.wait_for_checkpoints()
+    err = flog.last_checkpoint_error
+    assert isinstance(err, StorageWriteError) and err.version == 2 and err.errno == errno.ENOSPC
+    warning = "\n".join(r.getMessage() for r in caplog.records)
+    assert log.table_path in warning and "version 2" in warning and "ENOSPC" in warning
+    assert DeltaLog(log.table_path).update().version == 2

@@ -463,14 +463,15 @@ def test_recorder_refuses_use_after_fork(tmp_path: Path) -> None:
 
 def simulate(
     procs: int, per_proc: int, *, keys: int = 10, seed: int = 0, mode: str = "serializable",
-    p_fail: float = 0.05, p_info: float = 0.03,
+    p_fail: float = 0.05, p_info: float = 0.03, rotate: int = 0,
 ) -> History:  # fmt: skip
     """Random list-append run against an in-memory store.
 
     Each txn invokes, later executes atomically (its linearization point), later
     completes, so "serializable" mode yields strict serializable histories.  "si" mode
     reads from the snapshot taken at invoke and applies appends without conflict
-    detection (lost updates and write skew galore).
+    detection (lost updates and write skew galore).  With ``rotate`` the ``keys`` in use
+    move on by one every ``rotate`` txns (as in the real workload), so lists stay short.
     """
     rng = random.Random(seed)
     db: dict[str, list[int]] = defaultdict(list)
@@ -488,8 +489,9 @@ def simulate(
             if not left[p]:
                 del left[p]
             mops: list[Any] = []
+            base = len(out) // rotate if rotate else 0
             for _ in range(rng.randint(1, 4)):
-                k = f"k{rng.randrange(keys)}"
+                k = f"k{base + rng.randrange(keys)}"
                 if rng.random() < 0.5:
                     mops.append(read(k))
                 else:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from typing import Callable
 
+from sqlglot.errors import TokenError
 from sqlglot.tokens import Token, TokenType
 
 from serialake.sql.errors import SqlError, UnsupportedStatementError, position_of

@@ -257,3 +257,16 @@ def test_unsupported_statements_are_named(text: str, named: str) -> None:
 def test_uniform_error_names_the_feature() -> None:
     with pytest.raises(UnsupportedStatementError, match="UniForm .*icebergCompatV1/V2"):
         parse("REORG TABLE table_name APPLY (UPGRADE UNIFORM(ICEBERG_COMPAT_VERSION=2));")
+
+
+@pytest.mark.parametrize(
+    "statement",
+    ["OPTIMIZE t WHERE a = 'x", "VACUUM t RETAIN 'x", "REORG TABLE t APPLY (PURGE) WHERE a = 'x"],
+)
+def test_untokenizable_commands_are_syntax_errors(statement: str) -> None:
+    from serialake.sql.commands import Cursor
+
+    with pytest.raises(SqlError, match="Unterminated string"):
+        parse_statement(statement)
+    with pytest.raises(SqlError, match="Unterminated string"):  # the command cursor on its own, too
+        Cursor(statement, statement, 0)

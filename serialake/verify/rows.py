@@ -8,9 +8,9 @@ writes the key's new row in a new file (one per transaction), exactly like an UP
 deletion vectors; a key with no row yet (the key window moved on) gets its first row the
 same way, like an INSERT. Two transactions appending to different keys of one file
 therefore rebase over each other (vectors merged); the same key is the same row and
-conflicts. A file whose rows are all deleted is removed, as Delta does, so the live files
-stay few. A read returns every live row of the key (by read version), so a lost update
-shows.
+conflicts. A file whose rows are all deleted is removed, as Delta does, and retired keys'
+rows are deleted by :func:`retire_keys`, so the live files stay few. A read returns every
+live row of the key (by read version), so a lost update shows.
 
 Data files and deletion vectors are immutable, so each process caches what it read of
 them (by path and by vector id): a transaction reads only files it has not seen yet.
@@ -21,9 +21,9 @@ from __future__ import annotations
 import json
 import os
 import uuid
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from functools import lru_cache
-from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa

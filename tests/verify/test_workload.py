@@ -196,7 +196,11 @@ def test_cli_json_and_exit_code(tmp_path: Path, capsys: pytest.CaptureFixture[st
 def test_row_level_workload_on_deletion_vectors_is_valid(tmp_path, level):
     """Keys as rows of shared files, updated through deletion vectors: row-level rebases, no anomaly."""
     from serialake.core import DeltaLog
-    from serialake.verify.checker import SERIALIZABLE_FORBIDDEN, WRITE_SERIALIZABLE_FORBIDDEN, check
+    from serialake.verify.checker import (
+        SERIALIZABLE_FORBIDDEN,
+        WRITE_SERIALIZABLE_FORBIDDEN,
+        check,
+    )
     from serialake.verify.workload import WorkloadConfig, audit_log, run_workload
 
     cfg = WorkloadConfig(processes=4, txns=30, isolation_level=level, row_level=True, key_count=6, seed=3)

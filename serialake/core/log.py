@@ -8,7 +8,6 @@ the next version numbers, never by replaying from version 0 when state is at han
 from __future__ import annotations
 
 import bisect
-import errno
 import logging
 import os
 import threading
@@ -37,7 +36,7 @@ from serialake.exceptions import (
     StorageWriteError,
 )
 from serialake.storage import LogStore, normalize_table_path, store_for
-from serialake.storage.base import os_error_advice
+from serialake.storage.base import errno_text, os_error_advice
 
 if TYPE_CHECKING:
     from serialake.core.transaction import OptimisticTransaction
@@ -324,10 +323,9 @@ class DeltaLog:
         try:
             return write_checkpoint(self.store, self.log_path, snap.version, actions, snap.num_files)
         except OSError as e:
-            code = errno.errorcode.get(e.errno or 0, "")
             raise StorageWriteError(
                 f"Table {self.table_path}: writing the checkpoint of version {snap.version} failed "
-                f"(errno {e.errno} {code}: {e.strerror or e}); {os_error_advice(e.errno, self.log_path)}. "
+                f"({errno_text(e)}); {os_error_advice(e.errno, self.log_path)}. "
                 "The table is intact: readers replay the commits instead.",
                 table=self.table_path,
                 path=e.filename or self.log_path,

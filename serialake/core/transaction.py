@@ -10,7 +10,6 @@ A commit whose outcome was lost is recognised on retry by its ``txnId``.
 
 from __future__ import annotations
 
-import errno as errno_module
 import json
 import random
 import time
@@ -46,7 +45,13 @@ from serialake.exceptions import (
     InvalidPropertyError,
     UnsupportedFeatureError,
 )
-from serialake.storage.base import TRANSIENT_ERRNOS, WriteNotDoneError, WriteNotDurableError, os_error_advice
+from serialake.storage.base import (
+    TRANSIENT_ERRNOS,
+    WriteNotDoneError,
+    WriteNotDurableError,
+    errno_text,
+    os_error_advice,
+)
 
 if TYPE_CHECKING:
     from serialake.core.deletion_vectors import RowIndexSet
@@ -532,7 +537,7 @@ class OptimisticTransaction:
             except WriteNotDurableError as e:
                 raise CommitOutcomeUnknownError(
                     f"Commit to {info.table}: version {attempt_version} was written and is visible, but syncing "
-                    f"{dlog.log_path} failed ({_errno_text(e)}), so it may not survive a crash of this machine. "
+                    f"{dlog.log_path} failed ({errno_text(e)}), so it may not survive a crash of this machine. "
                     f"Look for commitInfo.txnId = {info.txn_id} in the log after a crash before retrying.",
                     txn_id=info.txn_id,
                     version=attempt_version,
@@ -545,15 +550,8 @@ class OptimisticTransaction:
                     continue
                 if uncertain_version is not None:  # an earlier attempt may still have landed
                     raise self._outcome_unknown(info, uncertain_version, attempts, started, last_error) from e
-                raise CommitWriteFailedError(
-                    f"Commit to {info.table} failed: could not {e.phase} for version {attempt_version} "
-                    f"({_errno_text(e)}); {os_error_advice(e.errno, dlog.log_path)}. Nothing was committed, "
-                    "so retrying the operation is safe.",
-                    table=info.table,
-                    path=dlog.commit_path(attempt_version),
-                    errno=e.errno,
-                    strerror=e.strerror,
-                    version=attempt_version,
+                raise self._write_failed(
+                    info, attempt_version, f"could not {e.phase} for version {attempt_version}", e
                 ) from e
             except OSError as e:
                 # Outcome unknown (e.g. the link's result was lost): the winners check below finds
@@ -593,16 +591,9 @@ class OptimisticTransaction:
                 # The store keeps failing without saying how: stop rather than spin for minutes.
                 if uncertain_version is not None:
                     raise self._outcome_unknown(info, uncertain_version, attempts, started, last_error)
-                raise CommitWriteFailedError(
-                    f"Commit to {info.table} failed: {unknown_failures} writes in a row of version "
-                    f"{attempt_version} failed ({_errno_text(last_error)}) and each time the log showed it had "
-                    f"not landed; {os_error_advice(last_error.errno, dlog.log_path)}. Nothing was committed, "
-                    "so retrying the operation is safe.",
-                    table=info.table,
-                    path=dlog.commit_path(attempt_version),
-                    errno=last_error.errno,
-                    strerror=last_error.strerror,
-                    version=attempt_version,
+                raise self._write_failed(
+                    info, attempt_version, f"{unknown_failures} writes in a row of version {attempt_version} "
+                    "failed and each time the log showed it had not landed", last_error,
                 ) from last_error
             if attempts >= opts.max_attempts or elapsed > opts.max_duration_s:
                 if uncertain_version is not None:
@@ -618,12 +609,27 @@ class OptimisticTransaction:
             elif attempts > 2:
                 time.sleep(random.uniform(0, min(opts.backoff_max_s, opts.backoff_base_s * 2 ** min(attempts, 10))))
 
+    def _write_failed(
+        self, info: TransactionInfo, version: int, what: str, error: OSError
+    ) -> CommitWriteFailedError:
+        """The error for a commit write that certainly did not land: cause, errno and what to do."""
+        log_path = self.delta_log.log_path
+        return CommitWriteFailedError(
+            f"Commit to {info.table} failed: {what} ({errno_text(error)}); "
+            f"{os_error_advice(error.errno, log_path)}. Nothing was committed, so retrying the operation is safe.",
+            table=info.table,
+            path=self.delta_log.commit_path(version),
+            errno=error.errno,
+            strerror=error.strerror,
+            version=version,
+        )
+
     def _outcome_unknown(
         self, info: TransactionInfo, version: int, attempts: int, started: float, error: OSError | None
     ) -> CommitOutcomeUnknownError:
         """The error for giving up while the attempt at ``version`` may have landed (the log could not be read)."""
         elapsed = time.monotonic() - started
-        cause = f" ({_errno_text(error)})" if error is not None else ""
+        cause = f" ({errno_text(error)})" if error is not None else ""
         return CommitOutcomeUnknownError(
             f"Commit to {info.table} gave up after {attempts} attempts and {elapsed:.1f}s; the write of version "
             f"{version} failed with an I/O error that hides whether it landed{cause}, and the log could not be "
@@ -658,12 +664,6 @@ class OptimisticTransaction:
 
     def __exit__(self, *exc: Any) -> None:
         return None
-
-
-def _errno_text(error: OSError) -> str:
-    """``errno 28 ENOSPC: No space left on device``."""
-    name = errno_module.errorcode.get(error.errno or 0, "")
-    return f"errno {error.errno} {name}: {error.strerror}" if error.errno else str(error)
 
 
 def _planned_read(

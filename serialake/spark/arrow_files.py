@@ -220,13 +220,10 @@ class LocalTable:
 
 def data_write_error(table: str, path: str, error: OSError) -> StorageWriteError:
     """The error for a data file the driver could not write: table, file, errno and what to do."""
-    import errno as errno_module
+    from serialake.storage.base import errno_text, os_error_advice
 
-    from serialake.storage.base import os_error_advice
-
-    code = errno_module.errorcode.get(error.errno or 0, "")
     return StorageWriteError(
-        f"Table {table}: writing data file {path} failed (errno {error.errno} {code}: {error.strerror or error}); "
+        f"Table {table}: writing data file {path} failed ({errno_text(error)}); "
         f"{os_error_advice(error.errno, os.path.dirname(path))}. Nothing was committed.",
         table=table,
         path=path,

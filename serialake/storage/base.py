@@ -69,6 +69,13 @@ def naming_error(error: OSError, path: str, phase: str) -> OSError:
     return WriteOutcomeUnknownError(error, path, phase)
 
 
+def errno_text(error: OSError) -> str:
+    """``errno 28 ENOSPC: No space left on device`` (the error itself when it has no errno)."""
+    if not error.errno:
+        return str(error)
+    return f"errno {error.errno} {_errno.errorcode.get(error.errno, '')}: {error.strerror or error}"
+
+
 def os_error_advice(err: int | None, directory: str) -> str:
     """What a person can do about an I/O error number when writing in ``directory``."""
     if err in (_errno.ENOSPC, _errno.EDQUOT):

@@ -110,63 +110,46 @@ def _wanted(what: str, value: Any) -> str:
     return f"must be {what}, got {shown} ({_kind(value)})"
 
 
-def _int(body: Mapping[str, Any], action: str, key: str, *, required: bool = False, min_value: int | None = None) -> None:
+def _typed(
+    body: Mapping[str, Any], action: str, key: str, what: str, types: tuple[type, ...], required: bool
+) -> Any:
+    """``body[key]`` when present and of exactly one of ``types`` (bool is not an int here); None when absent."""
     v = body.get(key)
     if v is None:
         if required:
-            raise InvalidActionError(f"{action}.{key}", _wanted("an integer", v))
-        return
-    if type(v) is not int:  # bool is not an int here, nor "12"
-        raise InvalidActionError(f"{action}.{key}", _wanted("an integer", v))
-    if min_value is not None and v < min_value:
+            raise InvalidActionError(f"{action}.{key}", _wanted(what, v))
+        return None
+    if type(v) not in types:
+        raise InvalidActionError(f"{action}.{key}", _wanted(what, v))
+    return v
+
+
+def _int(body: Mapping[str, Any], action: str, key: str, *, required: bool = False, min_value: int | None = None) -> None:
+    v = _typed(body, action, key, "an integer", (int,), required)
+    if v is not None and min_value is not None and v < min_value:
         raise InvalidActionError(f"{action}.{key}", f"must be at least {min_value}, got {v}")
 
 
 def _str(body: Mapping[str, Any], action: str, key: str, *, required: bool = False) -> None:
-    v = body.get(key)
-    if v is None:
-        if required:
-            raise InvalidActionError(f"{action}.{key}", _wanted("a string", v))
-        return
-    if type(v) is not str:
-        raise InvalidActionError(f"{action}.{key}", _wanted("a string", v))
+    _typed(body, action, key, "a string", (str,), required)
 
 
 def _bool(body: Mapping[str, Any], action: str, key: str, *, required: bool = False) -> None:
-    v = body.get(key)
-    if v is None:
-        if required:
-            raise InvalidActionError(f"{action}.{key}", _wanted("a boolean", v))
-        return
-    if type(v) is not bool:
-        raise InvalidActionError(f"{action}.{key}", _wanted("a boolean", v))
+    _typed(body, action, key, "a boolean", (bool,), required)
 
 
 def _str_map(body: Mapping[str, Any], action: str, key: str, *, required: bool = False) -> None:
     """A map of string to string-or-null (partitionValues, tags, configuration)."""
-    v = body.get(key)
-    if v is None:
-        if required:
-            raise InvalidActionError(f"{action}.{key}", _wanted("a map of strings", v))
-        return
-    if type(v) is not dict:
-        raise InvalidActionError(f"{action}.{key}", _wanted("a map of strings", v))
-    for k, item in v.items():
+    v = _typed(body, action, key, "a map of strings", (dict,), required)
+    for k, item in (v or {}).items():
         if item is not None and type(item) is not str:
             raise InvalidActionError(f"{action}.{key}.{k}", _wanted("a string or null", item))
 
 
 def _str_list(body: Mapping[str, Any], action: str, key: str, *, required: bool = False) -> None:
-    v = body.get(key)
-    if v is None:
-        if required:
-            raise InvalidActionError(f"{action}.{key}", _wanted("an array of strings", v))
-        return
-    if type(v) is not list and type(v) is not tuple:
+    v = _typed(body, action, key, "an array of strings", (list, tuple), required)
+    if v is not None and any(type(item) is not str for item in v):
         raise InvalidActionError(f"{action}.{key}", _wanted("an array of strings", v))
-    for item in v:
-        if type(item) is not str:
-            raise InvalidActionError(f"{action}.{key}", _wanted("an array of strings", v))
 
 
 def _object(body: Any, action: str) -> Mapping[str, Any]:

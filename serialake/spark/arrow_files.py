@@ -26,7 +26,6 @@ from serialake.core.actions import AddFile, decode_path
 from serialake.core.deletion_vectors import read_deletion_vector
 from serialake.core.schema import DecimalType, PrimitiveType, StructField, StructType
 from serialake.core.snapshot import Snapshot
-from serialake.exceptions import StorageWriteError
 from serialake.spark import io
 
 __all__ = ["LocalTable", "NotLocal", "arrow_type", "io_threads"]
@@ -199,7 +198,7 @@ class LocalTable:
                 os.remove(target)
             except OSError:
                 pass
-            raise data_write_error(self.path, target, e) from e
+            raise io.data_write_error(self.path, target, e) from e
 
     def discard(self, adds: Sequence[AddFile]) -> None:
         """Delete files written for an operation that will not commit them."""
@@ -215,19 +214,4 @@ class LocalTable:
             io.fsync_dirs(self.path, {posixpath.dirname(decode_path(a.path)) for a in adds})
         except OSError as e:
             self.discard(adds)
-            raise data_write_error(self.path, e.filename or self.path, e) from e
-
-
-def data_write_error(table: str, path: str, error: OSError) -> StorageWriteError:
-    """The error for a data file the driver could not write: table, file, errno and what to do."""
-    from serialake.storage.base import errno_text, os_error_advice
-
-    return StorageWriteError(
-        f"Table {table}: writing data file {path} failed ({errno_text(error)}); "
-        f"{os_error_advice(error.errno, os.path.dirname(path))}. Nothing was committed.",
-        table=table,
-        path=path,
-        errno=error.errno,
-        strerror=error.strerror,
-    )
-
+            raise io.data_write_error(self.path, e.filename or self.path, e) from e

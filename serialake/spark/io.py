@@ -49,6 +49,7 @@ from serialake.exceptions import (
     DeltaAnalysisException,
     InvalidTableError,
     StagingMismatchError,
+    StorageWriteError,
     UnsupportedFeatureError,
 )
 
@@ -64,6 +65,7 @@ __all__ = [
     "absolute_path",
     "column_mapping_mode",
     "data_fields",
+    "data_write_error",
     "file_stats",
     "fsync_dirs",
     "parse_partition_value",
@@ -317,7 +319,7 @@ def write_data_files(
     partition_columns = [_resolve(df.schema, c, table_path) for c in partition_columns]
     observation = Observation(f"serialake_write_{uuid.uuid4().hex}")
     observed = df.observe(observation, F.count(F.lit(1)).alias(_ROWS_METRIC))
-    writer = observed.write.format("parquet").mode("error")
+    writer = observed.write.format("parquet").mode("append")  # into the fresh, empty staging dir
     if partition_columns:
         writer = writer.partitionBy(*partition_columns)
     if max_records_per_file:
@@ -372,6 +374,10 @@ def staging_area(table_path: str) -> Iterator[str]:
     """A fresh ``<table>/_staging/<uuid>`` for files being written, removed (with ``_staging`` if
     then empty) on exit: concurrent writers never collide and readers never see partial files."""
     staging = os.path.join(table_path, STAGING_DIR, uuid.uuid4().hex)
+    try:
+        _make_staging_dir(staging)
+    except OSError as e:
+        raise data_write_error(table_path, staging, e) from e
     try:
         yield staging
     finally:
@@ -490,6 +496,36 @@ def fsync_dirs(table_path: str, rel_dirs: Iterable[str]) -> None:
             pass
         finally:
             os.close(fd)
+
+
+def data_write_error(table: str, path: str, error: OSError) -> StorageWriteError:
+    """The error for a data file the driver could not write: table, file, errno and what to do."""
+    from serialake.storage.base import errno_text, os_error_advice
+
+    return StorageWriteError(
+        f"Table {table}: writing data file {path} failed ({errno_text(error)}); "
+        f"{os_error_advice(error.errno, os.path.dirname(path))}. Nothing was committed.",
+        table=table,
+        path=path,
+        errno=error.errno,
+        strerror=error.strerror,
+    )
+
+
+def _make_staging_dir(staging: str) -> None:
+    """Create ``staging`` (and ``_staging``). Another writer leaving its staging area removes
+    ``_staging`` when it is empty, which can happen between our creating ``_staging`` and our
+    directory inside it (ENOENT): create again. Once ours exists, ``_staging`` is not empty."""
+    for _ in range(_STAGING_MKDIR_ATTEMPTS - 1):
+        try:
+            os.makedirs(staging)
+            return
+        except FileNotFoundError:
+            continue
+    os.makedirs(staging)
+
+
+_STAGING_MKDIR_ATTEMPTS = 64
 
 
 def _remove_if_empty(path: str) -> None:

@@ -10,8 +10,9 @@ $(PY):
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 
+# test needs the verify and demo extras too (it names them); listed here so demo/verify never lack theirs.
 $(STAMP): $(PY) pyproject.toml
-	$(PY) -m pip install -q -e ".[test]"
+	$(PY) -m pip install -q -e ".[test,verify,demo]"
 	touch $(STAMP)
 
 check-java:

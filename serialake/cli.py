@@ -9,7 +9,6 @@ A table is given by path or by a name registered in the catalog (``serialake.reg
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
 import os
 import sys
@@ -17,6 +16,7 @@ import traceback
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from serialake.exceptions import DeltaError
+from serialake.tableinfo import history_rows, iso_time
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -117,27 +117,6 @@ def build_parser() -> argparse.ArgumentParser:
 # ---------------------------------------------------------------------------------------------
 
 
-def history_rows(log: DeltaLog, limit: int | None = None) -> list[dict[str, Any]]:
-    """Commits newest first, with DESCRIBE HISTORY's main fields."""
-    rows = []
-    for version, entry in log.history(limit):
-        info = entry.commit_info.values if entry.commit_info is not None else {}
-        rows.append(
-            {
-                "version": version,
-                "timestamp": _iso(entry.timestamp),
-                "operation": info.get("operation"),
-                "operationParameters": info.get("operationParameters") or {},
-                "readVersion": info.get("readVersion"),
-                "isolationLevel": info.get("isolationLevel"),
-                "isBlindAppend": info.get("isBlindAppend"),
-                "operationMetrics": info.get("operationMetrics") or {},
-                "engineInfo": info.get("engineInfo"),
-            }
-        )
-    return rows
-
-
 def detail_info(log: DeltaLog) -> dict[str, Any]:
     """DESCRIBE DETAIL's fields, from the latest snapshot."""
     from serialake.core import features
@@ -152,8 +131,8 @@ def detail_info(log: DeltaLog) -> dict[str, Any]:
         "description": meta.description,
         "location": snap.table_path,
         "version": snap.version,
-        "createdAt": _iso(meta.created_time),
-        "lastModified": _iso(snap.timestamp),
+        "createdAt": iso_time(meta.created_time),
+        "lastModified": iso_time(snap.timestamp),
         "partitionColumns": list(meta.partition_columns),
         "numFiles": snap.num_files,
         "sizeInBytes": snap.size_in_bytes(),
@@ -217,7 +196,7 @@ def log_info(log: DeltaLog, version: int) -> dict[str, Any]:
     return {
         "location": log.table_path,
         "version": version,
-        "timestamp": _iso(entry.timestamp),
+        "timestamp": iso_time(entry.timestamp),
         "actions": [a.to_dict() for a in entry.actions],
     }
 
@@ -478,12 +457,6 @@ def _table(title: str | None, columns: Sequence[str], header: bool = True) -> An
 def _print_json(value: Any) -> int:
     print(json.dumps(value, indent=2, default=str))
     return 0
-
-
-def _iso(ms: int | None) -> str | None:
-    if ms is None:
-        return None
-    return dt.datetime.fromtimestamp(ms / 1000, dt.timezone.utc).isoformat(timespec="milliseconds")
 
 
 def _kv(mapping: dict[str, Any]) -> str:

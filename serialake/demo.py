@@ -7,7 +7,7 @@ round runs in its own thread on one SparkSession, all planning from the same tab
 each is held at its commit until all are ready, then they commit one at a time in a fixed
 order. So which job commits and which conflicts (and why) is deterministic and the same
 on every run. The demo ends with the table history, a read-isolation example, and a
-timeline (text, and a PNG written with matplotlib).
+timeline (text, and a PNG written with matplotlib: the ``demo`` extra).
 """
 
 from __future__ import annotations
@@ -25,7 +25,10 @@ from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 from serialake.core import DeltaLog
 from serialake.exceptions import DeltaConcurrentModificationException
-from serialake.storage.base import FileStatus, LogStore
+from serialake.extras import MissingExtraError, require
+from serialake.storage.base import LogStore
+from serialake.storage.faulty import LogStoreWrapper
+from serialake.tableinfo import history_rows
 from serialake.timeline import Span, render_png, render_text
 
 if TYPE_CHECKING:
@@ -211,16 +214,16 @@ class _Ticket:
         self.version: int | None = None
 
 
-class CommitGate(LogStore):
+class CommitGate(LogStoreWrapper):
     """Wraps a table's log store: a job's first commit attempt waits until it is released.
 
     Planning (reading, writing data files) runs concurrently; only the moment of commit
     is ordered, which makes the conflicts of a round deterministic. Threads without a
-    ticket (setup, reads) pass through.
+    ticket (setup, reads) pass through; every other call goes straight to ``inner``.
     """
 
     def __init__(self, inner: LogStore) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self._local = threading.local()
 
     def attach(self, ticket: _Ticket) -> None:
@@ -240,21 +243,6 @@ class CommitGate(LogStore):
         self.inner.put_if_absent(path, data)
         if is_commit:
             ticket.version = int(os.path.basename(path).split(".")[0])  # type: ignore[union-attr]
-
-    def read(self, path: str) -> bytes:
-        return self.inner.read(path)
-
-    def list_from(self, directory: str, start_name: str = "") -> list[FileStatus]:
-        return self.inner.list_from(directory, start_name)
-
-    def write(self, path: str, data: bytes) -> None:
-        self.inner.write(path, data)
-
-    def exists(self, path: str) -> bool:
-        return self.inner.exists(path)
-
-    def delete(self, path: str) -> None:
-        self.inner.delete(path)
 
 
 @contextmanager
@@ -584,8 +572,6 @@ def _v(version: int | None) -> str:
 
 
 def _history(log: DeltaLog) -> list[dict[str, Any]]:
-    from serialake.cli import history_rows
-
     return list(reversed(history_rows(log)))
 
 
@@ -667,6 +653,11 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """``serialake demo``; exit code 0 when every outcome was the expected one."""
     args = build_parser().parse_args(argv)
+    try:  # before Spark starts, not after the whole demo ran
+        require("matplotlib", "serialake demo (the timeline picture)")
+    except MissingExtraError as e:
+        print(f"serialake demo: {e}", file=sys.stderr)
+        return 1
     levels = []
     for name in (s.strip() for s in args.levels.split(",") if s.strip()):
         match = next((lv for lv in LEVELS if lv.lower() == name.lower()), None)

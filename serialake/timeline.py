@@ -2,13 +2,16 @@
 
 Each transaction is a span from the version it read to the version where it ended:
 the version it committed, or the concurrent commit it conflicted with. Overlapping
-spans are transactions that ran side by side.
+spans are transactions that ran side by side. matplotlib (the ``demo`` extra) is imported
+only to draw the PNG.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Sequence
+
+from serialake.extras import require
 
 __all__ = ["Span", "render_png", "render_text"]
 
@@ -54,8 +57,7 @@ def render_text(spans: Sequence[Span], *, name_width: int = 24, cell: int = 4) -
 
 def render_png(spans: Sequence[Span], path: str, *, title: str = "Transactions") -> str:
     """Write the timeline as a PNG (one panel per group); returns ``path``."""
-    import matplotlib
-
+    matplotlib = require("matplotlib", "The timeline picture (serialake demo)")
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 

@@ -13,17 +13,23 @@ Where we go further than OSS Delta (by design, see conflict-matrix.md):
 - with deletion vectors, a compaction meeting a compaction or a DML on the same file is
   rebased by rows through the ``serialake.compactedFrom`` mapping (docs/concurrency.md,
   "Compactions"); a compaction left with nothing to write commits nothing.
+
+Rebasing by rows writes new deletion vectors; each is recorded (``TransactionInfo.rebase_dvs``)
+and its file deleted once no action of ours uses it: when a later rebase replaces it, and
+when the commit fails (``discard_rebase_dvs``, called by ``OptimisticTransaction.commit``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from functools import cached_property
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 from serialake.core import features
+from serialake.core import row_eval
 from serialake.core import row_level as RL
 from serialake.core.deletion_vectors import RowIndexSet
+from serialake.core.dv_policy import loose_stats
 from serialake.core import properties as props
 from serialake.core.actions import (
     Action,
@@ -126,8 +132,8 @@ class ReadPredicate:
     whole_table: bool = False
     expr: Any = None  # the full predicate (data columns too), for row-level checks
     may_match_stats: Callable[[Mapping[str, str | None], Any], bool] | None = None
-    # The operation's own condition on rows the driver leaves undecided (see row_level.RowEvaluator).
-    row_evaluator: RL.RowEvaluator | None = None
+    # The operation's own condition on rows the driver leaves undecided (see row_eval.RowEvaluator).
+    row_evaluator: row_eval.RowEvaluator | None = None
 
 
 @dataclass(frozen=True)
@@ -164,11 +170,12 @@ class TransactionInfo:
     domains_written: set[str] = field(default_factory=set)
     row_level: bool = False  # deletion vectors on and row-level concurrency applies
     compaction_carry: bool = False  # deletion vectors on: deletes carry over compactions
-    reader: Any = None  # row_level.RowReader, to evaluate predicates on rows
+    reader: Any = None  # row_eval.RowReader, to evaluate predicates on rows
     compaction_bases: dict[str, Any] = field(default_factory=dict)  # our compaction inputs' base vectors
     matched_rows: dict[str, MatchedRows] = field(default_factory=dict)  # path -> rows our reads matched
     rebased_away: bool = False  # a rebase dropped actions whose work a winner had already done
-    rebase_dvs: list[Any] = field(default_factory=list)  # vectors rebasing wrote (deleted when dropped)
+    # Vectors rebasing wrote: deleted when dropped, or when the commit fails (``discard_rebase_dvs``).
+    rebase_dvs: list[Any] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         for a in self.actions:
@@ -473,19 +480,19 @@ def _any_row_true(info: TransactionInfo, pred: ReadPredicate, add: AddFile, rows
     """
     evaluator = _guarded(pred.row_evaluator) if pred.row_evaluator is not None else None
     try:
-        return len(RL.resolve_rows(info.reader, add, pred.expr, rows, evaluator)) > 0
-    except (RL.CannotEvaluate, OSError, ValueError):
+        return len(row_eval.resolve_rows(info.reader, add, pred.expr, rows, evaluator)) > 0
+    except (row_eval.CannotEvaluate, OSError, ValueError):
         return True
 
 
-def _guarded(evaluator: RL.RowEvaluator) -> RL.RowEvaluator:
+def _guarded(evaluator: row_eval.RowEvaluator) -> row_eval.RowEvaluator:
     """``evaluator`` with any error turned into ``CannotEvaluate`` (the caller then keeps the conflict)."""
 
     def run(add: AddFile, rows: RowIndexSet | None) -> RowIndexSet:
         try:
             return evaluator(add, rows)
         except Exception as e:  # noqa: BLE001 - e.g. a Spark job failure: undecided, so a conflict
-            raise RL.CannotEvaluate(f"row evaluator failed on {add.path}: {e}") from e
+            raise row_eval.CannotEvaluate(f"row evaluator failed on {add.path}: {e}") from e
 
     return run
 
@@ -533,7 +540,7 @@ def _row_level_read_ok(info: TransactionInfo, w: WinnerSummary, r: RemoveFile) -
         base = AddFile(path=r.path, partition_values=r.partition_values, size=r.size, stats=r.stats,
                        deletion_vector=r.deletion_vector)
         return not any(_any_row_true(info, p, base, w_deleted) for p in info.read_predicates)
-    except (RL.CannotEvaluate, OSError, ValueError):
+    except (row_eval.CannotEvaluate, OSError, ValueError):
         return False
 
 
@@ -607,7 +614,7 @@ def _resolve_same_file(info: TransactionInfo, w: WinnerSummary, r: RemoveFile, o
             return _carry_emptied_into_compaction(info, w, ours, r)
         if r.data_change and not ours.data_change and not any(a.path == r.path for a in w.adds):
             return _absorb_emptied_into_own_compaction(info, ours)
-    except (RL.CannotEvaluate, OSError, ValueError):
+    except (row_eval.CannotEvaluate, OSError, ValueError):
         return False
     return False
 
@@ -635,8 +642,9 @@ def _merge_vectors(
             )
         )
     merged = RL.dv_rows(info.table, theirs[1].deletion_vector) | mine
-    new_add = RL.with_dv(own[1], RL.write_dv(info.table, merged))
+    new_add = RL.with_dv(own[1], _write_dv(info, merged))
     info.replace_actions({id(own[0]), id(own[1])}, [theirs[1].remove(), new_add])
+    _discard_dropped_dvs(info)  # e.g. the vector an earlier rebase of this file wrote
     return True
 
 
@@ -747,7 +755,7 @@ def _absorb_emptied_into_own_compaction(info: TransactionInfo, ours: RemoveFile)
     if total is not None and len(merged) >= total:
         _rebase_away(info, {id(ours), id(g)}, [])
     else:
-        new_g = replace(g, deletion_vector=_write_dv(info, merged), stats=_loose_stats(g.stats))
+        new_g = replace(g, deletion_vector=_write_dv(info, merged), stats=loose_stats(g.stats))
         _rebase_away(info, {id(ours), id(g)}, [new_g])
     return True
 
@@ -785,7 +793,7 @@ def _mark_in_winner_output(info: TransactionInfo, g: AddFile, rows: Any, drop: s
     total = g.num_records
     if total is None or len(merged) < total:
         dv = _write_dv(info, merged)
-        new.append(replace(g, deletion_vector=dv, data_change=True, stats=_loose_stats(g.stats)))
+        new.append(replace(g, deletion_vector=dv, data_change=True, stats=loose_stats(g.stats)))
     info.replace_actions(drop, new)
     _discard_dropped_dvs(info)
 
@@ -817,11 +825,23 @@ def _write_dv(info: TransactionInfo, rows: Any) -> Any:
 
 def _discard_dropped_dvs(info: TransactionInfo) -> None:
     """Delete the vectors rebasing wrote that no action of ours references any more (never committed)."""
+    discard_rebase_dvs(info, info.actions)
+
+
+def discard_rebase_dvs(info: TransactionInfo, keep: Iterable[Action] = ()) -> None:
+    """Delete the deletion vector files rebasing wrote (``info.rebase_dvs``) that no add of ``keep`` uses.
+
+    Rebasing writes a new vector each time it merges rows into one of our adds; a later rebase
+    may replace that add again, and a failed commit references none of them. Only vectors in
+    ``info.rebase_dvs`` are ever deleted: never a winner's, nor those the operation wrote itself
+    (its caller's to clean up). ``OptimisticTransaction.commit`` calls this when the commit fails
+    (``keep`` empty) and after it commits (``keep``: the actions committed).
+    """
     import os
 
     from serialake.core.deletion_vectors import dv_absolute_path
 
-    used = {a.dv_id for a in info.adds}
+    used = {a.dv_id for a in keep if isinstance(a, AddFile)}
     for dv in [d for d in info.rebase_dvs if d.unique_id not in used]:
         info.rebase_dvs.remove(dv)
         path = dv_absolute_path(info.table, dv) if dv.storage_type == "u" else None
@@ -855,15 +875,3 @@ def _rebase_away(info: TransactionInfo, drop: set[int], new: list[Action]) -> No
     recounted = {k: str(counts[k]) if k in counts else v for k, v in metrics.items()}
     info.actions[0] = CommitInfo({**ci.values, "operationMetrics": recounted})
 
-
-def _loose_stats(stats: str | None) -> str | None:
-    """Stats of a file that gets a deletion vector: its bounds may be wider than its live rows."""
-    import json
-
-    try:
-        value = json.loads(stats) if stats else None
-    except ValueError:
-        return stats
-    if not isinstance(value, dict):
-        return stats
-    return json.dumps({**value, "tightBounds": False}, separators=(",", ":"))

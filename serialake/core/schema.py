@@ -7,10 +7,10 @@ key order), so a metadata rewrite never changes the schema string.
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass, field
 from typing import Any, Union
 
+from serialake.core.types import PRIMITIVE_NAMES, PRIMITIVES, decimal_params
 from serialake.exceptions import DeltaError
 
 __all__ = [
@@ -29,30 +29,6 @@ __all__ = [
 
 COLUMN_MAPPING_PHYSICAL_NAME = "delta.columnMapping.physicalName"
 CHAR_VARCHAR_METADATA = "__CHAR_VARCHAR_TYPE_STRING"
-
-PRIMITIVE_NAMES = frozenset(
-    {
-        "byte",
-        "short",
-        "integer",
-        "long",
-        "float",
-        "double",
-        "boolean",
-        "string",
-        "binary",
-        "date",
-        "timestamp",
-        "timestamp_ntz",
-        "void",
-        "variant",
-    }
-)
-
-# Spark SQL spelling used by simpleString (catalogString); others print as their JSON name.
-_SQL_NAMES = {"byte": "tinyint", "short": "smallint", "integer": "int", "long": "bigint"}
-
-_DECIMAL_RE = re.compile(r"decimal\(\s*(\d+)\s*,\s*(\d+)\s*\)")
 
 
 class SchemaError(DeltaError, ValueError):
@@ -75,7 +51,7 @@ class PrimitiveType:
 
     def simple_string(self) -> str:
         """Spark SQL spelling, e.g. ``bigint``."""
-        return _SQL_NAMES.get(self.name, self.name)
+        return PRIMITIVES[self.name].sql
 
 
 @dataclass(frozen=True)
@@ -283,9 +259,9 @@ def _bool(value: dict[str, Any], key: str) -> bool:
 def _primitive_from_name(name: str) -> PrimitiveType | DecimalType:
     if name == "decimal":
         return DecimalType()
-    m = _DECIMAL_RE.fullmatch(name)
-    if m:
-        return DecimalType(int(m.group(1)), int(m.group(2)))
+    params = decimal_params(name)
+    if params is not None:
+        return DecimalType(*params)
     if name not in PRIMITIVE_NAMES:
         raise SchemaError(f"unknown type {name!r}")
     return PrimitiveType(name)

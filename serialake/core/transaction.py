@@ -17,7 +17,7 @@ import uuid
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
-from serialake.core import features, row_level
+from serialake.core import features, row_eval, row_level
 from serialake.core import properties as props
 from serialake.core.actions import (
     Action,
@@ -33,13 +33,21 @@ from serialake.core.actions import (
     actions_to_jsonl,
     now_ms,
 )
-from serialake.core.conflicts import MatchedRows, ReadPredicate, TransactionInfo, WinnerSummary, check_winner
+from serialake.core.conflicts import (
+    MatchedRows,
+    ReadPredicate,
+    TransactionInfo,
+    WinnerSummary,
+    check_winner,
+    discard_rebase_dvs,
+)
 from serialake.exceptions import (
     CommitFailedError,
     CommitOutcomeUnknownError,
     CommitWriteFailedError,
     CorruptLogError,
     DeltaAnalysisException,
+    DeltaConcurrentModificationException,
     DeltaIllegalArgumentException,
     FileAlreadyExistsError,
     InvalidPropertyError,
@@ -56,7 +64,7 @@ from serialake.storage.base import (
 if TYPE_CHECKING:
     from serialake.core.deletion_vectors import RowIndexSet
     from serialake.core.log import DeltaLog
-    from serialake.core.row_level import RowEvaluator
+    from serialake.core.row_eval import RowEvaluator
     from serialake.core.snapshot import Snapshot
 
 VERSION = "serialake"
@@ -232,9 +240,9 @@ class OptimisticTransaction:
     def read_whole_table(self) -> list[AddFile]:
         """Record a read of the entire table (every concurrent change to it conflicts)."""
         self.read_whole = True
-        from serialake.core import predicates as P
+        from serialake.core import expressions as E
 
-        self.read_predicates.append(ReadPredicate("TRUE", lambda pv: True, whole_table=True, expr=P.TRUE))
+        self.read_predicates.append(ReadPredicate("TRUE", lambda pv: True, whole_table=True, expr=E.TRUE))
         files = self.snapshot.all_files if self.snapshot else []
         for f in files:
             self.read_files[f.path] = f
@@ -312,7 +320,10 @@ class OptimisticTransaction:
         concurrent commit conflicts; then nothing of this transaction is in the table.
         Rebasing may change the actions (``committed_actions`` holds those written); when
         it leaves none, nothing is written and the version returned is the one that
-        already holds the work (``committed.work_already_done``).
+        already holds the work (``committed.work_already_done``). Deletion vector files
+        written while rebasing are deleted when the commit does not reference them: those a
+        later rebase replaced, and all of them when the commit certainly failed (a conflict,
+        or a ``CommitFailedError`` other than ``CommitOutcomeUnknownError``, which keeps them).
         """
         if self.committed:
             raise DeltaIllegalArgumentException("Transaction already committed")
@@ -320,7 +331,15 @@ class OptimisticTransaction:
         actions = list(actions)
         info = self._prepare(actions, operation, operation_parameters, operation_metrics, tags, user_metadata)
         self._check_history_reads(info)
-        result = self._commit_loop(info, started)
+        # Rebasing rebinds ``info`` to copies that share its ``rebase_dvs`` list: it sees every vector.
+        try:
+            result = self._commit_loop(info, started)
+        except CommitOutcomeUnknownError:
+            raise  # the commit may have landed, referencing vectors rebasing wrote: they all stay
+        except (DeltaConcurrentModificationException, CommitFailedError):
+            discard_rebase_dvs(info)  # nothing of this transaction is in the table
+            raise
+        discard_rebase_dvs(info, self.committed_actions or ())
         self.committed = result
         if result.work_already_done:
             return result.version
@@ -435,7 +454,7 @@ class OptimisticTransaction:
             txn_id=self.txn_id,
             row_level=row_level.enabled(snap.metadata if snap else None),
             compaction_carry=row_level.compaction_enabled(snap.metadata if snap else None),
-            reader=row_level.RowReader(table, snap) if snap else None,
+            reader=row_eval.RowReader(table, snap) if snap else None,
             matched_rows=dict(self.matched_rows),
         )
 
@@ -482,7 +501,10 @@ class OptimisticTransaction:
                 matched_rows={},
                 rebase_dvs=[],
             )
-            check_winner(view, WinnerSummary.of(entry.version, entry.actions))
+            try:
+                check_winner(view, WinnerSummary.of(entry.version, entry.actions))
+            finally:
+                discard_rebase_dvs(view)  # a view is only checked: its rebased actions are never committed
 
     def _check_change_data_feed(self, body: list[Action]) -> None:
         """Refuse data-changing removes without change data on a CDF table (readers would misread them)."""
@@ -670,17 +692,18 @@ def _planned_read(
     snapshot: Snapshot, predicates: Sequence[Any] | None, row_evaluator: RowEvaluator | None = None
 ) -> tuple[ReadPredicate, list[AddFile]]:
     """The read predicate of ``predicates`` over ``snapshot`` and the files it may match there."""
-    from serialake.core import predicates as P
+    from serialake.core import expressions as E
+    from serialake.core.skipping import compile_predicate
 
-    exprs = [P.parse_predicate(p) if isinstance(p, str) else p for p in (predicates or [])]
+    exprs = [E.parse_predicate(p) if isinstance(p, str) else p for p in (predicates or [])]
     part_cols = list(snapshot.partition_columns)
-    full = P.conjunction(exprs)
-    part_expr = P.partition_filter(exprs, part_cols)
-    match_part = P.compile_predicate(part_expr, snapshot.schema, part_cols)
-    match_full = P.compile_predicate(full, snapshot.schema, part_cols)
+    full = E.conjunction(exprs)
+    part_expr = E.partition_filter(exprs, part_cols)
+    match_part = compile_predicate(part_expr, snapshot.schema, part_cols)
+    match_full = compile_predicate(full, snapshot.schema, part_cols)
     files = [f for f in snapshot.all_files if match_full(f.partition_values or {}, f.parsed_stats())]
     pred = ReadPredicate(
-        P.to_sql(part_expr),
+        E.to_sql(part_expr),
         lambda pv, _m=match_part: _m(pv, None),
         whole_table=_is_true(part_expr),
         expr=full,
@@ -691,9 +714,9 @@ def _planned_read(
 
 
 def _is_true(expr: Any) -> bool:
-    from serialake.core import predicates as P
+    from serialake.core import expressions as E
 
-    return P.to_sql(expr).strip().upper() == "TRUE"
+    return E.to_sql(expr).strip().upper() == "TRUE"
 
 
 def _param(v: Any) -> str:

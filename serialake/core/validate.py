@@ -12,13 +12,12 @@ table, the version and the log file turns it into ``serialake.exceptions.Invalid
 
 from __future__ import annotations
 
-import datetime as dt
 import re
-from decimal import Decimal, InvalidOperation
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 from urllib.parse import unquote
 
+from serialake.core.partition_values import parse_partition_value
 from serialake.core.schema import (
     DataType,
     DecimalType,
@@ -403,41 +402,14 @@ def _partitionable(data_type: DataType) -> bool:
 
 # -- partition values -------------------------------------------------------------------------
 
-_INT_BOUNDS = {"byte": 1 << 7, "short": 1 << 15, "integer": 1 << 31, "long": 1 << 63}
-_INTEGER = re.compile(r"[+-]?\d+")
-
-
 @lru_cache(maxsize=65536)
 def _value_ok(type_name: str, value: str) -> bool:
     """Whether a partition value string parses as ``type_name`` (PROTOCOL.md, Partition Value Serialization)."""
-    text = value.strip()
-    if text == "":
-        return True  # an empty string reads as NULL for every non-string type
     try:
-        if type_name in _INT_BOUNDS:
-            bound = _INT_BOUNDS[type_name]
-            return _INTEGER.fullmatch(text) is not None and -bound <= int(text) < bound
-        if type_name in ("float", "double"):
-            float(text)
-            return "_" not in text
-        if type_name == "boolean":
-            return text.lower() in ("true", "false")
-        if type_name == "date":
-            dt.date.fromisoformat(text[:10] if len(text) > 10 and text[10] in " T" else text)
-            return True
-        if type_name in ("timestamp", "timestamp_ntz"):
-            dt.datetime.fromisoformat(text[:-1] + "+00:00" if text[-1:] in ("Z", "z") else text)
-            return True
-        if type_name.startswith("decimal("):
-            precision, scale = (int(x) for x in type_name[8:-1].split(","))
-            number = Decimal(text)
-            if not number.is_finite():
-                return False
-            integer_digits = max(number.adjusted() + 1, 0) if number != 0 else 0
-            return integer_digits <= precision - scale
-    except (ValueError, InvalidOperation, ArithmeticError):
+        parse_partition_value(value, type_name)
+    except ValueError:
         return False
-    return True  # string, binary, void, ...: any string
+    return True
 
 
 @lru_cache(maxsize=64)

@@ -1,6 +1,6 @@
 """Scalar SQL expressions (UPDATE SET, MERGE values) computed with pyarrow exactly as Spark does.
 
-The driver can rewrite small copy-on-write files itself (``serialake.spark.local_rewrite``)
+The driver can rewrite small copy-on-write files itself (``serialake.spark.dml.driver_rewrite``)
 only if every new value is bit-for-bit what Spark would store. This module accepts a
 deliberately small subset of Spark SQL and refuses (``NotExact``) everything else, which
 then runs on Spark:
@@ -23,27 +23,29 @@ against Spark on random data.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import Any, Callable
 
+from serialake.core.types import INTEGRAL_TYPES, arrow_type, decimal_params, integral_bounds, type_name
+
 __all__ = ["Compiled", "NotExact", "Ref", "compile_value", "kind_of_type", "parse_value"]
 
-_INTEGRAL = ("byte", "short", "integer", "long")
-_INT_RANGE = {"byte": 1 << 7, "short": 1 << 15, "integer": 1 << 31, "long": 1 << 63}
+_INTEGRAL = INTEGRAL_TYPES  # narrowest first
 _COPYABLE = {*_INTEGRAL, "float", "double", "string", "boolean", "date", "binary"}
 
 
 class NotExact(Exception):
-    """The expression is outside the subset computed exactly here (the message says why)."""
+    """Outside the subset computed exactly here, by Spark's rules (the message says why).
+
+    The one signal of the driver paths: an expression, a type, a file or a value the driver
+    does not reproduce exactly; the step then runs on Spark (``spark.dml.engine``).
+    """
 
 
 def kind_of_type(data_type: Any) -> str | None:
     """The type name ``compile_value`` works with: Delta's primitive names, ``decimal(p,s)``."""
-    if hasattr(data_type, "precision") and hasattr(data_type, "scale"):
-        return f"decimal({data_type.precision},{data_type.scale})"
-    return getattr(data_type, "name", None)
+    return None if isinstance(data_type, str) else type_name(data_type)
 
 
 @dataclass(frozen=True)
@@ -131,32 +133,26 @@ def _literal(text: str, is_string: bool) -> _Const:
 
 def _number(value: Any, kind: str) -> _Const:
     if kind in ("integer", "long"):
-        if -(1 << 31) <= value < (1 << 31):
-            return _Const(value, "integer")
-        if -(1 << 63) <= value < (1 << 63):
-            return _Const(value, "long")
+        for name in ("integer", "long"):
+            low, high = integral_bounds(name)  # type: ignore[misc]
+            if low <= value <= high:
+                return _Const(value, name)
         raise NotExact(f"integer literal {value} is a DECIMAL in Spark")
     return _Const(value, kind)
 
 
-_DECIMAL = re.compile(r"decimal\((\d+),\s*(\d+)\)")
 _DOUBLE_EXACT_DECIMAL = 15  # unscaled values below 10**15 < 2**53 convert exactly before the division
 
 
 def _decimal(kind: str) -> tuple[int, int] | None:
-    m = _DECIMAL.fullmatch(kind)
-    return (int(m.group(1)), int(m.group(2))) if m else None
+    return decimal_params(kind)
 
 
 def _arrow(kind: str) -> Any:
-    import pyarrow as pa
-
-    dec = _decimal(kind)
-    if dec is not None:
-        return pa.decimal128(*dec)
-    return {"byte": pa.int8(), "short": pa.int16(), "integer": pa.int32(), "long": pa.int64(),
-            "float": pa.float32(), "double": pa.float64(), "string": pa.string(), "boolean": pa.bool_(),
-            "date": pa.date32(), "binary": pa.binary()}[kind]  # fmt: skip
+    t = arrow_type(kind)
+    if t is None:
+        raise NotExact(f"no Arrow type for {kind}")
+    return t
 
 
 def _wider(a: str, b: str) -> str:

@@ -24,7 +24,7 @@ from contextlib import contextmanager
 from concurrent.futures import ThreadPoolExecutor
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping, Sequence
-from urllib.parse import unquote, urlparse
+from urllib.parse import unquote
 
 import pyarrow.parquet as pq
 from pyspark.sql import Column, DataFrame, Observation, SparkSession
@@ -33,7 +33,8 @@ from pyspark.sql import types as T
 
 from serialake.core import properties as props
 from serialake.core.actions import AddFile, decode_path, encode_path
-from serialake.core.validate import escapes_table
+from serialake.core.partition_values import parse_partition_value
+from serialake.core.paths import absolute_path
 from serialake.core.schema import (
     ArrayType,
     DataType,
@@ -47,10 +48,8 @@ from serialake.core.schema import (
 from serialake.exceptions import (
     CorruptLogError,
     DeltaAnalysisException,
-    InvalidTableError,
     StagingMismatchError,
     StorageWriteError,
-    UnsupportedFeatureError,
 )
 
 if TYPE_CHECKING:
@@ -68,7 +67,7 @@ __all__ = [
     "data_write_error",
     "file_stats",
     "fsync_dirs",
-    "parse_partition_value",
+    "typed_partition_value",
     "publish_staged",
     "quote_name",
     "read_files_df",
@@ -152,31 +151,6 @@ def _has_struct(data_type: DataType) -> bool:
 # ---------------------------------------------------------------------------------------------
 
 
-def absolute_path(table_path: str, add_path: str) -> str:
-    """The local file-system path of an ``add.path`` (relative URI-encoded, or an absolute URI).
-
-    A relative path that leaves the table directory (``../x.parquet``) is refused with
-    ``InvalidTableError``; absolute paths and URIs are allowed, as the protocol says.
-    """
-    if "://" in add_path or add_path.startswith("file:"):
-        parsed = urlparse(add_path)
-        if parsed.scheme not in ("", "file"):
-            raise UnsupportedFeatureError(
-                f"Table {table_path}: data file {add_path} is on '{parsed.scheme}', "
-                "only local files are supported"
-            )
-        if parsed.scheme:
-            return posixpath.normpath(unquote(parsed.path))
-    decoded = decode_path(add_path)
-    if decoded.startswith("/"):
-        return posixpath.normpath(decoded)
-    if escapes_table(add_path):
-        raise InvalidTableError(
-            f"relative path {add_path!r} leaves the table directory", table=table_path, field="add.path"
-        )
-    return posixpath.normpath(posixpath.join(table_path, decoded))
-
-
 def _glob_escape(path: str) -> str:
     """Escape Hadoop glob characters: Spark globs any path containing them."""
     out = []
@@ -201,57 +175,16 @@ def _spark_file_key(file_path: Column) -> Column:
 # ---------------------------------------------------------------------------------------------
 
 
-def parse_partition_value(value: str | None, data_type: DataType, *, table: str = "", column: str = "") -> Any:
+def typed_partition_value(value: str | None, data_type: DataType, *, table: str = "", column: str = "") -> Any:
     """A partition value string from the log as the Python value Spark expects for the type.
 
-    Timestamps without a zone are UTC; an empty string is NULL except for strings.
+    ``core.partition_values.parse_partition_value`` (timestamps without a zone are UTC; an
+    empty string is NULL except for strings), with an error naming the table and column.
     """
-    if value is None:
-        return None
-    if not isinstance(data_type, (PrimitiveType, DecimalType)):
-        raise CorruptLogError(f"Table {table}: partition column '{column}' has unsupported type {data_type}")
-    name = data_type.to_json_value()
-    if value == "" and name != "string":
-        return None
     try:
-        if isinstance(data_type, DecimalType):
-            return Decimal(value)
-        if name in ("byte", "short", "integer", "long"):
-            return int(value)
-        if name in ("float", "double"):
-            return float(value)
-        if name == "boolean":
-            low = value.strip().lower()
-            if low not in ("true", "false"):
-                raise ValueError(value)
-            return low == "true"
-        if name == "date":
-            return dt.date.fromisoformat(value.strip()[:10])
-        if name == "timestamp":
-            return _parse_timestamp(value, utc=True)
-        if name == "timestamp_ntz":
-            return _parse_timestamp(value, utc=False)
-        if name == "binary":
-            return value.encode("utf-8")
-        return value
-    except ValueError:
-        raise CorruptLogError(
-            f"Table {table}: partition value '{value}' of column '{column}' is not a valid {name}"
-        ) from None
-
-
-def _parse_timestamp(text: str, *, utc: bool) -> dt.datetime:
-    text = text.strip()
-    if text.endswith(("Z", "z")):
-        text = text[:-1] + "+00:00"
-    value = dt.datetime.fromisoformat(text)
-    if not utc:
-        return value.replace(tzinfo=None) if value.tzinfo is None else value.astimezone(dt.timezone.utc).replace(
-            tzinfo=None
-        )
-    if value.tzinfo is None:
-        return value.replace(tzinfo=dt.timezone.utc)
-    return value.astimezone(dt.timezone.utc)
+        return parse_partition_value(value, data_type)
+    except ValueError as e:
+        raise CorruptLogError(f"Table {table}: partition column '{column}': {e}") from None
 
 
 def _format_partition_value(text: str | None, spark_type: T.DataType, zone: dt.tzinfo) -> str | None:
@@ -762,7 +695,7 @@ def _files_df(
             raw = pv.get(physical_name(f)) if mode != "none" and physical_name(f) in pv else pv.get(f.name)
             if raw is None and f.name not in pv:
                 raw = next((v for k, v in pv.items() if k.lower() == f.name.lower()), None)
-            row.append(parse_partition_value(raw, f.data_type, table=table, column=f.name))
+            row.append(typed_partition_value(raw, f.data_type, table=table, column=f.name))
         rows.append(row)
     spark_schema = T.StructType(
         [T.StructField(_KEY_COLUMN, T.StringType(), False), T.StructField(FILE_COLUMN, T.StringType(), False)]

@@ -10,7 +10,8 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from serialake.core import DeltaLog
-from serialake.core import predicates as P
+from serialake.core import expressions as P
+from serialake.core import skipping
 from serialake.core.actions import AddFile
 from serialake.core.deletion_vectors import dv_absolute_path
 from serialake.core.snapshot import Snapshot
@@ -109,7 +110,7 @@ def scan_files(snapshot: Snapshot, filter: str | None = None) -> list[AddFile]: 
     files = snapshot.all_files
     if not filter:
         return files
-    matches = P.compile_predicate(P.parse_predicate(filter), snapshot.schema, snapshot.partition_columns)
+    matches = skipping.compile_predicate(P.parse_predicate(filter), snapshot.schema, snapshot.partition_columns)
     return [f for f in files if matches(f.partition_values or {}, _stats(f))]
 
 

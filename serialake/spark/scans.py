@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import DataFrame
 
-from serialake.core import predicates as P
+from serialake.core import expressions as P
 
 if TYPE_CHECKING:
     from serialake.core.snapshot import Snapshot

@@ -30,7 +30,7 @@ from serialake.exceptions import (
     DeltaTableNotFoundError,
     UnsupportedFeatureError,
 )
-from serialake.spark import io, scans
+from serialake.spark import dml, io, scans
 from serialake.spark.write import add_schema_features
 
 __all__ = ["DeltaTable", "DeltaTableBuilder"]
@@ -150,46 +150,32 @@ class DeltaTable:
     # -- DML (serialake.spark.dml) -------------------------------------------------------
     def delete(self, condition: str | Column | None = None) -> DataFrame:
         """Delete the rows matching ``condition`` (all rows when None)."""
-        from serialake.spark import dml
-
         return dml.delete(self.spark, self.path, condition, alias=self._alias)
 
     def update(
         self, condition: str | Column | None = None, set: dict[str, str | Column] | None = None  # noqa: A002
     ) -> DataFrame:
         """Set columns (SQL strings or Columns) on the rows matching ``condition``."""
-        from serialake.spark import dml
-
         return dml.update(self.spark, self.path, condition, set, alias=self._alias)
 
-    def merge(self, source: DataFrame, condition: str | Column) -> Any:
+    def merge(self, source: DataFrame, condition: str | Column) -> dml.DeltaMergeBuilder:
         """Start a MERGE of ``source`` into this table; add clauses, then ``execute()``."""
-        from serialake.spark import dml
-
         return dml.merge(self.spark, self.path, source, condition, alias=self._alias)
 
-    def optimize(self) -> Any:
+    def optimize(self) -> dml.DeltaOptimizeBuilder:
         """Start an OPTIMIZE: ``.where(...)``, then ``executeCompaction()`` or ``executeZOrderBy(cols)``."""
-        from serialake.spark import dml
-
         return dml.optimize(self.spark, self.path)
 
     def restoreToVersion(self, version: int) -> DataFrame:  # noqa: N802
         """Make the table's data what it was at ``version`` (a new commit)."""
-        from serialake.spark import dml
-
         return dml.restoreToVersion(self.spark, self.path, version)
 
     def restoreToTimestamp(self, timestamp: Any) -> DataFrame:  # noqa: N802
         """Make the table's data what it was at ``timestamp`` (a new commit)."""
-        from serialake.spark import dml
-
         return dml.restoreToTimestamp(self.spark, self.path, timestamp)
 
     def addColumns(self, columns: Any) -> None:  # noqa: N802
         """Add columns (a DDL string such as ``'c STRING'`` or Spark fields): a metadata change."""
-        from serialake.spark import dml
-
         dml.add_columns(self.spark, self.path, columns)
 
     def history(self, limit: int | None = None) -> DataFrame:
@@ -222,8 +208,11 @@ class DeltaTable:
         return self.spark.createDataFrame([row], _DETAIL_SCHEMA)
 
     # -- maintenance --------------------------------------------------------------
-    def vacuum(self, retentionHours: float | None = None) -> DataFrame:  # noqa: N803
+    def vacuum(self, retentionHours: float | None = None, dryRun: bool = False) -> DataFrame:  # noqa: N803
         """Delete files no longer referenced and older than the retention; returns their paths.
+
+        ``dryRun``: delete nothing and commit nothing; return the files that would be deleted
+        (``VACUUM ... DRY RUN``).
 
         The retention defaults to ``delta.deletedFileRetentionDuration`` (7 days); a shorter
         one is refused unless ``spark.databricks.delta.retentionDurationCheck.enabled`` is
@@ -237,6 +226,9 @@ class DeltaTable:
         cutoff = now_ms() - retention_ms
         keep = self._referenced_paths(snap, cutoff)
         to_delete, stale_staging = _vacuum_candidates(self.path, snap.partition_columns, keep, cutoff)
+        schema = T.StructType([T.StructField("path", T.StringType())])
+        if dryRun:
+            return self.spark.createDataFrame([("file:" + p,) for p, _ in sorted(to_delete)], schema)
         params = {
             "retentionCheckEnabled": self._retention_check_enabled(),
             "defaultRetentionMillis": props.get(snap.configuration, props.DELETED_FILE_RETENTION),
@@ -257,7 +249,6 @@ class DeltaTable:
         self._commit_marker(
             "VACUUM END", {"status": "COMPLETED"}, {"numDeletedFiles": len(deleted), "numVacuumedDirectories": dirs}
         )
-        schema = T.StructType([T.StructField("path", T.StringType())])
         return self.spark.createDataFrame([("file:" + p,) for p in sorted(deleted)], schema)
 
     def _retention_check_enabled(self) -> bool:
@@ -339,24 +330,7 @@ class DeltaTable:
 
     def unsetTableProperties(self, keys: Sequence[str], ifExists: bool = False) -> int:  # noqa: N802, N803
         """Remove table properties in one metadata commit (``UNSET TBLPROPERTIES``)."""
-        txn = self.deltaLog.start_transaction()
-        snap = txn.snapshot
-        assert snap is not None
-        present = {k.lower(): k for k in snap.metadata.configuration}
-        missing = [k for k in keys if k.lower() not in present]
-        if missing and not ifExists:
-            raise DeltaAnalysisException(
-                f"Cannot unset property(ies) {', '.join(missing)} of table {self.path}: not set. "
-                "Pass ifExists=True to ignore absent keys."
-            )
-        if any(k.lower() == props.COLUMN_MAPPING_MODE.lower() for k in keys if k.lower() in present):
-            raise UnsupportedFeatureError(f"Table {self.path}: unsetting delta.columnMapping.mode is not supported.")
-        drop = {present[k.lower()] for k in keys if k.lower() in present}
-        conf = {k: v for k, v in snap.metadata.configuration.items() if k not in drop}
-        txn.update_metadata(replace(snap.metadata, configuration=conf))
-        return txn.commit(
-            [], "UNSET TBLPROPERTIES", {"properties": json.dumps(list(keys)), "ifExists": "true" if ifExists else "false"}
-        )
+        return dml.unset_properties(self.path, keys, if_exists=ifExists)
 
 
 class DeltaTableBuilder:

@@ -3,13 +3,12 @@
 Data files are written first (``serialake.spark.io.write_data_files``); the commit through
 the core transaction then makes them visible atomically. A failed or conflicting commit
 leaves only unreferenced files, which are deleted here when nothing was committed
-(``vacuum`` would remove them otherwise).
+(``core.written.commit_or_clean_up``; ``vacuum`` would remove them otherwise).
 """
 
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import replace
 from typing import Any, Mapping, Sequence
 
@@ -19,17 +18,14 @@ from pyspark.sql import types as T
 
 from serialake.core import DeltaLog
 from serialake.core import features
-from serialake.core import predicates as P
+from serialake.core import expressions as P
 from serialake.core import properties as props
 from serialake.core.actions import Action, AddFile, Metadata, RemoveFile, SetTransaction, now_ms
 from serialake.core.schema import ArrayType, MapType, StructType
 from serialake.core.transaction import OptimisticTransaction
+from serialake.core.written import commit_or_clean_up
 from serialake.exceptions import (
-    CommitFailedError,
-    CommitOutcomeUnknownError,
-    InvalidTableError,
     DeltaAnalysisException,
-    DeltaConcurrentModificationException,
     DeltaIllegalArgumentException,
     SchemaMismatchError,
     UnsupportedFeatureError,
@@ -40,8 +36,8 @@ __all__ = [
     "MODES",
     "add_schema_features",
     "align_to_schema",
+    "check_not_null",
     "check_rows",
-    "commit_or_clean_up",
     "write",
     "write_checked_files",
 ]
@@ -151,7 +147,7 @@ def write(
         actions.append(SetTransaction(app_id=txnAppId, version=int(txnVersion), last_updated=now_ms()))  # type: ignore[arg-type]
     metrics = _metrics(adds, removes)
     operation = table_operation or "WRITE"
-    return commit_or_clean_up(txn, actions, adds, operation, params, metrics, user_metadata=userMetadata)
+    return commit_or_clean_up(txn, actions, operation, params, metrics, new_files=adds, user_metadata=userMetadata)
 
 
 def _check_arguments(
@@ -168,30 +164,6 @@ def _check_arguments(
     if overwrite_schema and mode_key != "overwrite":
         raise DeltaIllegalArgumentException(f"overwriteSchema needs mode 'overwrite', not '{mode}'")
     return mode_key
-
-
-def commit_or_clean_up(
-    txn: OptimisticTransaction,
-    actions: list[Action],
-    adds: Sequence[AddFile],
-    operation: str,
-    params: Mapping[str, Any],
-    metrics: Mapping[str, Any],
-    *,
-    user_metadata: str | None = None,
-) -> int:
-    """Commit; if the commit certainly failed, delete the data files it would have added."""
-    try:
-        return txn.commit(actions, operation, params, metrics, user_metadata=user_metadata)
-    except CommitOutcomeUnknownError:
-        raise  # the commit may have landed: the files it references must stay
-    except (DeltaConcurrentModificationException, CommitFailedError, DeltaAnalysisException, InvalidTableError):
-        for add in adds:
-            try:
-                os.remove(io.absolute_path(txn.table_path, add.path))
-            except OSError:
-                pass
-        raise
 
 
 # ---------------------------------------------------------------------------------------------
@@ -303,14 +275,7 @@ def align_to_schema(
         added = io.to_delta_schema(_as_nullable(T.StructType(extra)))
         merged = StructType(schema.fields + added.fields)
         columns.extend(F.col(_q(f.name)) for f in extra)
-    out = df.select(*columns)
-    if not_null:
-        out = check_rows(
-            out,
-            [F.col(_q(c)).isNotNull() for c in not_null],
-            [f"NOT NULL constraint violated for column '{c}' of table {table}" for c in not_null],
-        )
-    return out, merged
+    return check_not_null(df.select(*columns), not_null, table), merged
 
 
 def _conform(given: T.StructField, target: T.StructField) -> Column | None:
@@ -400,6 +365,17 @@ def check_rows(df: DataFrame, conditions: Sequence[Column], messages: Sequence[s
             F.when(F.coalesce(cond, F.lit(False)), F.lit(True)).otherwise(F.raise_error(F.lit(_ERROR_MARK + msg)))
         )
     return out
+
+
+def check_not_null(df: DataFrame, columns: Sequence[str], table: str) -> DataFrame:
+    """``df`` whose write fails (``DeltaAnalysisException`` naming the column) on a NULL in ``columns``."""
+    if not columns:
+        return df
+    return check_rows(
+        df,
+        [F.col(_q(c)).isNotNull() for c in columns],
+        [f"NOT NULL constraint violated for column '{c}' of table {table}" for c in columns],
+    )
 
 
 def write_checked_files(

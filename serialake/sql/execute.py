@@ -15,13 +15,16 @@ from pyspark.sql import types as T
 from sqlglot import exp
 
 from serialake.core import DeltaLog
+from serialake.core.log import format_ms
 from serialake.core.schema import StructType
 from serialake.exceptions import DeltaAnalysisException, DeltaTableNotFoundError
 from serialake.sql import catalog, isolation
 from serialake.sql.errors import SqlError, UnsupportedStatementError
-from serialake.sql.features import drop_feature, purge_deletion_vectors
+from serialake.spark import dml
+from serialake.spark.table import DeltaTable
+from serialake.spark.write import write
 from serialake.sql.insert import run_insert
-from serialake.sql.results import empty, metric, rows
+from serialake.sql.results import empty, rows
 from serialake.sql.statements import (
     AddColumns,
     ColumnSpec,
@@ -92,9 +95,6 @@ def _create_temp_view(spark: SparkSession, st: CreateTempView) -> DataFrame:
 
 
 def _create_table(spark: SparkSession, st: CreateTable) -> DataFrame:
-    from serialake.spark.table import DeltaTable
-    from serialake.spark.write import write
-
     name = st.table.name
     location = _create_location(st)
     log = DeltaLog.for_table(location)
@@ -213,20 +213,24 @@ def _drop_table(spark: SparkSession, st: DropTable) -> DataFrame:
 
 
 def _delete(spark: SparkSession, st: Delete) -> DataFrame:
-    table, log = _table(spark, st.table)
-    return _dml(spark, log, ("DELETE", "TRUNCATE"), lambda: table.delete(st.condition), _AFFECTED["DELETE"])
+    # The operation opens the table (one refresh of its log) and takes the condition as parsed here.
+    path = resolve(st.table)
+    result = dml.run_delete(spark, path, st.where or st.condition)
+    isolation.note_write(spark, path)
+    return dml.affected_rows_df(spark, result)
 
 
 def _update(spark: SparkSession, st: Update) -> DataFrame:
-    table, log = _table(spark, st.table)
-    sets = dict(st.assignments)
-    return _dml(spark, log, ("UPDATE",), lambda: table.update(condition=st.condition, set=sets), _AFFECTED["UPDATE"])
+    path = resolve(st.table)
+    result = dml.run_update(spark, path, st.where or st.condition, dict(st.assignments))
+    isolation.note_write(spark, path)
+    return dml.affected_rows_df(spark, result)
 
 
 def _merge(spark: SparkSession, st: Merge) -> DataFrame:
-    table, log = _table(spark, st.target)
+    path = resolve(st.target)
     source = run_query(spark, exp.select("*").from_(st.source) if isinstance(st.source, exp.Table) else st.source)
-    builder = table.alias(st.target_alias).merge(source.alias(st.source_alias), st.condition)
+    builder = dml.merge(spark, path, source.alias(st.source_alias), st.condition, alias=st.target_alias)
     for c in st.clauses:
         sets = dict(c.assignments)
         if c.match == "matched":
@@ -245,46 +249,9 @@ def _merge(spark: SparkSession, st: Merge) -> DataFrame:
             builder = builder.whenNotMatchedBySourceUpdate(condition=c.condition, set=sets)
         else:
             builder = builder.whenNotMatchedBySourceDelete(condition=c.condition)
-    return _dml(spark, log, ("MERGE",), builder.execute, _AFFECTED["MERGE"])
-
-
-# Delta SQL's result columns per operation, from the commit's operationMetrics.
-_AFFECTED: dict[str, list[tuple[str, tuple[str, ...]]]] = {
-    "DELETE": [("num_affected_rows", ("numDeletedRows",))],
-    "UPDATE": [("num_affected_rows", ("numUpdatedRows",))],
-    "MERGE": [
-        ("num_affected_rows", ("numTargetRowsUpdated", "numTargetRowsDeleted", "numTargetRowsInserted")),
-        ("num_updated_rows", ("numTargetRowsUpdated",)),
-        ("num_deleted_rows", ("numTargetRowsDeleted",)),
-        ("num_inserted_rows", ("numTargetRowsInserted",)),
-    ],
-}
-
-
-def _dml(
-    spark: SparkSession,
-    log: DeltaLog,
-    operations: tuple[str, ...],
-    run: Callable[[], Any],
-    columns: list[tuple[str, tuple[str, ...]]],
-) -> DataFrame:
-    """Run a DeltaTable DML call; its result DataFrame, or one built from its commit's metrics."""
-    before = log.update().version
-    result = run()
-    isolation.note_write(spark, log.table_path)
-    if isinstance(result, DataFrame):
-        return result
-    version = result if isinstance(result, int) and not isinstance(result, bool) else _found(log, before, operations)
-    return rows(spark, [(name, sum(metric(log, version, k) for k in keys)) for name, keys in columns])
-
-
-def _found(log: DeltaLog, before: int, operations: tuple[str, ...]) -> int | None:
-    """The first commit after ``before`` with one of ``operations`` (for APIs that return nothing)."""
-    for entry in log.commits_after(before):
-        info = entry.commit_info
-        if info is not None and str(info.values.get("operation", "")).upper() in operations:
-            return entry.version
-    return None
+    result = builder.run()
+    isolation.note_write(spark, path)
+    return dml.merge_result_df(spark, result)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -326,7 +293,7 @@ def spark_fields(columns: tuple[ColumnSpec, ...]) -> list[T.StructField]:
 
 def _drop_feature(spark: SparkSession, st: DropFeature) -> DataFrame:
     path = _existing(st.table)
-    drop_feature(spark, path, st.feature, st.truncate_history)
+    dml.drop_feature(spark, path, st.feature, st.truncate_history)
     isolation.note_write(spark, path)
     return empty(spark)
 
@@ -348,7 +315,7 @@ def _optimize(spark: SparkSession, st: Optimize) -> DataFrame:
 
 def _reorg(spark: SparkSession, st: Reorg) -> DataFrame:
     path = _existing(st.table)
-    metrics = purge_deletion_vectors(spark, path, st.where)
+    metrics = dml.purge_deletion_vectors(spark, path, st.where)
     isolation.note_write(spark, path)
     counts = [(k, int(v)) for k, v in metrics.items() if k not in ("version", "workAlreadyDoneIn")]
     return rows(spark, [("path", path)] + counts)
@@ -397,30 +364,7 @@ def _describe_table(spark: SparkSession, st: DescribeTable) -> DataFrame:
 
 def _vacuum(spark: SparkSession, st: Vacuum) -> DataFrame:
     table, _ = _table(spark, st.table)
-    if st.dry_run:
-        return _vacuum_dry_run(table, st)
-    return table.vacuum(st.retain_hours)
-
-
-def _vacuum_dry_run(table: Any, st: Vacuum) -> DataFrame:
-    """The files VACUUM would delete, deleting nothing.
-
-    Uses ``DeltaTable.vacuum(dryRun=True)`` when the table API has it; otherwise the
-    same selection as ``vacuum`` (its retention check, referenced files and candidates).
-    """
-    import inspect
-
-    from serialake.core.actions import now_ms
-    from serialake.spark import table as table_module
-
-    if "dryRun" in inspect.signature(table.vacuum).parameters:
-        return table.vacuum(st.retain_hours, dryRun=True)
-    snap = table.snapshot()
-    cutoff = now_ms() - table._retention_ms(snap, st.retain_hours)
-    keep = table._referenced_paths(snap, cutoff)
-    files, _ = table_module._vacuum_candidates(table.path, snap.partition_columns, keep, cutoff)
-    schema = T.StructType([T.StructField("path", T.StringType())])
-    return table.spark.createDataFrame([("file:" + p,) for p, _ in sorted(files)], schema)
+    return table.vacuum(st.retain_hours, dryRun=st.dry_run)
 
 
 def _restore(spark: SparkSession, st: Restore) -> DataFrame:
@@ -430,8 +374,6 @@ def _restore(spark: SparkSession, st: Restore) -> DataFrame:
     else:
         assert st.timestamp is not None
         ms = timestamp_millis(spark, st.timestamp)
-        from serialake.core.log import format_ms
-
         result = table.restoreToTimestamp(format_ms(ms).removesuffix(" UTC"))
     isolation.note_write(spark, log.table_path)
     return result if isinstance(result, DataFrame) else empty(spark)
@@ -459,11 +401,11 @@ def _existing(ref: Any) -> str:
     return path
 
 
-def _table(spark: SparkSession, ref: Any) -> tuple[Any, DeltaLog]:
-    from serialake.spark.table import DeltaTable
-
+def _table(spark: SparkSession, ref: Any) -> tuple[DeltaTable, DeltaLog]:
+    """The table ``ref`` names (its existence checked once) and its log."""
     path = _existing(ref)
-    return DeltaTable.forPath(spark, path), DeltaLog.for_table(path)
+    table = DeltaTable(spark, path)
+    return table, table.deltaLog
 
 
 _HANDLERS: dict[type, Callable[[SparkSession, Any], DataFrame]] = {

@@ -9,19 +9,21 @@ target WHERE ...``, else the whole table), so it has MERGE's concurrency behavio
 
 from __future__ import annotations
 
-import json
-from typing import Any
+from typing import Any, Sequence
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from sqlglot import exp
 
 from serialake.core import DeltaLog
-from serialake.core import predicates as P
+from serialake.core import expressions as P
+from serialake.core.actions import AddFile
 from serialake.core.schema import StructType
-from serialake.exceptions import DeltaAnalysisException, DeltaTableNotFoundError, UnsupportedFeatureError
+from serialake.core.transaction import OptimisticTransaction
+from serialake.spark import dml, io
+from serialake.spark.write import write
+from serialake.exceptions import DeltaAnalysisException, DeltaTableNotFoundError
 from serialake.sql import isolation
-from serialake.sql.errors import UnsupportedStatementError
 from serialake.sql.parser import DIALECT
 from serialake.sql.results import metric, rows
 from serialake.sql.statements import Insert
@@ -32,8 +34,6 @@ __all__ = ["run_insert"]
 
 def run_insert(spark: SparkSession, st: Insert) -> DataFrame:
     """Run an INSERT; one row ``num_affected_rows``, ``num_inserted_rows``."""
-    from serialake.spark.write import write
-
     path = try_resolve(st.table)
     if path is None:
         if st.table.name and spark.catalog.tableExists(st.table.name):
@@ -60,52 +60,25 @@ def run_insert(spark: SparkSession, st: Insert) -> DataFrame:
 
 def _insert_reading_target(
     spark: SparkSession, st: Insert, log: DeltaLog, mode: str, replace_where: str | None
-) -> int:
-    """INSERT whose query reads its own target: not a blind append (MERGE's concurrency).
+) -> int | None:
+    """INSERT whose query reads its own target: not a blind append (``dml.run_insert``).
 
-    The query reads the transaction's snapshot and the read is recorded: by the query's
-    WHERE when it is a plain ``SELECT ... FROM target WHERE ...``, else the whole table.
+    The query reads the transaction's snapshot (pinned) and the read is recorded: by the
+    query's WHERE when it is a plain ``SELECT ... FROM target WHERE ...``, else the whole table.
     """
-    from serialake.spark import io
-    from serialake.spark.write import align_to_schema, commit_or_clean_up, write_checked_files
-
-    txn = log.start_transaction()
-    snap = txn.snapshot
-    assert snap is not None
-    if io.column_mapping_mode(snap) != "none":
-        raise UnsupportedFeatureError(f"Table {log.table_path} uses column mapping; serialake cannot write it yet.")
+    snap = log.update()
     read_filter = _simple_target_filter(st.query, log.table_path, snap)
-    files = txn.filter_files([read_filter]) if read_filter else txn.read_whole_table()
-    df = run_query(spark, st.query, pinned={log.table_path: (txn, files)})
-    data, _ = align_to_schema(_shape_insert(spark, df, snap.schema, st), snap.schema, table=log.table_path)
-    removes = []
-    if mode == "overwrite":
-        if replace_where is None:
-            removed = txn.read_whole_table()
-        else:
-            expr = P.parse_predicate(replace_where)
-            parts = {c.lower() for c in snap.partition_columns}
-            if any(n.lower() not in parts for _, n in P.column_refs(expr)):
-                raise UnsupportedStatementError(
-                    "INSERT ... REPLACE WHERE on data columns with a query that reads the same table",
-                    statement=st.text,
-                    hint="Use a condition on partition columns only, or MERGE.",
-                )
-            removed = txn.filter_files([replace_where])
-            data = data.filter(F.expr(replace_where))
-        removes = [f.remove() for f in removed]
-    parts_cols = list(snap.partition_columns)
-    adds = write_checked_files(data, log.table_path, parts_cols, configuration=snap.configuration)
-    metrics = {
-        "numFiles": len(adds),
-        "numOutputRows": sum(a.num_records or 0 for a in adds),
-        "numOutputBytes": sum(a.size or 0 for a in adds),
-    }
-    params: dict[str, Any] = {"mode": "Overwrite" if mode == "overwrite" else "Append",
-                              "partitionBy": json.dumps(parts_cols, separators=(",", ":"))}  # fmt: skip
-    if replace_where:
-        params["predicate"] = json.dumps([replace_where], separators=(",", ":"))
-    return commit_or_clean_up(txn, [*removes, *adds], adds, "WRITE", params, metrics)
+
+    def query(txn: OptimisticTransaction, files: Sequence[AddFile]) -> DataFrame:
+        assert txn.snapshot is not None
+        df = run_query(spark, st.query, pinned={log.table_path: (txn, list(files))})
+        return _shape_insert(spark, df, txn.snapshot.schema, st)
+
+    result = dml.run_insert(
+        spark, log.table_path, query, read_predicate=read_filter, overwrite=mode == "overwrite",
+        replace_where=replace_where,
+    )  # fmt: skip
+    return result.version
 
 
 def _simple_target_filter(query: exp.Expression, path: str, snap: Any) -> str | None:
@@ -139,8 +112,6 @@ def _simple_target_filter(query: exp.Expression, path: str, snap: Any) -> str | 
 
 def _shape_insert(spark: SparkSession, df: DataFrame, schema: StructType, st: Insert) -> DataFrame:
     """The query's rows as table columns: by position (or by the column list / BY NAME), cast."""
-    from serialake.spark import io
-
     spark_schema = io.to_spark_schema(schema)
     types = {f.name.lower(): f for f in spark_schema.fields}
     static = {k.lower(): v for k, v in st.static_partition.items()}

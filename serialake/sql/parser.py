@@ -14,6 +14,7 @@ from sqlglot import exp
 from sqlglot.errors import TokenError
 from sqlglot.tokens import TokenType
 
+from serialake.core.expressions import ParsedCondition, PredicateError, Unknown, from_sqlglot
 from serialake.sql.commands import COMMANDS, ISOLATION_LEVELS, Cursor
 from serialake.sql.errors import SqlError, UnsupportedStatementError, position_of
 from serialake.sql.statements import (
@@ -311,7 +312,7 @@ def _delete(statement: str, tree: exp.Delete) -> Statement:
     ref = table_ref_of(target, statement)
     where = tree.args.get("where")
     cond = _target_condition(statement, where.this if where is not None else None, ref, target.alias, "DELETE")
-    return Delete(table=ref, condition=cond, text=statement)
+    return Delete(table=ref, condition=cond.text if cond else None, where=cond, text=statement)
 
 
 def _update(statement: str, tree: exp.Update) -> Statement:
@@ -335,7 +336,8 @@ def _update(statement: str, tree: exp.Update) -> Statement:
                        statement=statement)  # fmt: skip
     where = tree.args.get("where")
     cond = _target_condition(statement, where.this if where is not None else None, ref, target.alias, "UPDATE")
-    return Update(table=ref, assignments=tuple(sets), condition=cond, text=statement)
+    return Update(table=ref, assignments=tuple(sets), condition=cond.text if cond else None, where=cond,
+                  text=statement)  # fmt: skip
 
 
 def _merge(statement: str, tree: exp.Merge) -> Statement:
@@ -475,9 +477,15 @@ def _no_subquery(statement: str, node: exp.Expression, kind: str) -> None:
 
 def _target_condition(
     statement: str, node: exp.Expression | None, ref: TableRef, alias: str | None, kind: str
-) -> str | None:
+) -> ParsedCondition | None:
+    """The WHERE of a DELETE / UPDATE on its target, unqualified: its text and its tree, parsed once."""
     if node is None:
         return None
     _no_subquery(statement, node, kind)
-    return _unqualify(node, _qualifiers(ref, alias)).sql(DIALECT)
+    unqualified = _unqualify(node, _qualifiers(ref, alias))
+    text = unqualified.sql(DIALECT)
+    try:
+        return ParsedCondition(text, from_sqlglot(unqualified))
+    except (PredicateError, ValueError, TypeError):
+        return ParsedCondition(text, Unknown(text, ()))  # not understood: the operation reads everything
 

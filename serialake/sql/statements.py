@@ -7,6 +7,8 @@ from typing import Literal
 
 from sqlglot import exp
 
+from serialake.core.expressions import ParsedCondition
+
 __all__ = [
     "AddColumns",
     "ColumnSpec",
@@ -114,6 +116,7 @@ class Delete(Statement):
     table: TableRef
     condition: str | None = None
     operation: str = "DELETE"
+    where: ParsedCondition | None = field(default=None, compare=False, repr=False)  # ``condition``, parsed
 
 
 @dataclass(frozen=True)
@@ -123,6 +126,7 @@ class Update(Statement):
     table: TableRef
     assignments: tuple[tuple[str, str], ...]
     condition: str | None = None
+    where: ParsedCondition | None = field(default=None, compare=False, repr=False)  # ``condition``, parsed
 
 
 @dataclass(frozen=True)

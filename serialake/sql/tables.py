@@ -16,7 +16,10 @@ from sqlglot import exp
 
 from serialake.core.snapshot import Snapshot
 from serialake.exceptions import DeltaTableNotFoundError
+from serialake.spark import io, scans
+from serialake.spark.read import check_version_readable
 from serialake.sql import catalog
+from serialake.sql.isolation import read_snapshot
 from serialake.sql.errors import SqlError
 from serialake.sql.parser import DIALECT, table_ref_of
 from serialake.sql.statements import TableRef
@@ -105,10 +108,6 @@ def bind_query(
     table is read from the transaction's snapshot, those files only (INSERT ... SELECT
     from its own target).
     """
-    from serialake.spark import io, scans
-    from serialake.spark.read import check_version_readable
-    from serialake.sql.isolation import read_snapshot
-
     tree = tree.copy()
     for node, ref, path in delta_tables_in(tree):
         version_node = node.args.get("version")

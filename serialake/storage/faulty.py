@@ -7,6 +7,11 @@ and slows puts. Every injected fault is counted so a test can check it happened.
 Over a ``LocalLogStore`` it also fails one step of a write with a chosen errno
 (``FaultPlan.step_errno``), so the store's own classification of the failure (not done,
 outcome unknown, not durable) is what a test sees.
+
+``FaultPlan`` is also what ``serialake verify`` gives its faulty processes
+(``serialake.verify.workload.default_faults``), and ``LogStoreWrapper``, the store that
+hands every call to the one it wraps, is the base of any store that changes a few of
+them (the demo's commit gate too).
 """
 
 from __future__ import annotations
@@ -21,6 +26,8 @@ from dataclasses import dataclass, field
 from serialake.storage.base import FileStatus, LogStore
 from serialake.storage.local import LocalLogStore
 
+__all__ = ["FaultPlan", "FaultyLogStore", "InjectedFault", "LogStoreWrapper"]
+
 
 class InjectedFault(OSError):
     """An I/O error injected on purpose; the outcome of the operation may be unknown."""
@@ -34,7 +41,8 @@ class FaultPlan:
     ``fsync``, ``link``, ``replace``, ``linked``, ``fsync-dir``: see ``LocalLogStore.fault_hook``)
     to the errno it fails with, for files whose name ends with ``step_suffix``, the first
     ``step_times`` times (every time when None). ``fail_put`` raises an error that does not
-    say whether the put happened (it did not): the caller must check.
+    say whether the put happened (it did not): the caller must check. Every fault is off by
+    default.
     """
 
     lose_put_response: float = 0.0
@@ -49,11 +57,36 @@ class FaultPlan:
     step_times: int | None = None
 
 
-class FaultyLogStore(LogStore):
+class LogStoreWrapper(LogStore):
+    """A ``LogStore`` that hands every call to ``inner``; subclasses override the calls they change."""
+
+    def __init__(self, inner: LogStore) -> None:
+        self.inner = inner
+
+    def read(self, path: str) -> bytes:
+        return self.inner.read(path)
+
+    def list_from(self, directory: str, start_name: str = "") -> list[FileStatus]:
+        return self.inner.list_from(directory, start_name)
+
+    def put_if_absent(self, path: str, data: bytes) -> None:
+        self.inner.put_if_absent(path, data)
+
+    def write(self, path: str, data: bytes) -> None:
+        self.inner.write(path, data)
+
+    def exists(self, path: str) -> bool:
+        return self.inner.exists(path)
+
+    def delete(self, path: str) -> None:
+        self.inner.delete(path)
+
+
+class FaultyLogStore(LogStoreWrapper):
     """``LogStore`` that injects the faults of a ``FaultPlan`` into ``inner``."""
 
     def __init__(self, inner: LogStore, plan: FaultPlan) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.plan = plan
         self.counts: Counter[str] = Counter()  # faults injected, by kind
         self.commit_puts = 0  # commit puts attempted
@@ -107,12 +140,3 @@ class FaultyLogStore(LogStore):
         if commit and self._roll(self.plan.lose_put_response):
             self.counts["lost_put_response"] += 1
             raise InjectedFault(f"injected lost response (the commit was written): {path}")
-
-    def write(self, path: str, data: bytes) -> None:
-        self.inner.write(path, data)
-
-    def exists(self, path: str) -> bool:
-        return self.inner.exists(path)
-
-    def delete(self, path: str) -> None:
-        self.inner.delete(path)

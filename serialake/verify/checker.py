@@ -34,8 +34,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import networkx as nx
-
+from serialake.extras import require
 from serialake.verify.history import History, Txn, format_mop
 
 __all__ = [
@@ -609,6 +608,7 @@ class _Checker:
 
     # -- cycles ------------------------------------------------------------------
     def _cycles(self, nodes: list[int]) -> None:
+        nx = _networkx()
         g = nx.DiGraph()
         g.add_nodes_from(nodes)
         g.add_edges_from(self.edges)
@@ -677,6 +677,7 @@ class _Checker:
         cands = [sd for sd in seeds if (sd[0], acc) in seen]
         if not cands:
             return None
+        nx = _networkx()
         h = nx.DiGraph()
         h.add_nodes_from(seen)
         h.add_edges_from((s, t) for s, out in padj.items() for t, _ in out)
@@ -820,6 +821,11 @@ def _simple_path(
             entries.append((t, idx, k))
             queue.append(len(entries) - 1)
     return None
+
+
+def _networkx() -> Any:
+    """networkx, imported when a cycle search needs it (the ``verify`` extra)."""
+    return require("networkx", "The anomaly checker (serialake verify)")
 
 
 def check(

@@ -46,16 +46,14 @@ from serialake.core.log import DeltaLog
 from serialake.exceptions import CommitFailedError, DeltaConcurrentModificationException
 from serialake.spark import io, scans
 from serialake.verify.history import History, Mop, Recorder
+from serialake.verify.txn import TxnResult, error_text, key_name
 from serialake.verify.workload import (
     VALUE_BASE,
-    TxnResult,
     WorkerStats,
     WorkloadConfig,
     WorkloadResult,
-    _err,
     _tally,
     audit_log,
-    key_name,
 )
 
 __all__ = [
@@ -130,7 +128,7 @@ def execute_read(spark: SparkSession, table: str, keys: Sequence[str]) -> TxnRes
         lists = lists_of(df.select("k", "v", "pos").collect())
         version = scans.scans_of(df)[0].version
     except Exception as e:  # noqa: BLE001 - a read writes nothing: a definite failure
-        return TxnResult("fail", mops, _err(e))
+        return TxnResult("fail", mops, error_text(e))
     return TxnResult("ok", tuple(("r", k, tuple(lists.get(k, []))) for k in keys), commit_version=version)
 
 
@@ -167,7 +165,7 @@ def plan_append(spark: SparkSession, table: str, y: str, x: str, value: int) -> 
         # One file per commit: the partition's file count stays at one.
         data = xs.select("k", "v", "pos").unionByName(new).coalesce(1)
     except Exception as e:  # noqa: BLE001 - nothing was written: a definite failure
-        return TxnResult("fail", mops, _err(e))
+        return TxnResult("fail", mops, error_text(e))
     done = tuple((f, k, tuple(lists.get(k, [])) if f == "r" else v) for f, k, v in mops)
     return PlannedAppend(table, x, mops, done, data)
 
@@ -178,11 +176,11 @@ def commit_append(plan: PlannedAppend) -> TxnResult:
     try:
         version = serialake.write(plan.data, plan.table, mode="overwrite", replaceWhere=f"k = '{plan.key}'")
     except DeltaConcurrentModificationException as e:
-        return TxnResult("fail", plan.mops, _err(e))
+        return TxnResult("fail", plan.mops, error_text(e))
     except CommitFailedError as e:  # gave up retrying: a lost response may still have landed
-        return TxnResult("info", plan.mops, _err(e))
+        return TxnResult("info", plan.mops, error_text(e))
     except Exception as e:  # noqa: BLE001 - e.g. a Spark or I/O error: the commit may or may not exist
-        return TxnResult("info", plan.mops, _err(e))
+        return TxnResult("info", plan.mops, error_text(e))
     duration = time.monotonic() - t0
     assert version is not None
     return TxnResult("ok", plan.done, None, version, _attempts(plan.table, version), duration)

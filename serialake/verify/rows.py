@@ -32,10 +32,18 @@ import pyarrow.parquet as pq
 from serialake.core.actions import AddFile, DeletionVectorDescriptor, Metadata
 from serialake.core.deletion_vectors import RowIndexSet, write_deletion_vector
 from serialake.core.log import DeltaLog
-from serialake.core.predicates import Expr, parse_predicate
+from serialake.core.expressions import Expr, parse_predicate
 from serialake.core.row_level import dv_rows
 from serialake.storage.local import LocalLogStore
 from serialake.verify.history import Mop
+from serialake.verify.txn import (
+    RETIRE_WORKLOAD,
+    TxnResult,
+    check_window,
+    commit_txn,
+    error_text,
+    key_name,
+)
 
 SCHEMA = json.dumps({"type": "struct", "fields": [
     {"name": "k", "type": "string", "nullable": True, "metadata": {}},
@@ -130,8 +138,6 @@ def retire_keys(log: DeltaLog, first_live: Callable[[int], int]) -> int | None:
     Like :func:`serialake.verify.workload.retire_keys`, over rows: a DELETE through deletion
     vectors, which concurrent appends to other rows of the same files rebase over.
     """
-    from serialake.verify.workload import RETIRE_WORKLOAD, key_name
-
     table = log.table_path
     txn = log.start_transaction()
     bound = key_name(first_live(txn.read_version))
@@ -157,10 +163,8 @@ def file_lists(table: str, f: AddFile) -> list[str]:
     return pq.ParquetFile(os.path.join(table, f.path)).read(columns=["list"]).column("list").to_pylist()
 
 
-def execute_txn(log: DeltaLog, mops: Sequence[Mop], retired: Callable[[int], int] | None = None) -> Any:
+def execute_txn(log: DeltaLog, mops: Sequence[Mop], retired: Callable[[int], int] | None = None) -> TxnResult:
     """Run ``mops`` as one transaction over rows; same outcomes (and ``retired``) as the file-level workload."""
-    from serialake.verify.workload import TxnResult, _err, check_window, commit_txn
-
     table = log.table_path
     try:
         txn = log.start_transaction()
@@ -189,7 +193,7 @@ def execute_txn(log: DeltaLog, mops: Sequence[Mop], retired: Callable[[int], int
                 appended.setdefault(key, []).append(value)
                 done.append((f, key, value))
     except Exception as e:  # noqa: BLE001 - nothing was written: a definite failure
-        return TxnResult("fail", tuple(mops), _err(e))
+        return TxnResult("fail", tuple(mops), error_text(e))
     if not appended:
         return TxnResult("ok", tuple(done), commit_version=txn.read_version)
     # Mark the keys' current rows deleted, file by file; write the new rows in one new file.

@@ -26,6 +26,8 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
+from serialake.extras import MissingExtraError, require
+from serialake.storage.faulty import FaultPlan
 from serialake.verify.checker import (
     SERIALIZABLE_FORBIDDEN,
     STRICT_SERIALIZABLE_FORBIDDEN,
@@ -34,12 +36,12 @@ from serialake.verify.checker import (
 )
 from serialake.verify.crash import CrashReport, run_crash_trials
 from serialake.verify.history import History
+from serialake.verify.txn import error_class
 from serialake.verify.workload import (
-    FaultSpec,
     WorkloadConfig,
     WorkloadResult,
     audit_log,
-    error_class,
+    default_faults,
     run_workload,
 )
 
@@ -322,7 +324,7 @@ def run_verify(
     *,
     crash_trials: int = 0,
     faulty_processes: int | None = None,
-    faults: FaultSpec | None = None,
+    faults: FaultPlan | None = None,
     control: bool = False,
     key_count: int = 8,
     seed: int = 0,
@@ -347,7 +349,7 @@ def run_verify(
     t0 = time.monotonic()
     base = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="serialake-verify-"))
     faulty = processes // 2 if faulty_processes is None else faulty_processes
-    spec = faults or FaultSpec()
+    spec = faults or default_faults()
     levels = _normalize_levels(isolation_levels)
     runs = [(lv, False, False) for lv in levels]
     if row_level:  # the same workload on rows of shared files, through deletion vectors
@@ -484,6 +486,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as e:
         print(f"serialake verify: {e}", file=sys.stderr)
         return 2
+    try:  # before minutes of workload, not when checking the first history
+        require("networkx", "serialake verify")
+    except MissingExtraError as e:
+        print(f"serialake verify: {e}", file=sys.stderr)
+        return 1
     report = run_verify(
         args.processes, args.txns, levels,
         crash_trials=args.crash_trials, faulty_processes=0 if args.no_faults else args.faulty,

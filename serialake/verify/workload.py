@@ -36,13 +36,23 @@ from typing import Any
 
 from serialake.core.actions import AddFile, CommitInfo, Metadata, RemoveFile
 from serialake.core.log import DeltaLog
-from serialake.core.predicates import Expr, parse_predicate
-from serialake.exceptions import CommitFailedError, DeltaConcurrentModificationException
+from serialake.core.expressions import Expr, parse_predicate
 from serialake.storage.base import LogStore
 from serialake.storage.faulty import FaultPlan, FaultyLogStore
 from serialake.storage.local import LocalLogStore
 from serialake.verify import rows
 from serialake.verify.history import History, Mop, Recorder
+from serialake.verify.txn import (
+    RETIRE_WORKLOAD,
+    StaleKeyWindow,
+    TxnResult,
+    check_window,
+    commit_txn,
+    error_class,
+    error_text,
+    key_index,
+    key_name,
+)
 
 __all__ = [
     "FaultSpec",
@@ -54,6 +64,7 @@ __all__ = [
     "audit_log",
     "check_window",
     "create_table",
+    "default_faults",
     "error_class",
     "execute_txn",
     "generate_txn",
@@ -77,24 +88,18 @@ SCHEMA = json.dumps(
     }
 )
 TOMBSTONE_RETENTION = "interval 1 second"
-RETIRE_WORKLOAD = "retire-keys"  # operationParameters.workload of the commits that retire keys
 VALUE_BASE = 10**6  # values are process * VALUE_BASE + counter: unique across processes and retries
 
 
-@dataclass(frozen=True)
-class FaultSpec:
-    """Fault probabilities for the processes that run on a :class:`FaultyLogStore`."""
+#: The former name of the fault plan (one type now: the store's ``FaultPlan``).
+FaultSpec = FaultPlan
 
-    lose_put_response: float = 0.05
-    fail_put: float = 0.05
-    fail_list: float = 0.05
-    fail_read: float = 0.02
-    slow_put_s: float = 0.002
-    slow_list_s: float = 0.001
 
-    def plan(self, seed: int) -> FaultPlan:
-        """The store's plan, seeded per process."""
-        return FaultPlan(seed=seed, **asdict(self))
+def default_faults() -> FaultPlan:
+    """The faults of a run's faulty processes unless told otherwise; the seed is set per process."""
+    return FaultPlan(
+        lose_put_response=0.05, fail_put=0.05, fail_list=0.05, fail_read=0.02, slow_put_s=0.002, slow_list_s=0.001
+    )
 
 
 @dataclass(frozen=True)
@@ -111,25 +116,13 @@ class WorkloadConfig:
     max_mops: int = 4
     read_only_fraction: float = 0.1
     faulty_processes: int = 0  # the first N processes use a FaultyLogStore
-    faults: FaultSpec = field(default_factory=FaultSpec)
+    faults: FaultPlan = field(default_factory=default_faults)  # its seed is replaced per process
     disable_conflict_checks: bool = False  # negative control: every winner passes
     checkpoint_interval: int = 10
     fsync: bool = True
     seed: int = 0
     timeout_s: float = 900.0
     row_level: bool = False  # keys as rows of shared Parquet files, updated through deletion vectors
-
-
-@dataclass(frozen=True)
-class TxnResult:
-    """What one executed transaction returned (before it is recorded)."""
-
-    outcome: str  # ok | fail | info
-    mops: tuple[Mop, ...]
-    error: str | None = None
-    commit_version: int | None = None
-    attempts: int | None = None
-    duration_s: float | None = None
 
 
 @dataclass
@@ -190,20 +183,6 @@ def create_table(path: str, isolation_level: str, checkpoint_interval: int = 10,
     return log
 
 
-def key_name(i: int) -> str:
-    """Key ``i`` as a partition value; zero-padded so that string order is key order."""
-    return f"k{i:06d}"
-
-
-def key_index(key: str) -> int:
-    """Inverse of :func:`key_name`."""
-    return int(key[1:])
-
-
-class StaleKeyWindow(Exception):
-    """A txn chose a key that may have been retired by the version it reads: refused before reading."""
-
-
 def retired_below(cfg: WorkloadConfig, version: int) -> int:
     """Keys below this index may have been retired at ``version`` (0: none).
 
@@ -216,15 +195,6 @@ def retired_below(cfg: WorkloadConfig, version: int) -> int:
     if not cfg.retire_keys:
         return 0
     return max(0, version // max(1, cfg.rotate_every) - cfg.key_count)
-
-
-def check_window(read_version: int, mops: Sequence[Mop], first_live: int) -> None:
-    """Raise :class:`StaleKeyWindow` if ``mops`` use a key below ``first_live``."""
-    stale = sorted({k for _, k, _ in mops if key_index(k) < first_live})
-    if stale:
-        raise StaleKeyWindow(
-            f"keys {', '.join(stale)} may be retired at version {read_version} (keys below {key_name(first_live)})"
-        )
 
 
 @lru_cache(maxsize=1024)
@@ -315,7 +285,7 @@ def execute_txn(log: DeltaLog, mops: Sequence[Mop], retired: Callable[[int], int
                 appended.setdefault(key, []).append(value)
                 done.append((f, key, value))
     except Exception as e:  # noqa: BLE001 - nothing was written: a definite failure
-        return TxnResult("fail", tuple(mops), _err(e))
+        return TxnResult("fail", tuple(mops), error_text(e))
     if not appended:
         return TxnResult("ok", tuple(done), commit_version=txn.read_version)
     actions: list[Any] = []
@@ -340,31 +310,6 @@ def retire_keys(log: DeltaLog, first_live: Callable[[int], int]) -> int | None:
     return txn.committed.version if txn.committed is not None else None
 
 
-def commit_txn(txn: Any, actions: list[Any], mops: Sequence[Mop], done: list[Mop], workload: str) -> TxnResult:
-    """Commit a workload transaction and classify the outcome: ok, fail (conflict) or info (unknown)."""
-    try:
-        txn.commit(actions, operation="UPDATE", operation_parameters={"workload": workload})
-    except DeltaConcurrentModificationException as e:
-        return TxnResult("fail", tuple(mops), _err(e))
-    except CommitFailedError as e:  # gave up retrying: a lost response may still have landed
-        return TxnResult("info", tuple(mops), _err(e))
-    except Exception as e:  # noqa: BLE001 - e.g. an I/O error: the commit may or may not exist
-        return TxnResult("info", tuple(mops), _err(e))
-    res = txn.committed
-    assert res is not None
-    return TxnResult("ok", tuple(done), None, res.version, res.attempts, res.duration_s)
-
-
-def _err(e: BaseException) -> str:
-    first = str(e).splitlines()[0] if str(e) else ""
-    return f"{type(e).__name__}: {first[:160]}"
-
-
-def error_class(error: str | None) -> str:
-    """The exception class name of a recorded error string."""
-    return (error or "unknown").split(":", 1)[0]
-
-
 # -- worker process ---------------------------------------------------------------------------
 def _disable_conflict_checks() -> None:
     """Negative control: every winner passes (patched where the commit loop looks it up)."""
@@ -381,7 +326,7 @@ def _disable_conflict_checks() -> None:
 def _store_for(cfg: WorkloadConfig, process: int) -> tuple[LogStore, bool]:
     local = LocalLogStore(fsync=cfg.fsync)
     if process < cfg.faulty_processes:
-        return FaultyLogStore(local, cfg.faults.plan(cfg.seed * 1000 + process)), True
+        return FaultyLogStore(local, replace(cfg.faults, seed=cfg.seed * 1000 + process)), True
     return local, False
 
 

@@ -14,7 +14,8 @@ class Block:
         return None
 sys.meta_path.insert(0, Block())
 import serialake, serialake.core, serialake.exceptions, serialake.storage
-import serialake.core.conflicts, serialake.core.transaction, serialake.core.checkpoint, serialake.core.predicates
+import serialake.core.conflicts, serialake.core.transaction, serialake.core.checkpoint, serialake.core.expressions
+import serialake.core.skipping, serialake.core.row_eval, serialake.core.partition_values, serialake.core.types
 import pkgutil, importlib
 for m in pkgutil.walk_packages(serialake.core.__path__, 'serialake.core.'):
     importlib.import_module(m.name)

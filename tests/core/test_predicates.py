@@ -11,7 +11,7 @@ import sqlglot
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from serialake.core.predicates import (
+from serialake.core.expressions import (
     FALSE,
     TRUE,
     And,
@@ -28,11 +28,8 @@ from serialake.core.predicates import (
     Unknown,
     between,
     column_refs,
-    compile_predicate,
     conjunction,
     disjunction,
-    file_may_match,
-    file_may_match_any,
     from_sqlglot,
     parse_predicate,
     partition_filter,
@@ -41,6 +38,7 @@ from serialake.core.predicates import (
     to_sql,
 )
 from serialake.core.schema import StructType
+from serialake.core.skipping import compile_predicate, file_may_match, file_may_match_any
 
 SCHEMA = StructType.from_ddl(
     "p INT, x BIGINT, d DATE, country STRING, ts TIMESTAMP, amount DECIMAL(10,2), flag BOOLEAN, "
@@ -541,7 +539,7 @@ def test_modules_never_import_pyspark() -> None:
 
     code = (
         "import sys; sys.modules['pyspark'] = None\n"
-        "import serialake.core.schema, serialake.core.predicates as p\n"
+        "import serialake.core.schema, serialake.core.skipping, serialake.core.expressions as p\n"
         "p.to_sql(p.parse_predicate('p = 1'))\n"
         "assert not any(m.startswith('pyspark') and sys.modules[m] for m in sys.modules)\n"
     )

@@ -217,8 +217,8 @@ def test_three_writers_disjoint_rows_all_commit(tmp_path):
 
 # -- three-valued evaluation: parts the driver cannot compute are unknown, not a give-up --------
 
-from serialake.core import predicates as P  # noqa: E402
-from serialake.core import row_level as RL  # noqa: E402
+from serialake.core import expressions as P  # noqa: E402
+from serialake.core import row_eval as RL  # noqa: E402
 from serialake.exceptions import DeltaIllegalArgumentException  # noqa: E402
 
 

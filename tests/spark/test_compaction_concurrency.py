@@ -23,7 +23,7 @@ from serialake.core.actions import AddFile, RemoveFile
 from serialake.exceptions import ConcurrentDeleteDeleteException, DeltaConcurrentModificationException
 from serialake.spark import dml, read, write
 from serialake.spark.dml import DmlResult
-from serialake.sql.features import purge_deletion_vectors
+from serialake.spark.dml import purge_deletion_vectors
 
 pytestmark = pytest.mark.spark
 

@@ -20,6 +20,7 @@ from serialake.core import DeltaLog
 from serialake.core.actions import AddFile, Metadata, RemoveFile
 from serialake.exceptions import DeltaAnalysisException, DeltaIllegalArgumentException
 from serialake.spark import dml, read, write
+from serialake.spark.dml import kernel
 
 pytestmark = pytest.mark.spark
 
@@ -305,16 +306,16 @@ def test_rows_found_on_driver_or_by_spark_agree(
     subset, small files) or a Spark job does; conditions outside the subset always use Spark."""
     exact = "upper" not in condition
     spark_jobs: list[int] = []
-    real = dml.touched_files
-    monkeypatch.setattr(dml, "touched_files", lambda *a, **k: spark_jobs.append(1) or real(*a, **k))
-    spark.conf.set(dml.LOCAL_CONF, str(1 << 30) if engine == "driver" else "0")
+    real = kernel.touched_files
+    monkeypatch.setattr(kernel, "touched_files", lambda *a, **k: spark_jobs.append(1) or real(*a, **k))
+    spark.conf.set(dml.DML_MAX_BYTES_CONF, str(1 << 30) if engine == "driver" else "0")
     try:
         ref = _make_table(spark, str(tmp_path / "d"), _base_rows(), properties=properties)
         _make_table(spark, str(tmp_path / "u"), _base_rows(), properties=properties)
         deleted = dml.run_delete(spark, str(tmp_path / "d"), condition)
         updated = dml.run_update(spark, str(tmp_path / "u"), condition, {"s": "'changed'"})
     finally:
-        spark.conf.unset(dml.LOCAL_CONF)
+        spark.conf.unset(dml.DML_MAX_BYTES_CONF)
     assert bool(spark_jobs) == (engine == "spark" or not exact)
     # The files written: by pyarrow on the driver when everything is exact, else by Spark.
     for table, result in (("d", deleted), ("u", updated)):

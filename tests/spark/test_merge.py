@@ -12,7 +12,7 @@ from serialake.core import DeltaLog
 from serialake.core.actions import AddFile, RemoveFile
 from serialake.exceptions import DeltaAnalysisException, DeltaIllegalArgumentException
 from serialake.spark import dml, read
-from serialake.spark.merge import DeltaMergeBuilder
+from serialake.spark.dml import DeltaMergeBuilder
 from tests.spark.test_dml import (
     COLUMNS,
     SCHEMA,
@@ -201,7 +201,7 @@ def test_merge_clause_validation(spark: SparkSession, tmp_table: str) -> None:
     assert DeltaLog.for_table(tmp_table).update().version == 0
 
 
-# -- the driver path (local_merge) gives exactly the Spark path's result ------------------------
+# -- the driver path (driver_merge) gives exactly the Spark path's result ------------------------
 
 _DRIVER_SHAPES = {
     "upsert": ("t.id = s.id", lambda b: b.whenMatchedUpdateAll().whenNotMatchedInsertAll()),
@@ -231,11 +231,11 @@ def test_merge_on_driver_matches_spark(
     for engine in ("driver", "spark"):
         path = str(tmp_path / engine)
         target = _make_table(spark, path, _base_rows(16), partition_by=LAYOUTS[layout], properties=props)
-        spark.conf.set(dml.LOCAL_CONF, str(1 << 30) if engine == "driver" else "0")
+        spark.conf.set(dml.DML_MAX_BYTES_CONF, str(1 << 30) if engine == "driver" else "0")
         try:
             results[engine] = clauses(dml.merge(spark, path, source.alias("s"), on, alias="t")).run()
         finally:
-            spark.conf.unset(dml.LOCAL_CONF)
+            spark.conf.unset(dml.DML_MAX_BYTES_CONF)
         writers = _writers(path, results[engine].version)
         inserts_partitioned = layout == "partitioned" and shape in ("upsert", "values", "insert-only")
         on_driver = engine == "driver" and not inserts_partitioned

@@ -17,7 +17,7 @@ from serialake.core.deletion_vectors import read_deletion_vector
 from serialake.core.row_level import COMPACTED_FROM_TAG
 from serialake.exceptions import DeltaAnalysisException
 from serialake.spark import dml, read, write
-from serialake.spark.local_compaction import LOCAL_MAX_BYTES_CONF
+from serialake.spark.dml import COMPACTION_MAX_BYTES_CONF
 from tests.spark.test_dml import (
     COLUMNS,
     SCHEMA,
@@ -39,9 +39,9 @@ DV = {"delta.enableDeletionVectors": "true"}
 @pytest.fixture(params=["driver", "spark"])
 def engine(request: pytest.FixtureRequest, spark: SparkSession) -> object:
     """Compaction of small bins on the driver (pyarrow), or forced onto Spark."""
-    spark.conf.set(LOCAL_MAX_BYTES_CONF, "64m" if request.param == "driver" else "0")
+    spark.conf.set(COMPACTION_MAX_BYTES_CONF, "64m" if request.param == "driver" else "0")
     yield request.param
-    spark.conf.unset(LOCAL_MAX_BYTES_CONF)
+    spark.conf.unset(COMPACTION_MAX_BYTES_CONF)
 
 
 def _assert_engine(path: str, adds: list[AddFile], engine: str) -> None:

@@ -23,6 +23,7 @@ from serialake.exceptions import (
     ConcurrentDeleteDeleteException,
 )
 from serialake.spark import dml, read, write
+from serialake.spark.dml import kernel
 from tests.spark.test_dml import SCHEMA, _base_rows, _make_table
 
 pytestmark = pytest.mark.spark
@@ -47,13 +48,13 @@ def _udfs(spark: SparkSession) -> None:
 def evaluations(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[list[int]]]:
     """The rows each Spark fallback evaluation (conflict checks) was asked about."""
     calls: list[list[int]] = []
-    real = dml.evaluate_condition_rows
+    real = kernel.evaluate_condition_rows
 
     def spy(spark: SparkSession, snap: Any, cond: Column, alias: str, add: Any, rows: Any) -> Any:
         calls.append(sorted(int(i) for i in rows) if rows is not None else [])
         return real(spark, snap, cond, alias, add, rows)
 
-    monkeypatch.setattr(dml, "evaluate_condition_rows", spy)
+    monkeypatch.setattr(kernel, "evaluate_condition_rows", spy)
     yield calls
 
 
@@ -199,7 +200,7 @@ def test_a_failing_fallback_keeps_the_conflict(
     def broken(*args: Any) -> Any:
         raise RuntimeError("the evaluation job failed")
 
-    monkeypatch.setattr(dml, "evaluate_condition_rows", broken)
+    monkeypatch.setattr(kernel, "evaluate_condition_rows", broken)
     with pytest.raises(ConcurrentAppendException):
         dml.run_delete(spark, tmp_table, "id = 5 AND my_udf(x)",
                        before_commit=_append(spark, tmp_table, NEW_5_NOT_MATCHING))  # fmt: skip

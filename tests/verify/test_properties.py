@@ -15,7 +15,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from serialake.core import predicates as P
+from serialake.core import expressions as P
+from serialake.core import skipping
 from serialake.core.actions import (
     AddFile,
     CommitInfo,
@@ -293,7 +294,7 @@ def test_partition_predicates_agree_with_spark(
     cols = [F.expr(f"coalesce(({p}), false)").alias(f"c{k}") for k, p in enumerate(preds)]
     result = spark_df_factory(rows).select("id", *cols).collect()
     for k, pred in enumerate(preds):
-        matcher = P.compile_predicate(P.parse_predicate(pred), _PART_SCHEMA, list(_COLUMNS))
+        matcher = skipping.compile_predicate(P.parse_predicate(pred), _PART_SCHEMA, list(_COLUMNS))
         core = {n for n, r in enumerate(rows) if matcher(_as_partition_values(r), None)}
         spark_ids = {r["id"] for r in result if r[f"c{k}"]}
         assert core == spark_ids, (
@@ -336,7 +337,7 @@ def test_exact_row_evaluation_agrees_with_spark(
     import pyarrow.parquet as pq
     from pyspark.sql import functions as F
 
-    from serialake.core import row_level
+    from serialake.core import row_eval
 
     schema = StructType.from_json(json.dumps({"type": "struct", "fields": [
         {"name": "id", "type": "long", "nullable": False, "metadata": {}},
@@ -349,12 +350,12 @@ def test_exact_row_evaluation_agrees_with_spark(
     add = AddFile(path="f.parquet", partition_values={}, size=1, modification_time=0, data_change=True,
                   stats=json.dumps({"numRecords": len(rows)}))
     snap = type("Snap", (), {"schema": schema, "partition_columns": ()})()
-    reader = row_level.RowReader(str(folder), snap)
+    reader = row_eval.RowReader(str(folder), snap)
     result = spark_df_factory(rows).select(
         "id", *(F.expr(f"coalesce(({p}), false)").alias(f"c{k}") for k, p in enumerate(preds))).collect()
     for k, pred in enumerate(preds):
         expr = P.parse_predicate(pred)
-        if row_level.inexact_reason(expr, schema) is not None:
+        if row_eval.inexact_reason(expr, schema) is not None:
             continue
         core = set(reader.matching_rows(add, expr).to_numpy().tolist())
         spark_ids = {r["id"] for r in result if r[f"c{k}"]}
@@ -363,7 +364,7 @@ def test_exact_row_evaluation_agrees_with_spark(
 
 def test_inexact_predicates_are_left_to_spark() -> None:
     """The subset is strict: casts, floats, LIKE, functions and qualified columns are not exact."""
-    from serialake.core import row_level
+    from serialake.core import row_eval
 
     schema = StructType.from_json(json.dumps({"type": "struct", "fields": [
         {"name": n, "type": t, "nullable": True, "metadata": {}}
@@ -373,9 +374,9 @@ def test_inexact_predicates_are_left_to_spark() -> None:
     inexact = ["i < '5'", "s = 5", "x > 1.0", "ts < '2024-01-01'", "s LIKE 'a%'", "upper(s) = 'A'", "i + 1 = 2",
                "t.i = 1", "d = '2024-1-1'", "i < 1.5", "missing = 1", "i = true"]
     for text in exact:
-        assert row_level.inexact_reason(P.parse_predicate(text), schema) is None, text
+        assert row_eval.inexact_reason(P.parse_predicate(text), schema) is None, text
     for text in inexact:
-        assert row_level.inexact_reason(P.parse_predicate(text), schema) is not None, text
+        assert row_eval.inexact_reason(P.parse_predicate(text), schema) is not None, text
 
 
 # -- SET values: the driver's exact computation == Spark ----------------------------------------

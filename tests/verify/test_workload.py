@@ -115,7 +115,9 @@ def test_workload_is_valid_at_each_level(tmp_path: Path, level: str) -> None:
 
 def test_lost_put_responses_neither_lose_nor_duplicate_commits(tmp_path: Path) -> None:
     """Every put's response is lost a third of the time: the commit loop finds its own txnId."""
-    faults = FaultSpec(lose_put_response=0.3, fail_put=0.1, fail_list=0.1, fail_read=0.05, slow_put_s=0.001)
+    faults = FaultSpec(
+        lose_put_response=0.3, fail_put=0.1, fail_list=0.1, fail_read=0.05, slow_put_s=0.001, slow_list_s=0.001
+    )
     result = _run(tmp_path, processes=3, txns=30, faulty_processes=3, faults=faults)
     assert sum(s.faults.get("lost_put_response", 0) for s in result.stats) > 3
     assert audit_log(result.table_path, result.history) == []

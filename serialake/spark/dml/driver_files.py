@@ -7,11 +7,12 @@ releases the GIL), computes the new rows, and writes Parquet files that are publ
 exactly like Spark's (staged under ``_staging``, renamed into the table, fsynced, stats
 from the footer).
 
-``LocalTable.open`` says whether a table qualifies: no column mapping, only columns whose
+``DriverTable.open`` says whether a table qualifies: no column mapping, only columns whose
 Arrow type reads back in Spark as the table type (no nested, interval, variant or
 timestamp columns whose time zone handling differs), no generated or identity columns,
-no CHECK constraints, data files inside the table directory. Anything else returns None
-or raises ``NotLocal``; callers then run the Spark path, which handles everything.
+no CHECK constraints, data files inside the table directory. Anything else raises
+``NotExact`` (``core.values``); the engine then runs the step on Spark, which handles
+everything.
 """
 
 from __future__ import annotations
@@ -26,13 +27,11 @@ from serialake.core.actions import AddFile, decode_path
 from serialake.core.deletion_vectors import read_deletion_vector
 from serialake.core.schema import DecimalType, PrimitiveType, StructField, StructType
 from serialake.core.snapshot import Snapshot
+from serialake.core.types import arrow_type
+from serialake.core.values import NotExact
 from serialake.spark import io
 
-__all__ = ["LocalTable", "NotLocal", "arrow_type", "io_threads"]
-
-
-class NotLocal(Exception):
-    """This operation cannot run on the driver exactly as Spark would run it; use Spark."""
+__all__ = ["DriverTable", "io_threads"]
 
 
 def io_threads() -> int:
@@ -40,23 +39,8 @@ def io_threads() -> int:
     return max(2, min(8, os.cpu_count() or 2))
 
 
-def arrow_type(data_type: Any) -> Any:
-    """The Arrow type Spark reads back as ``data_type`` (None for types this path leaves to Spark)."""
-    import pyarrow as pa
-
-    if isinstance(data_type, DecimalType):
-        return pa.decimal128(data_type.precision, data_type.scale)
-    if not isinstance(data_type, PrimitiveType):
-        return None
-    return {
-        "string": pa.string(), "long": pa.int64(), "integer": pa.int32(), "short": pa.int16(), "byte": pa.int8(),
-        "float": pa.float32(), "double": pa.float64(), "boolean": pa.bool_(), "binary": pa.binary(),
-        "date": pa.date32(), "timestamp": pa.timestamp("us", tz="UTC"), "timestamp_ntz": pa.timestamp("us"),
-    }.get(data_type.name)  # fmt: skip
-
-
 @dataclass(frozen=True)
-class LocalTable:
+class DriverTable:
     """A snapshot's data files as Arrow tables: read live rows, write new files."""
 
     snap: Snapshot
@@ -64,37 +48,40 @@ class LocalTable:
     schema: Any  # pyarrow schema of ``stored``, in table types
 
     @staticmethod
-    def open(snap: Snapshot) -> LocalTable | None:
-        """The table, when its files can be read and written here exactly (see module docstring)."""
+    def open(snap: Snapshot) -> DriverTable:
+        """The table, when its files can be read and written here exactly (see module docstring).
+
+        ``NotExact`` otherwise.
+        """
         import pyarrow as pa
 
         if io.column_mapping_mode(snap) != "none":
-            return None
+            raise NotExact("column mapping")
         if any(k.lower().startswith("delta.constraints.") for k in snap.configuration):
-            return None
+            raise NotExact("CHECK constraints")
         for f in snap.schema.fields:
             if any(k.startswith(("delta.generationExpression", "delta.identity")) for k in f.metadata):
-                return None
+                raise NotExact(f"generated or identity column {f.name}")
         stored = tuple(io.data_fields(snap.schema, snap.partition_columns))
         fields = []
         for f in stored:
             t = arrow_type(f.data_type)
             if t is None:
-                return None
+                raise NotExact(f"column {f.name} of type {f.data_type}")
             fields.append(pa.field(f.name, t, nullable=True))
-        return LocalTable(snap, stored, pa.schema(fields))
+        return DriverTable(snap, stored, pa.schema(fields))
 
     @property
     def path(self) -> str:
         return self.snap.table_path
 
     def rel_dir(self, add: AddFile) -> str:
-        """The directory of ``add`` inside the table; NotLocal for files elsewhere."""
+        """The directory of ``add`` inside the table; NotExact for files elsewhere."""
         if "://" in add.path or add.path.startswith(("file:", "/")):
-            raise NotLocal(f"{add.path}: not a relative path")
+            raise NotExact(f"{add.path}: not a relative path")
         rel = posixpath.dirname(decode_path(add.path))
         if rel.startswith("..") or "/../" in f"/{rel}/":
-            raise NotLocal(f"{add.path}: outside the table")
+            raise NotExact(f"{add.path}: outside the table")
         return rel
 
     def read(
@@ -104,7 +91,7 @@ class LocalTable:
 
         ``columns`` (stored column names, table spelling) reads only those; by default all of
         ``schema``. Columns the file lacks (added later) are NULL; a column stored under another
-        type is cast when the cast is exact, else NotLocal.
+        type is cast when the cast is exact, else NotExact.
         """
         import numpy as np
         import pyarrow as pa
@@ -123,7 +110,7 @@ class LocalTable:
                 data = parquet.read(columns=[c for c in schema.names if c in stored], use_threads=not small)
                 n = parquet.metadata.num_rows
         except (OSError, pa.ArrowException) as e:
-            raise NotLocal(f"{add.path}: {e}") from None
+            raise NotExact(f"{add.path}: {e}") from None
         arrays = []
         for field in schema:
             if field.name in data.column_names:
@@ -132,9 +119,9 @@ class LocalTable:
                     try:
                         col = col.cast(field.type, safe=True)
                     except (pa.ArrowException, ValueError):
-                        raise NotLocal(f"{add.path}: column {field.name} is {col.type}") from None
+                        raise NotExact(f"{add.path}: column {field.name} is {col.type}") from None
             elif any(name.lower() == field.name.lower() for name in stored):
-                raise NotLocal(f"{add.path}: column {field.name} stored under another case")
+                raise NotExact(f"{add.path}: column {field.name} stored under another case")
             else:
                 col = pa.nulls(n, field.type)  # added after this file was written
             arrays.append(col)
@@ -159,9 +146,9 @@ class LocalTable:
         f = self.snap.schema.field(part)
         t = arrow_type(f.data_type) if f is not None else None
         if f is None or t is None:
-            raise NotLocal(f"partition column {part}")
+            raise NotExact(f"partition column {part}")
         raw = next((v for k, v in (add.partition_values or {}).items() if k.lower() == part.lower()), None)
-        return pa.scalar(io.parse_partition_value(raw, f.data_type, table=self.path, column=part), t)
+        return pa.scalar(io.typed_partition_value(raw, f.data_type, table=self.path, column=part), t)
 
     def stats_columns(self) -> list[tuple[tuple[str, ...], Any]]:
         return io.stats_columns(StructType(self.stored), self.snap.configuration)

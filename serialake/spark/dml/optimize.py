@@ -30,20 +30,22 @@ from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from serialake.core import predicates as P
+from serialake.core import expressions as P
 from serialake.core import properties as props
+from serialake.core import skipping
 from serialake.core.actions import Action, AddFile, FileAction, RemoveFile, now_ms
 from serialake.core.row_level import COMPACTED_FROM_TAG
 from serialake.core.snapshot import Snapshot
+from serialake.core.written import BeforeCommit, commit_or_clean_up
 from serialake.exceptions import DeltaAnalysisException, DeltaIllegalArgumentException
 from serialake.spark import io
-from serialake.spark.local_compaction import LOCAL_MAX_BYTES_CONF, LOCAL_MAX_BYTES_DEFAULT, compact_locally
-from serialake.spark.dml import (
+from serialake.spark.dml import engine
+from serialake.spark.dml.driver_compaction import driver_compact
+from serialake.spark.dml.engine import Engine
+from serialake.spark.dml.kernel import (
     FILE_COL,
     ROW_COL,
-    BeforeCommit,
     DmlResult,
-    commit,
     elapsed_ms,
     file_bytes,
     json_list,
@@ -54,7 +56,14 @@ from serialake.spark.dml import (
     write_rows,
 )
 
-__all__ = ["DeltaOptimizeBuilder", "MAX_FILE_SIZE_CONF", "MAX_THREADS_CONF", "ZORDER_BITS", "write_compacted"]
+__all__ = [
+    "DeltaOptimizeBuilder",
+    "MAX_FILE_SIZE_CONF",
+    "MAX_THREADS_CONF",
+    "ZORDER_BITS",
+    "optimize",
+    "write_compacted",
+]
 
 MAX_FILE_SIZE_CONF = "spark.databricks.delta.optimize.maxFileSize"
 MAX_FILE_SIZE_DEFAULT = 1024 * 1024 * 1024
@@ -161,7 +170,7 @@ class DeltaOptimizeBuilder:
         if any(k.lower() == props.TARGET_FILE_SIZE.lower() for k in snap.configuration):
             return int(props.get(snap.configuration, props.TARGET_FILE_SIZE))
         conf = self._spark.conf.get(MAX_FILE_SIZE_CONF, None)
-        return _parse_size(conf) if conf else MAX_FILE_SIZE_DEFAULT
+        return engine.parse_size(conf) if conf else MAX_FILE_SIZE_DEFAULT
 
     def _max_deleted_ratio(self) -> float:
         conf = self._spark.conf.get(DELETED_RATIO_CONF, None)
@@ -186,7 +195,7 @@ class DeltaOptimizeBuilder:
                     f"[{', '.join(snap.partition_columns)}]"
                 )
             exprs.append(expr)
-        match = P.compile_predicate(P.conjunction(exprs), snap.schema, snap.partition_columns)
+        match = skipping.compile_predicate(P.conjunction(exprs), snap.schema, snap.partition_columns)
         return [f for f in snap.all_files if match(f.partition_values or {}, None)]
 
     def _zorder_columns(self, snap: Snapshot, columns: Sequence[str]) -> list[str]:
@@ -239,7 +248,9 @@ class DeltaOptimizeBuilder:
         }
         metrics = _metrics(snap, inputs, adds, considered, batches, start)
         commit_metrics = {k: v for k, v in metrics.items() if k not in _DETAIL_KEYS}
-        version = commit(txn, actions, "OPTIMIZE", params, commit_metrics, new_files=adds, before_commit=before_commit)
+        version = commit_or_clean_up(
+            txn, actions, "OPTIMIZE", params, commit_metrics, new_files=adds, before_commit=before_commit
+        )
         final = txn.committed_actions or []
         removed = [a for a in final if isinstance(a, RemoveFile)]
         added = [a for a in final if isinstance(a, AddFile)]
@@ -282,48 +293,40 @@ def write_compacted(spark: SparkSession, snap: Snapshot, bins: Sequence[Sequence
     """
     if not bins:
         return []
-    local_max = _local_max_bytes(spark)
+    budget = engine.for_compaction(spark)
     conf = spark.conf.get(MAX_THREADS_CONF, None)
     threads = max(1, min(len(bins), int(conf) if conf else MAX_THREADS_DEFAULT))
     if threads == 1:
-        results = [_write_bin(spark, snap, b, local_max) for b in bins]
+        results = [_write_bin(spark, snap, b, budget) for b in bins]
     else:
         with ThreadPoolExecutor(threads, thread_name_prefix="serialake-optimize") as pool:
-            results = list(pool.map(lambda b: _write_bin(spark, snap, b, local_max), bins))
+            results = list(pool.map(lambda b: _write_bin(spark, snap, b, budget), bins))
     return [a for r in results for a in r]
 
 
-def _write_bin(spark: SparkSession, snap: Snapshot, inputs: Sequence[AddFile], local_max: int) -> list[AddFile]:
+def _write_bin(spark: SparkSession, snap: Snapshot, inputs: Sequence[AddFile], budget: Engine) -> list[AddFile]:
     """The live rows of ``inputs`` in input order, as one file tagged with the row mapping."""
     # Inputs in path order, so the file column itself orders them (no per-file literal map).
     inputs = sorted(inputs, key=lambda f: f.path)
-    local = compact_locally(snap, inputs, max_bytes=local_max)
-    if local is not None:
-        adds = [local]
-    else:
+
+    def on_driver() -> list[AddFile]:
+        add = driver_compact(snap, inputs)
+        return [add] if add is not None else []
+
+    def on_spark() -> list[AddFile]:
         df = read_target(spark, snap, inputs, _ALIAS)
         # Partition columns lead the sort: the writer then keeps this order (it sorts by them itself otherwise).
         parts = [F.col(io.quote_name(c)) for c in snap.partition_columns]
         ordered = df.coalesce(1).sortWithinPartitions(*parts, F.col(FILE_COL), F.col(ROW_COL))
-        adds = write_rows(snap, ordered.select(*table_columns(snap, ordered)), data_change=False)
+        return write_rows(snap, ordered.select(*table_columns(snap, ordered)), data_change=False)
+
+    adds = budget.run(inputs, driver=on_driver, spark=on_spark)
     sources = [[f.path, f.deletion_vector.unique_id if f.deletion_vector else None, _live(snap, f)] for f in inputs]
     expected = sum(n for _, _, n in sources)
     if len(adds) != 1 or adds[0].num_records != expected:
         return adds  # no exact mapping (e.g. no live rows): the outputs carry no tag
     tags = {**(adds[0].tags or {}), COMPACTED_FROM_TAG: json.dumps(sources, separators=(",", ":"))}
     return [replace(adds[0], tags=tags)]
-
-
-def _local_max_bytes(spark: SparkSession) -> int:
-    text = spark.conf.get(LOCAL_MAX_BYTES_CONF, None)
-    if not text:
-        return LOCAL_MAX_BYTES_DEFAULT
-    try:
-        return _parse_size(text)
-    except (ValueError, DeltaIllegalArgumentException):
-        raise DeltaIllegalArgumentException(
-            f"{LOCAL_MAX_BYTES_CONF} must be a size in bytes (e.g. 67108864 or 64m), got {text!r}"
-        ) from None
 
 
 _DETAIL_KEYS = frozenset(
@@ -447,15 +450,6 @@ def _zordered(df: DataFrame, partition_columns: list[str], columns: list[str], n
 # ---------------------------------------------------------------------------------------------
 
 
-def _parse_size(text: str) -> int:
-    """``"1073741824"``, ``"128m"``, ``"1g"``: a size in bytes (Spark's byte-string forms)."""
-    value = text.strip().lower().rstrip("b")
-    units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
-    if value and value[-1] in units:
-        return int(float(value[:-1]) * units[value[-1]])
-    return int(value)
-
-
 def _percentile(sorted_values: list[int], q: float) -> int:
     if not sorted_values:
         return 0
@@ -467,3 +461,8 @@ def _file_stats(files: Sequence[FileAction]) -> tuple[int | None, int | None, fl
     if not sizes:
         return (None, None, 0.0, 0, 0)
     return (min(sizes), max(sizes), sum(sizes) / len(sizes), len(sizes), sum(sizes))
+
+
+def optimize(spark: SparkSession, table_path: str, *, target_file_size: int | None = None) -> DeltaOptimizeBuilder:
+    """``OPTIMIZE table``: a ``DeltaOptimizeBuilder``."""
+    return DeltaOptimizeBuilder(spark, table_path, target_file_size=target_file_size)

@@ -2,23 +2,24 @@
 
 A typical upsert (a batch of keyed rows into a table) reads few files and changes few rows;
 on Spark it still costs several jobs and a shuffle join. When the source is estimated
-small and the candidate target files total at most ``dml.LOCAL_CONF`` bytes, the driver
+small and the candidate target files fit the driver's budget (``engine``), the driver
 does the whole MERGE itself:
 
 1. the source is collected once as Arrow (``DataFrame.toArrow``: it is read exactly once);
 2. the key and filter columns of the candidate target files are read, and the ON
    condition is evaluated as a hash join on its equality keys (NULL keys never match, as
-   in SQL) plus exact target-only and source-only conjuncts (``row_level._eval``);
+   in SQL) plus exact target-only and source-only conjuncts (``row_eval.evaluate``);
 3. a target row matched by several source rows fails as on Spark;
 4. touched files are read whole and rewritten (copy-on-write) or get their changed rows
-   marked in deletion vectors; updated and inserted values come from ``core.values``.
+   marked in deletion vectors (``driver_rewrite.rewrite_files``); updated and inserted
+   values come from ``core.values``.
 
 What qualifies (``plan``): an ON condition that is a conjunction of ``t.k = s.k``
 equalities on integral, string, date or boolean columns (at least one) and exact
 single-side conjuncts; at most one clause of each kind and no clause condition; SET /
 VALUES in the exact subset (``updateAll`` / ``insertAll`` included); for inserts, an
-unpartitioned table. Everything else, or any doubt while running (``NotLocal``), goes to
-the Spark implementation in ``merge``, which gives the same result.
+unpartitioned table. Everything else, or any doubt while running, raises ``NotExact``:
+the engine then runs the MERGE on Spark (``merge``), which gives the same result.
 """
 
 from __future__ import annotations
@@ -27,20 +28,26 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
-from serialake.core import predicates as P
-from serialake.core import row_level
+from serialake.core import expressions as P
+from serialake.core import row_eval
 from serialake.core import values as V
 from serialake.core.actions import AddFile
 from serialake.core.deletion_vectors import RowIndexSet
 from serialake.core.schema import StructType
-from serialake.spark import io
-from serialake.spark.arrow_files import LocalTable, NotLocal, arrow_type, io_threads
+from serialake.core.values import NotExact
+from serialake.core.types import arrow_type, type_family
+from serialake.spark.dml.driver_files import DriverTable, io_threads
+from serialake.spark.dml.driver_rewrite import check_not_null, rewrite_files
 
 __all__ = ["MergePlan", "MergeOutcome", "execute", "plan", "source_table"]
 
 _T, _S = "t", "s"  # which side a column belongs to
-_JOIN_FAMILIES = {"byte": "int", "short": "int", "integer": "int", "long": "int", "string": "string",
-                  "date": "date", "boolean": "boolean"}  # fmt: skip
+_JOIN_FAMILIES = frozenset({"integral", "string", "date", "boolean"})  # key types the hash join compares exactly
+
+
+def _join_family(kind: str | None) -> str | None:
+    family = type_family(kind) if kind else None
+    return family if family in _JOIN_FAMILIES else None
 
 
 @dataclass
@@ -53,7 +60,7 @@ class Clause:
 
 @dataclass
 class MergePlan:
-    local: LocalTable
+    local: DriverTable
     source_schema: StructType
     keys: list[tuple[str, str]]  # (target column, source column)
     target_filter: P.Expr | None
@@ -81,18 +88,18 @@ def plan(
     target_alias: str,
     source_schema: StructType,
     clauses: Sequence[Any],
-) -> MergePlan | None:
-    """A driver plan for this MERGE, or None when it must run on Spark (see module docstring)."""
-    local = LocalTable.open(snap)
-    if local is None or not on_text:
-        return None
+) -> MergePlan:
+    """A driver plan for this MERGE; ``NotExact`` when it must run on Spark (see module docstring)."""
+    local = DriverTable.open(snap)
+    if not on_text:
+        raise NotExact("the ON condition has no SQL text")
     try:
         return _plan(local, on_text, target_alias, source_schema, clauses)
-    except (NotLocal, V.NotExact, P.PredicateError, ValueError, TypeError):
-        return None
+    except (P.PredicateError, ValueError, TypeError) as e:
+        raise NotExact(f"ON condition: {e}") from None
 
 
-def _plan(local: LocalTable, on_text: str, alias: str, source_schema: StructType, clauses: Sequence[Any]) -> MergePlan:
+def _plan(local: DriverTable, on_text: str, alias: str, source_schema: StructType, clauses: Sequence[Any]) -> MergePlan:
     snap = local.snap
     sides: dict[tuple[str | None, str], tuple[str, str]] = {}
 
@@ -110,7 +117,7 @@ def _plan(local: LocalTable, on_text: str, alias: str, source_schema: StructType
             else:
                 found = None  # unknown or ambiguous: Spark reports it
             if found is None:
-                raise NotLocal(f"column {qualifier + '.' if qualifier else ''}{name}")
+                raise NotExact(f"column {qualifier + '.' if qualifier else ''}{name}")
             sides[key] = found
         return sides[key]
 
@@ -119,7 +126,7 @@ def _plan(local: LocalTable, on_text: str, alias: str, source_schema: StructType
         f = schema.field(name)
         k = V.kind_of_type(f.data_type) if f is not None else None
         if k is None:
-            raise NotLocal(f"column {name}")
+            raise NotExact(f"column {name}")
         return k
 
     keys: list[tuple[str, str]] = []
@@ -128,7 +135,7 @@ def _plan(local: LocalTable, on_text: str, alias: str, source_schema: StructType
     for c in P.split_conjuncts(P.parse_predicate(on_text)):
         refs = P.column_refs(c)
         if not refs:
-            raise NotLocal("constant ON conjunct")
+            raise NotExact("constant ON conjunct")
         sided = {side_of(q, n) for q, n in refs}
         if isinstance(c, P.Comparison) and c.op == "=" and isinstance(c.left, P.Column) and isinstance(
             c.right, P.Column
@@ -136,9 +143,9 @@ def _plan(local: LocalTable, on_text: str, alias: str, source_schema: StructType
             a, b = side_of(c.left.qualifier, c.left.name), side_of(c.right.qualifier, c.right.name)
             if {a[0], b[0]} == {_T, _S}:
                 t, s = (a, b) if a[0] == _T else (b, a)
-                ft, fs = _JOIN_FAMILIES.get(kind(*t)), _JOIN_FAMILIES.get(kind(*s))
+                ft, fs = _join_family(kind(*t)), _join_family(kind(*s))
                 if ft is None or ft != fs:
-                    raise NotLocal(f"join key {t[1]} = {s[1]}")
+                    raise NotExact(f"join key {t[1]} = {s[1]}")
                 keys.append((t[1], s[1]))
                 continue
         if {s for s, _ in sided} == {_T}:
@@ -146,27 +153,27 @@ def _plan(local: LocalTable, on_text: str, alias: str, source_schema: StructType
         elif {s for s, _ in sided} == {_S}:
             source_parts.append(_unqualified(c))
         else:
-            raise NotLocal(f"ON conjunct {P.to_sql(c)} mixes both sides")
+            raise NotExact(f"ON conjunct {P.to_sql(c)} mixes both sides")
     if not keys:
-        raise NotLocal("no equality key")
+        raise NotExact("no equality key")
     target_filter = P.conjunction(target_parts) if target_parts else None
     source_filter = P.conjunction(source_parts) if source_parts else None
-    if target_filter is not None and row_level.inexact_reason(target_filter, snap.schema) is not None:
-        raise NotLocal("target conjuncts")
-    if source_filter is not None and row_level.inexact_reason(source_filter, source_schema) is not None:
-        raise NotLocal("source conjuncts")
+    if target_filter is not None and row_eval.inexact_reason(target_filter, snap.schema) is not None:
+        raise NotExact("target conjuncts")
+    if source_filter is not None and row_eval.inexact_reason(source_filter, source_schema) is not None:
+        raise NotExact("source conjuncts")
 
     by_kind: dict[str, Clause] = {}
     for clause in clauses:
         if clause.condition is not None or clause.kind in by_kind:
-            raise NotLocal("clause conditions")
+            raise NotExact("clause conditions")
         allowed = {"matched": {_T, _S}, "notMatched": {_S}, "notMatchedBySource": {_T}}[clause.kind]
         compiled: dict[str, V.Compiled] = {}
         if clause.action != "delete":
             compiled = _compile_values(snap, clause, allowed, side_of, kind)
         by_kind[clause.kind] = Clause(clause.action, compiled)
     if "notMatched" in by_kind and snap.partition_columns:
-        raise NotLocal("inserts into a partitioned table")
+        raise NotExact("inserts into a partitioned table")
     return MergePlan(local, source_schema, keys, target_filter, source_filter, by_kind.get("matched"),
                      by_kind.get("notMatchedBySource"), by_kind.get("notMatched"), sides)  # fmt: skip
 
@@ -184,7 +191,7 @@ def _compile_values(
     def column_type(ref: V.Ref) -> str | None:
         side, name = side_of(ref.qualifier, ref.name) if ref.qualifier != "\0s" else (_S, ref.name)
         if side not in allowed:
-            raise NotLocal(f"{clause.kind} clause reads {ref.name}")
+            raise NotExact(f"{clause.kind} clause reads {ref.name}")
         return kind(side, name)
 
     if clause.star:
@@ -193,15 +200,15 @@ def _compile_values(
             tree = V.Ref("\0s", f.name)  # the source column of that name (side_of resolves case)
             try:
                 column_type(tree)
-            except NotLocal:
-                raise NotLocal(f"star clause: no source column {f.name}") from None
+            except NotExact:
+                raise NotExact(f"star clause: no source column {f.name}") from None
             out[f.name] = V.compile_value(tree, column_type, target)
         return out
     for key, text in (clause.assignments or {}).items():
         name = key.split(".", 1)[1] if "." in key and snap.schema.field(key) is None else key
         f = snap.schema.field(name.strip("`"))
         if f is None or not isinstance(text, str):
-            raise NotLocal(f"assignment to {key}")
+            raise NotExact(f"assignment to {key}")
         out[f.name] = V.compile_value(V.parse_value(text), column_type, V.kind_of_type(f.data_type) or "")
     return out
 
@@ -209,17 +216,17 @@ def _compile_values(
 def _unqualified(expr: P.Expr) -> P.Expr:
     qualifiers = {q for q, _ in P.column_refs(expr) if q is not None}
     if len(qualifiers) > 1:
-        raise NotLocal("several qualifiers")
+        raise NotExact("several qualifiers")
     for q in qualifiers:
         stripped = P.strip_qualifier(expr, q)
         if stripped is None:
-            raise NotLocal("qualifier")
+            raise NotExact("qualifier")
         return stripped
     return expr
 
 
 def source_table(df: Any, schema: StructType, max_bytes: int) -> Any:
-    """The source DataFrame as an Arrow table in Delta types, or None when too big or not exact.
+    """The source DataFrame as an Arrow table in Delta types; ``NotExact`` when too big or not exact.
 
     Spark's size estimate rules out sources known to be big; others (an RDD of Python rows
     has no estimate) are collected with a row limit that ``max_bytes`` allows, so a big
@@ -231,23 +238,23 @@ def source_table(df: Any, schema: StructType, max_bytes: int) -> Any:
     for f in schema.fields:
         t = arrow_type(f.data_type)
         if t is None:
-            return None
+            raise NotExact(f"source column {f.name} of type {f.data_type}")
         wanted.append(pa.field(f.name, t))
     try:
         estimate = int(str(df._jdf.queryExecution().optimizedPlan().stats().sizeInBytes()))
     except Exception:  # noqa: BLE001 - Spark Connect, or a plan without statistics
         estimate = None
     if estimate is not None and estimate > max_bytes and estimate < (1 << 62):
-        return None
+        raise NotExact(f"source estimated at {estimate} bytes")
     width = sum(32 if pa.types.is_string(w.type) or pa.types.is_binary(w.type) else 8 for w in wanted) or 1
     cap = max(1, max_bytes // width)
     table = df.limit(cap + 1).toArrow() if estimate is None or estimate > max_bytes else df.toArrow()
     if table.num_rows > cap or table.nbytes > max_bytes:
-        return None
+        raise NotExact("source larger than the driver's budget")
     try:
         columns = [table.column(i).cast(w.type, safe=True) for i, w in enumerate(wanted)]
-    except (pa.ArrowException, ValueError):
-        return None
+    except (pa.ArrowException, ValueError) as e:
+        raise NotExact(f"source columns: {e}") from None
     return pa.Table.from_arrays(columns, schema=pa.schema(wanted))
 
 
@@ -272,12 +279,11 @@ def execute(
 
     local = mp.local
     snap = local.snap
-    dirs = {f.path: local.rel_dir(f) for f in files}  # NotLocal for files outside the table
     # 1. Keys (and filter columns) of the candidate files; the join on the equality keys.
     t_cols = {t for t, _ in mp.keys}
     if mp.target_filter is not None:
         t_cols |= {n for _, n in P.column_refs(mp.target_filter)}
-    join_types = [pa.int64() if _JOIN_FAMILIES[V.kind_of_type(snap.schema.field(t).data_type) or ""] == "int"
+    join_types = [pa.int64() if _join_family(V.kind_of_type(snap.schema.field(t).data_type)) == "integral"
                   else None for t, _ in mp.keys]  # fmt: skip
 
     def keys_of(i: int) -> tuple[Any, int]:
@@ -286,7 +292,7 @@ def execute(
         n = table.num_rows
         ok = np.ones(n, dtype=bool)
         if mp.target_filter is not None:
-            ok &= _mask(row_level._eval(mp.target_filter, table, n, {}, snap.schema, ()), n)
+            ok &= _mask(row_eval.evaluate(mp.target_filter, table, n, {}, snap.schema, ()), n)
         arrays = {}
         for k, ((t, _), jt) in enumerate(zip(mp.keys, join_types)):
             col = table.column(t)
@@ -302,7 +308,7 @@ def execute(
     s_n = source.num_rows
     s_ok = np.ones(s_n, dtype=bool)
     if mp.source_filter is not None:
-        s_ok &= _mask(row_level._eval(mp.source_filter, source, s_n, {}, mp.source_schema, ()), s_n)
+        s_ok &= _mask(row_eval.evaluate(mp.source_filter, source, s_n, {}, mp.source_schema, ()), s_n)
     s_keys = {}
     for k, ((_, s), jt) in enumerate(zip(mp.keys, join_types)):
         col = source.column(s)
@@ -316,7 +322,7 @@ def execute(
         try:
             pairs = t_side.join(s_side, keys=key_names, join_type="inner", use_threads=True)
         except (pa.ArrowNotImplementedError, pa.ArrowInvalid) as e:
-            raise NotLocal(f"join: {e}") from None
+            raise NotExact(f"join: {e}") from None
         pf = pairs.column("__f").to_numpy()
         pp = pairs.column("__p").to_numpy()
         ps = pairs.column("__sid").to_numpy()
@@ -337,97 +343,75 @@ def execute(
     # 2. Per file: the matched rows (positions, and each one's source row).
     bounds = np.searchsorted(pf, np.arange(len(files) + 1))
     counts = {"matched_update": 0, "matched_delete": 0, "by_source_update": 0, "by_source_delete": 0, "insert": 0}
-    jobs = []
+    jobs: list[tuple[AddFile, tuple[Any, Any]]] = []
     for i, add in enumerate(files):
         lo, hi = bounds[i], bounds[i + 1]
         changes = (hi - lo if mp.matched else 0) + (live[i] - (hi - lo) if mp.by_source else 0)
         if changes:
-            jobs.append((i, pp[lo:hi], ps[lo:hi]))
-    indexed = local.stats_columns()
-    not_null = {f.name for f in snap.schema.fields if not f.nullable}
+            jobs.append((add, (pp[lo:hi], ps[lo:hi])))
     touched: dict[str, tuple[AddFile, RowIndexSet]] = {}
-    written: list[AddFile] = []
     tally: list[dict[str, int]] = []
 
-    with io.staging_area(local.path) as staging:
+    def rewrite(table: Any, positions: Any, add: AddFile, job: tuple[Any, Any]) -> Any:
+        positions_m, sids = job
+        n = table.num_rows
+        mask_m = np.isin(positions, positions_m, assume_unique=True) if mp.matched else np.zeros(n, bool)
+        mask_b = ~np.isin(positions, positions_m, assume_unique=True) if mp.by_source else np.zeros(n, bool)
+        columns = {f.name: table.column(f.name) for f in local.schema}
+        keep = np.ones(n, dtype=bool)
+        changed_rows = np.zeros(n, dtype=bool)
+        c = {k: 0 for k in counts}
+        for clause, mask, name in ((mp.matched, mask_m, "matched"), (mp.by_source, mask_b, "by_source")):
+            if clause is None or not mask.any():
+                continue
+            changed_rows |= mask
+            if clause.action == "delete":
+                keep &= ~mask
+                c[f"{name}_delete"] += int(mask.sum())
+                continue
+            c[f"{name}_update"] += int(mask.sum())
+            arrow_mask = pa.array(mask)
+            hit = table.filter(arrow_mask)
+            src = None
+            if name == "matched":
+                order_in_m = np.searchsorted(positions_m, positions[mask])
+                src = source.take(pa.array(sids[order_in_m]))
+            for col_name, compiled in clause.values.items():
+                new = compiled.evaluate(lambda ref: _value_of(mp, add, hit, src, ref), hit.num_rows)
+                _check_new(local, add, col_name, new)
+                if col_name in columns:  # (partition columns were checked to keep their value)
+                    columns[col_name] = pc.replace_with_mask(_flat(columns[col_name]), arrow_mask, new)
+        out_cols = pa.Table.from_arrays([_flat(columns[f.name]) for f in local.schema], schema=local.schema)
+        touched[add.path] = (add, RowIndexSet.from_iter(np.sort(positions[changed_rows]).astype(np.uint64)))
+        tally.append(c)
+        return out_cols.filter(pa.array((changed_rows & keep) if dvs else keep))
 
-        def rewrite(job: tuple[int, Any, Any]) -> None:
-            i, positions_m, sids = job
-            add = files[i]
-            table, positions = local.read(add, positions=True)
-            n = table.num_rows
-            mask_m = np.isin(positions, positions_m, assume_unique=True) if mp.matched else np.zeros(n, bool)
-            mask_b = ~np.isin(positions, positions_m, assume_unique=True) if mp.by_source else np.zeros(n, bool)
-            columns = {f.name: table.column(f.name) for f in local.schema}
-            keep = np.ones(n, dtype=bool)
-            changed_rows = np.zeros(n, dtype=bool)
-            c = {k: 0 for k in counts}
-            for clause, mask, name in ((mp.matched, mask_m, "matched"), (mp.by_source, mask_b, "by_source")):
-                if clause is None or not mask.any():
-                    continue
-                changed_rows |= mask
-                if clause.action == "delete":
-                    keep &= ~mask
-                    c[f"{name}_delete"] += int(mask.sum())
-                    continue
-                c[f"{name}_update"] += int(mask.sum())
-                arrow_mask = pa.array(mask)
-                hit = table.filter(arrow_mask)
-                src = None
-                if name == "matched":
-                    order_in_m = np.searchsorted(positions_m, positions[mask])
-                    src = source.take(pa.array(sids[order_in_m]))
-                for col_name, compiled in clause.values.items():
-                    new = compiled.evaluate(lambda ref: _value_of(mp, add, hit, src, ref), hit.num_rows)
-                    _check_new(local, add, col_name, new, not_null)
-                    if col_name in columns:  # (partition columns were checked to keep their value)
-                        columns[col_name] = pc.replace_with_mask(_flat(columns[col_name]), arrow_mask, new)
-            out_cols = pa.Table.from_arrays([_flat(columns[f.name]) for f in local.schema], schema=local.schema)
-            if dvs:
-                out = out_cols.filter(pa.array(changed_rows & keep))
+    def inserts(write: Callable[[Any, str, dict[str, str | None]], AddFile | None]) -> None:
+        if mp.insert is None:
+            return
+        matched_sids = np.unique(ps)
+        new_rows = np.ones(s_n, dtype=bool)
+        new_rows[matched_sids] = False
+        ins = source.filter(pa.array(new_rows))
+        if not ins.num_rows:
+            return
+        counts["insert"] = ins.num_rows
+        cols = []
+        for f in local.schema:
+            compiled = mp.insert.values.get(f.name)
+            if compiled is None:
+                new = pa.nulls(ins.num_rows, f.type)
             else:
-                out = out_cols.filter(pa.array(keep))
-            new_file = local.write(staging, out, dirs[add.path], add.partition_values or {}, data_change=True,
-                                   indexed=indexed)  # fmt: skip
-            if new_file is not None:
-                written.append(new_file)
-            touched[add.path] = (add, RowIndexSet.from_iter(np.sort(positions[changed_rows]).astype(np.uint64)))
-            tally.append(c)
+                new = compiled.evaluate(lambda ref: _value_of(mp, None, None, ins, ref), ins.num_rows)
+            _check_new(local, None, f.name, new)
+            cols.append(new)
+        write(pa.Table.from_arrays(cols, schema=local.schema), "", {})
 
-        try:
-            with ThreadPoolExecutor(min(io_threads(), max(1, len(jobs)))) as pool:
-                list(pool.map(rewrite, jobs))
-            if mp.insert is not None:
-                matched_sids = np.unique(ps)
-                new_rows = np.ones(s_n, dtype=bool)
-                new_rows[matched_sids] = False
-                ins = source.filter(pa.array(new_rows))
-                if ins.num_rows:
-                    counts["insert"] = ins.num_rows
-                    cols = []
-                    for f in local.schema:
-                        compiled = mp.insert.values.get(f.name)
-                        if compiled is None:
-                            new = pa.nulls(ins.num_rows, f.type)
-                        else:
-                            new = compiled.evaluate(lambda ref: _value_of(mp, None, None, ins, ref), ins.num_rows)
-                        _check_new(local, None, f.name, new, not_null)
-                        cols.append(new)
-                    new_file = local.write(staging, pa.Table.from_arrays(cols, schema=local.schema), "", {},
-                                           data_change=True, indexed=indexed)  # fmt: skip
-                    if new_file is not None:
-                        written.append(new_file)
-        except (NotLocal, V.NotExact, row_level.CannotEvaluate) as e:
-            local.discard(written)
-            raise NotLocal(str(e)) from None
-        except BaseException:
-            local.discard(written)
-            raise
-    local.finish(written)
+    written = rewrite_files(local, jobs, rewrite, extra=inserts)
     for c in tally:
         for k, v in c.items():
             counts[k] += v
-    return MergeOutcome(touched, counts, sorted(written, key=lambda a: a.path))
+    return MergeOutcome(touched, counts, written)
 
 
 def _flat(col: Any) -> Any:
@@ -463,27 +447,26 @@ def _value_of(mp: MergePlan, add: AddFile | None, target_rows: Any, source_rows:
     return target_rows.column(name) if value is None else value
 
 
-def _check_new(local: LocalTable, add: AddFile | None, column: str, new: Any, not_null: set[str]) -> None:
+def _check_new(local: DriverTable, add: AddFile | None, column: str, new: Any) -> None:
     """New values Spark would refuse (NULL in NOT NULL), or that would move rows to another partition."""
     import pyarrow.compute as pc
 
     snap = local.snap
-    if column in not_null and new.null_count:
-        raise NotLocal(f"NULL for NOT NULL column {column}")
+    check_not_null(local, column, new)
     if not any(p.lower() == column.lower() for p in snap.partition_columns):
         return
     if add is None:
-        raise NotLocal(f"insert into partition column {column}")
+        raise NotExact(f"insert into partition column {column}")
     value = local.partition_scalar(add, column)
     if value.as_py() is None:
         same = new.null_count == len(new)
     else:
         same = new.null_count == 0 and pc.all(pc.equal(new, value.cast(new.type))).as_py() is not False
     if not same:
-        raise NotLocal(f"the new value of partition column {column} moves rows to another partition")
+        raise NotExact(f"the new value of partition column {column} moves rows to another partition")
 
 
-def _read_columns(local: LocalTable, add: AddFile, names: Sequence[str]) -> tuple[Any, Any]:
+def _read_columns(local: DriverTable, add: AddFile, names: Sequence[str]) -> tuple[Any, Any]:
     """Some columns of ``add`` (partition columns as constants) for its live rows, and their positions."""
     import pyarrow as pa
 

@@ -1,9 +1,9 @@
-"""Compacting a small bin of files on the driver (pyarrow), for OPTIMIZE.
+"""Compacting a small bin of files on the driver (pyarrow), for OPTIMIZE and REORG PURGE.
 
 Compaction changes no value: it concatenates the live rows of its inputs. For a bin of a
 few small files, a Spark job costs far more than the work (one task opening hundreds of
-files one after the other, plus planning). When a bin holds at most
-``LOCAL_MAX_BYTES_CONF`` bytes (default 64 MiB) of plain columns, the driver reads the
+files one after the other, plus planning). When a bin fits the driver's budget
+(``engine.for_compaction``, 64 MiB by default) and holds plain columns, the driver reads the
 inputs with pyarrow (several at a time), drops the rows their deletion vectors mark,
 casts each column to the table type and writes one Parquet file, published like any
 other data file (staged, renamed into the inputs' directory, fsynced, stats from the
@@ -12,7 +12,7 @@ footer).
 Row order is the one OPTIMIZE promises for its row mapping: inputs in path order, rows in
 physical order. Anything this path does not reproduce exactly as Spark reads it (column
 mapping, nested or interval types, a column whose stored type needs a lossy cast, a
-file outside the table directory) returns None, and the bin is compacted by Spark.
+file outside the table directory) raises ``NotExact``, and the bin is compacted by Spark.
 """
 
 from __future__ import annotations
@@ -23,40 +23,30 @@ from typing import Sequence
 
 from serialake.core.actions import AddFile
 from serialake.core.snapshot import Snapshot
+from serialake.core.values import NotExact
 from serialake.spark import io
-from serialake.spark.arrow_files import LocalTable, NotLocal, io_threads
+from serialake.spark.dml.driver_files import DriverTable, io_threads
 
-__all__ = ["LOCAL_MAX_BYTES_CONF", "LOCAL_MAX_BYTES_DEFAULT", "compact_locally"]
-
-LOCAL_MAX_BYTES_CONF = "spark.serialake.optimize.local.maxBytes"
-LOCAL_MAX_BYTES_DEFAULT = 64 << 20
+__all__ = ["driver_compact"]
 
 
-def compact_locally(snap: Snapshot, inputs: Sequence[AddFile], *, max_bytes: int) -> AddFile | None:
-    """The live rows of ``inputs`` (sorted by path) as one new data file, or None if Spark must do it.
+def driver_compact(snap: Snapshot, inputs: Sequence[AddFile]) -> AddFile | None:
+    """The live rows of ``inputs`` (sorted by path) as one new data file; None when they hold none.
 
-    The returned AddFile has ``dataChange=false`` and stats; nothing is committed. None also
-    when the inputs hold no live row.
+    The returned AddFile has ``dataChange=false`` and stats; nothing is committed.
+    ``NotExact`` when Spark must do it.
     """
     import pyarrow as pa
 
-    if max_bytes <= 0 or not inputs or sum(f.size or 0 for f in inputs) > max_bytes:
+    if not inputs:
         return None
-    local = LocalTable.open(snap)
-    if local is None:
-        return None
-    try:
-        dirs = {local.rel_dir(f) for f in inputs}
-    except NotLocal:
-        return None
+    local = DriverTable.open(snap)
+    dirs = {local.rel_dir(f) for f in inputs}
     if len(dirs) != 1:
-        return None
+        raise NotExact("inputs in several directories")
     rel_dir = dirs.pop()
     ordered = sorted(inputs, key=lambda f: f.path)
-    try:
-        parts = _read_all(local, ordered)
-    except NotLocal:
-        return None
+    parts = _read_all(local, ordered)
     combined = pa.concat_tables(parts)
     if combined.num_rows == 0:
         return None
@@ -66,7 +56,7 @@ def compact_locally(snap: Snapshot, inputs: Sequence[AddFile], *, max_bytes: int
         return add
 
 
-def _read_all(local: LocalTable, ordered: Sequence[AddFile]) -> list[object]:
+def _read_all(local: DriverTable, ordered: Sequence[AddFile]) -> list[object]:
     """The live rows of each input, in input order, read by ``io_threads()`` threads.
 
     Each task reads a run of consecutive files (a few runs per thread): one task per small

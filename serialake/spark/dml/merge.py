@@ -35,28 +35,28 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from serialake.core import predicates as P
+from serialake.core import expressions as P
 from serialake.core.actions import Action, AddFile, now_ms
 from serialake.core.deletion_vectors import RowIndexSet
+from serialake.core.dv_policy import uses_deletion_vectors
+from serialake.core.written import BeforeCommit, commit_or_clean_up
 from serialake.exceptions import DeltaAnalysisException, DeltaIllegalArgumentException
-from serialake.spark import io, local_merge, scans
-from serialake.spark.arrow_files import NotLocal
-from serialake.spark.dml import (
+from serialake.spark import io, scans
+from serialake.core.values import NotExact
+from serialake.spark.dml import driver_merge, engine
+from serialake.spark.dml.kernel import (
     FILE_COL,
     ROW_COL,
     TARGET_ALIAS,
-    BeforeCommit,
     DmlResult,
     Touched,
     analysis_error,
-    commit,
     condition_text,
     elapsed_ms,
     file_bytes,
     is_true,
     json_list,
-    local_limit,
-    mark_deleted,
+    mark_touched,
     open_transaction,
     parse_or_true,
     read_target,
@@ -66,11 +66,10 @@ from serialake.spark.dml import (
     target_conjuncts,
     to_column,
     updated_columns,
-    uses_deletion_vectors,
     write_rows,
 )
 
-__all__ = ["DeltaMergeBuilder", "MAX_KEY_VALUES"]
+__all__ = ["DeltaMergeBuilder", "MAX_KEY_VALUES", "merge", "merge_result_df"]
 
 MAX_KEY_VALUES = 10_000  # distinct source key values turned into an IN list of the read predicate
 _SOURCE_PRESENT = "__serialake_source_row"
@@ -243,9 +242,12 @@ class _MergeRun:
         except AnalysisException as e:
             raise analysis_error(self.table, "MERGE condition", e) from None
         self.on_sql = resolved_condition_sql(probe)
-        done = self._run_on_driver(empty)
-        if done is not None:
-            return done
+        return engine.for_dml(self.spark).run(
+            None, driver=lambda: self._run_on_driver(empty), spark=lambda: self._run_on_spark(empty)
+        )
+
+    def _run_on_spark(self, empty: DataFrame) -> DmlResult:
+        snap = self.snap
         cached: list[DataFrame] = []
         try:
             # The source feeds several joins: cache it (this also keeps its rows identical between
@@ -269,27 +271,19 @@ class _MergeRun:
             for df in cached:
                 df.unpersist()
 
-    def _run_on_driver(self, empty_target: DataFrame) -> DmlResult | None:
-        """The whole MERGE with pyarrow on the driver (``local_merge``), or None to run it on Spark."""
-        limit = local_limit(self.spark)
-        if limit <= 0:
-            return None
+    def _run_on_driver(self, empty_target: DataFrame) -> DmlResult:
+        """The whole MERGE with pyarrow on the driver (``driver_merge``); ``NotExact`` to run it on Spark."""
+        budget = engine.for_dml(self.spark)
         on_text = self.b._condition if isinstance(self.b._condition, str) else self.on_sql
         source_schema = io.to_delta_schema(self.source.schema)
-        mp = local_merge.plan(self.snap, on_text, self.alias, source_schema, self.b._clauses)
-        if mp is None:
-            return None
-        self.local_source = local_merge.source_table(self.source, source_schema, limit)
-        if self.local_source is None:
-            return None
+        mp = driver_merge.plan(self.snap, on_text, self.alias, source_schema, self.b._clauses)
+        self.local_source = driver_merge.source_table(self.source, source_schema, budget.max_bytes)
         self.files = self.txn.filter_files([self._read_predicate(empty_target)])
-        if sum(f.size or 0 for f in self.files) > limit:
-            return None
-        try:
-            outcome = local_merge.execute(mp, self.files, self.local_source, self._multiple_match_error,
-                                          dvs=uses_deletion_vectors(self.snap))
-        except NotLocal:
-            return None
+        if not budget.fits(self.files):
+            raise NotExact(f"candidate files over {engine.DML_MAX_BYTES_CONF}")
+        outcome = driver_merge.execute(
+            mp, self.files, self.local_source, self._multiple_match_error, dvs=uses_deletion_vectors(self.snap)
+        )
         self.scan_ms = elapsed_ms(self.start)
         touched = {p: Touched(add, len(rows), rows) for p, (add, rows) in outcome.touched.items()}
         c = outcome.counts
@@ -651,7 +645,7 @@ class _MergeRun:
         written = sum(a.num_records or 0 for a in adds)
         new_dvs: list[AddFile] = []
         if dvs:
-            changes_dv = mark_deleted(self.table, touched.values(), stamp)
+            changes_dv = mark_touched(self.table, touched.values(), stamp)
             actions: list[Action] = changes_dv.actions + list(adds)
             new_dvs = changes_dv.written
             removed_files, removed_bytes = changes_dv.files_removed, changes_dv.bytes_removed
@@ -692,7 +686,7 @@ class _MergeRun:
             "notMatchedPredicates": json_list([c.describe() for c in self.inserts]),
             "notMatchedBySourcePredicates": json_list([c.describe() for c in self.by_source]),
         }
-        version = commit(
+        version = commit_or_clean_up(
             self.txn, actions, "MERGE", params, metrics, new_files=adds, new_dvs=new_dvs,
             before_commit=self.before_commit,
         )
@@ -718,3 +712,10 @@ def merge_result_df(spark: SparkSession, result: DmlResult) -> DataFrame:
     m = result.metrics
     row = (m["num_affected_rows"], m["numTargetRowsUpdated"], m["numTargetRowsDeleted"], m["numTargetRowsInserted"])
     return spark.createDataFrame([row], _RESULT_SCHEMA)
+
+
+def merge(
+    spark: SparkSession, table_path: str, source: DataFrame, condition: str | Column, *, alias: str | None = None
+) -> DeltaMergeBuilder:
+    """``MERGE INTO table USING source ON condition``: a ``DeltaMergeBuilder``."""
+    return DeltaMergeBuilder(spark, table_path, source, condition, alias=alias)

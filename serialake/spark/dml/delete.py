@@ -1,0 +1,226 @@
+"""DELETE FROM table [WHERE condition].
+
+No condition, or a condition on partition columns only: whole files are removed (no data
+read). Otherwise the matched rows of the candidate files are found (on the driver when
+exact, else one Spark aggregate), then marked in deletion vectors or the touched files are
+rewritten without them (on the driver when exact, else one Spark write job).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Sequence
+
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import types as T
+
+from serialake.core import expressions as P
+from serialake.core.actions import Action, AddFile, now_ms
+from serialake.core.dv_policy import uses_deletion_vectors
+from serialake.core.schema import StructType
+from serialake.core.snapshot import Snapshot
+from serialake.core.transaction import OptimisticTransaction
+from serialake.core.written import BeforeCommit, commit_or_clean_up
+from serialake.spark import io
+from serialake.spark.dml import driver_rewrite, engine
+from serialake.spark.dml.driver_files import DriverTable
+from serialake.spark.dml.kernel import (
+    FILE_COL,
+    TARGET_ALIAS,
+    ConditionLike,
+    DmlResult,
+    PlannedCondition,
+    affected_rows_df,
+    declare_matched_rows,
+    elapsed_ms,
+    file_bytes,
+    find_touched,
+    is_true,
+    json_list,
+    live_rows,
+    mark_touched,
+    open_transaction,
+    plan_condition,
+    read_target,
+    rewrite_metrics,
+    rows_of,
+    table_columns,
+    target_conjuncts,
+    write_rows,
+)
+
+__all__ = ["delete", "run_delete"]
+
+
+def delete(
+    spark: SparkSession, table_path: str, condition: ConditionLike = None, *, alias: str | None = None
+) -> DataFrame:
+    """``DELETE FROM table [WHERE condition]``; returns one row ``num_affected_rows`` (delta-spark SQL)."""
+    result = run_delete(spark, table_path, condition, alias=alias)
+    return affected_rows_df(spark, result)
+
+
+def run_delete(
+    spark: SparkSession,
+    table_path: str,
+    condition: ConditionLike = None,
+    *,
+    alias: str | None = None,
+    before_commit: BeforeCommit = None,
+) -> DmlResult:
+    """DELETE (see module docstring); ``DmlResult.metrics`` are delta-spark's DELETE metrics."""
+    start = time.monotonic()
+    txn, snap = open_transaction(table_path, "DELETE")
+    name = alias or TARGET_ALIAS
+    plan = plan_condition(spark, txn, snap, condition, name, "DELETE")
+    if condition is None:
+        return _delete_files(txn, snap, plan.files, None, start, before_commit)
+    if _only_partition_columns(snap, plan.expr, name):
+        matched = _partition_matches(spark, snap, plan.files, name, plan.cond)
+        if all(live_rows(snap.table_path, f) is not None for f in matched):
+            return _delete_files(txn, snap, matched, plan.text, start, before_commit)
+    return _delete_rows(spark, txn, snap, plan, name, start, before_commit)
+
+
+def _only_partition_columns(snap: Snapshot, expr: P.Expr, alias: str) -> bool:
+    """Whether every conjunct of the condition reads partition columns only (no data needs reading)."""
+    parts = {c.lower() for c in snap.partition_columns}
+    conjuncts = P.split_conjuncts(expr)
+    if not parts or not conjuncts:
+        return False
+    kept = target_conjuncts(expr, alias, lambda n: n.lower() in parts)
+    return len(kept) == len(conjuncts) and all(n.lower() in parts for c in kept for _, n in P.column_refs(c))
+
+
+def _partition_matches(
+    spark: SparkSession, snap: Snapshot, files: Sequence[AddFile], alias: str, cond: Column
+) -> list[AddFile]:
+    """Files whose partition values satisfy ``cond`` (evaluated by Spark on one row per file, no data read)."""
+    if not files:
+        return []
+    fields = [snap.schema.field(c) for c in snap.partition_columns]
+    rows = []
+    for f in files:
+        pv = {k.lower(): v for k, v in (f.partition_values or {}).items()}
+        rows.append(
+            [f.path]
+            + [
+                io.typed_partition_value(pv.get(p.name.lower()), p.data_type, table=snap.table_path, column=p.name)
+                for p in fields
+                if p is not None
+            ]
+        )
+    part_schema = io.to_spark_schema(StructType(tuple(p for p in fields if p is not None)))
+    schema = T.StructType([T.StructField(FILE_COL, T.StringType(), False), *part_schema.fields])
+    df = spark.createDataFrame(rows, schema).alias(alias)
+    hit = {r[0] for r in df.filter(is_true(cond)).select(FILE_COL).collect()}
+    return [f for f in files if f.path in hit]
+
+
+def _delete_files(
+    txn: OptimisticTransaction,
+    snap: Snapshot,
+    files: Sequence[AddFile],
+    text: str | None,
+    start: float,
+    before_commit: BeforeCommit,
+) -> DmlResult:
+    """Remove whole files (no condition, or a condition on partition columns only)."""
+    stamp = now_ms()
+    removed_rows = sum(live_rows(snap.table_path, f) or 0 for f in files)
+    metrics = _delete_metrics(
+        deleted=removed_rows,
+        files_removed=len(files),
+        bytes_removed=file_bytes(files),
+        dvs_removed=sum(1 for f in files if f.deletion_vector),
+        start=start,
+        scan_ms=elapsed_ms(start),
+    )
+    if not files:
+        return DmlResult(None, {**metrics, "num_affected_rows": 0})
+    version = commit_or_clean_up(
+        txn,
+        [f.remove(timestamp=stamp) for f in files],
+        "DELETE",
+        {"predicate": json_list([text] if text else [])},
+        metrics,
+        before_commit=before_commit,
+    )
+    return DmlResult(version, {**metrics, "num_affected_rows": removed_rows})
+
+
+def _delete_rows(
+    spark: SparkSession,
+    txn: OptimisticTransaction,
+    snap: Snapshot,
+    plan: PlannedCondition,
+    alias: str,
+    start: float,
+    before_commit: BeforeCommit,
+) -> DmlResult:
+    """Delete the matching rows of the candidate files: deletion vectors or rewrite."""
+    table = snap.table_path
+    cond, text = plan.cond, plan.text
+    dvs = uses_deletion_vectors(snap)
+    budget = engine.for_dml(spark)
+    touched = find_touched(
+        spark, snap, plan, lambda: read_target(spark, snap, plan.files, alias).filter(is_true(cond)), with_rows=dvs,
+        engine=budget,
+    )  # fmt: skip
+    scan_ms = elapsed_ms(start)
+    deleted = sum(t.count for t in touched.values())
+    params = {"predicate": json_list([text] if text else [])}
+    if not touched:
+        metrics = _delete_metrics(deleted=0, start=start, scan_ms=scan_ms)
+        return DmlResult(None, {**metrics, "num_affected_rows": 0})
+    stamp = now_ms()
+    if dvs:
+        changes = mark_touched(table, touched.values(), stamp)
+        declare_matched_rows(txn, plan.files, touched)
+        metrics = _delete_metrics(
+            deleted=deleted,
+            files_removed=changes.files_removed,
+            bytes_removed=changes.bytes_removed,
+            dvs_added=changes.dvs_added,
+            dvs_updated=changes.dvs_updated,
+            dvs_removed=changes.dvs_removed,
+            start=start,
+            scan_ms=scan_ms,
+        )
+        version = commit_or_clean_up(
+            txn, changes.actions, "DELETE", params, metrics, new_dvs=changes.written, before_commit=before_commit
+        )
+        return DmlResult(version, {**metrics, "num_affected_rows": deleted})
+    partial = [t for t in touched.values() if live_rows(table, t.add) != t.count]
+    rewrite_start = time.monotonic()
+
+    def on_driver() -> list[AddFile]:
+        jobs = [(t.add, t.rows) for t in partial if t.rows is not None]
+        return driver_rewrite.delete_rows(DriverTable.open(snap), jobs)
+
+    def on_spark() -> list[AddFile]:
+        kept = read_target(spark, snap, [t.add for t in partial], alias, with_rows=False).filter(~is_true(cond))
+        return write_rows(snap, kept.select(*table_columns(snap, kept, alias)))
+
+    known_rows = all(t.rows is not None for t in partial)
+    adds = budget.run(None, driver=on_driver if known_rows else None, spark=on_spark) if partial else []
+    removed = [t.add for t in touched.values()]
+    metrics = _delete_metrics(
+        deleted=deleted,
+        files_removed=len(removed),
+        bytes_removed=file_bytes(removed),
+        files_added=len(adds),
+        bytes_added=file_bytes(adds),
+        copied=rows_of(adds),
+        dvs_removed=sum(1 for f in removed if f.deletion_vector),
+        start=start,
+        scan_ms=scan_ms,
+        rewrite_ms=elapsed_ms(rewrite_start),
+    )
+    actions: list[Action] = [f.remove(timestamp=stamp) for f in removed] + list(adds)
+    version = commit_or_clean_up(txn, actions, "DELETE", params, metrics, new_files=adds, before_commit=before_commit)
+    return DmlResult(version, {**metrics, "num_affected_rows": deleted})
+
+
+def _delete_metrics(*, deleted: int, **kw: Any) -> dict[str, int]:
+    return {"numDeletedRows": deleted, **rewrite_metrics(**kw)}

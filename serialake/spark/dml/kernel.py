@@ -1,0 +1,581 @@
+"""What every DML operation shares: the transaction, its condition, the target's rows, new files.
+
+Each operation (``delete``, ``update``, ``merge``, ``optimize``, ``restore``, ``insert``,
+``reorg``, ``drop_feature``, ``add_columns``) has the same shape:
+
+1. start a core transaction first (``open_transaction``: the snapshot every later step
+   reads is pinned);
+2. record exactly what it reads: ``txn.filter_files([condition])`` with the target-side
+   part of its condition (``plan_condition``: partition conjuncts become the read
+   predicate, data conjuncts narrow the files by stats and let row-level conflict checks
+   evaluate the read), and the condition itself, which Spark evaluates on the rows those
+   checks cannot decide (``condition_row_evaluator``);
+3. find the files holding at least one matching row (``find_touched``: on the driver when
+   ``engine`` allows, else one cheap Spark aggregate on ``FILE_COL``); untouched files are
+   neither rewritten nor removed;
+4. change them: copy-on-write (rewrite the touched files without the deleted rows and
+   with the updated ones), or, with deletion vectors (``core.dv_policy``), mark the changed
+   rows deleted and write only the new versions of updated rows, and declare which rows
+   of every candidate file matched (``declare_matched_rows``: a concurrent delete of other
+   rows then never conflicts);
+5. commit through ``core.written.commit_or_clean_up``: on a conflict the files written
+   are deleted again.
+
+Spark evaluates conditions and expressions (SQL strings or Columns); the core only ever
+sees parsed predicates. The source of a DML must be deterministic: the files are read
+twice (find touched rows, then write).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+from pyspark.errors import AnalysisException
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from serialake.core import DeltaLog
+from serialake.core import expressions as P
+from serialake.core import row_eval
+from serialake.core.actions import AddFile
+from serialake.core.deletion_vectors import RowIndexSet
+from serialake.core.dv_policy import DvChanges, mark_deleted
+from serialake.core.snapshot import Snapshot
+from serialake.core.transaction import OptimisticTransaction
+from serialake.exceptions import (
+    DeltaAnalysisException,
+    DeltaIllegalArgumentException,
+    DeltaTableNotFoundError,
+    UnsupportedFeatureError,
+)
+from serialake.spark import io
+from serialake.spark.dml import driver_rewrite
+from serialake.spark.dml.engine import Engine
+from serialake.spark.write import check_not_null, write_checked_files
+
+__all__ = [
+    "FILE_COL",
+    "ROW_COL",
+    "TARGET_ALIAS",
+    "ConditionLike",
+    "DmlResult",
+    "PlannedCondition",
+    "Touched",
+    "affected_rows_df",
+    "analysis_error",
+    "assignment_values",
+    "condition_row_evaluator",
+    "condition_text",
+    "declare_matched_rows",
+    "elapsed_ms",
+    "evaluate_condition_rows",
+    "file_bytes",
+    "find_touched",
+    "is_true",
+    "json_list",
+    "live_rows",
+    "mark_touched",
+    "open_transaction",
+    "parse_condition",
+    "parse_or_true",
+    "plan_condition",
+    "probe",
+    "read_target",
+    "resolve_assignments",
+    "resolved_condition_sql",
+    "rewrite_metrics",
+    "rows_of",
+    "table_columns",
+    "target_col",
+    "target_conjuncts",
+    "to_column",
+    "touched_files",
+    "updated_columns",
+    "write_rows",
+]
+
+
+FILE_COL = "__serialake_file"
+
+
+ROW_COL = "__serialake_row"
+
+
+TARGET_ALIAS = "__serialake_target"  # the target's alias when the caller gave none
+
+
+ConditionLike = str | Column | P.ParsedCondition | None  # SQL text, a Column, or text parsed once
+
+
+@dataclass
+class DmlResult:
+    """What an operation did: the version it committed (None: nothing to commit) and its metrics.
+
+    ``work_already_done_in``: the operation committed nothing because concurrent commits had
+    already done its work (e.g. an OPTIMIZE of files another OPTIMIZE compacted); the version
+    that reflects it. ``version`` is then None.
+    """
+
+    version: int | None
+    metrics: dict[str, Any] = field(default_factory=dict)
+    work_already_done_in: int | None = None
+
+    @property
+    def num_affected_rows(self) -> int:
+        return int(self.metrics.get("num_affected_rows", 0))
+
+
+def open_transaction(table_path: str, operation: str) -> tuple[OptimisticTransaction, Snapshot]:
+    """A transaction pinned to the latest snapshot; errors when the table cannot be rewritten here."""
+    log = DeltaLog.for_table(table_path)
+    txn = log.start_transaction()
+    snap = txn.snapshot
+    if snap is None:
+        raise DeltaTableNotFoundError(f"Cannot {operation}: {log.table_path} is not a Delta table.")
+    mode = io.column_mapping_mode(snap)
+    if mode != "none":
+        raise UnsupportedFeatureError(
+            f"Cannot {operation} table {snap.table_path}: it uses column mapping (delta.columnMapping.mode="
+            f"{mode}), which serialake reads but cannot write yet."
+        )
+    return txn, snap
+
+
+def to_column(value: str | Column | P.ParsedCondition, what: str) -> Column:
+    """A SQL expression string (also parsed) or a Column as a Column."""
+    if isinstance(value, Column):
+        return value
+    if isinstance(value, str):
+        return F.expr(value)
+    if isinstance(value, P.ParsedCondition):
+        return F.expr(value.text)
+    raise DeltaIllegalArgumentException(f"{what} must be a SQL string or a pyspark Column, not {type(value).__name__}")
+
+
+def is_true(column: Column) -> Column:
+    """TRUE where ``column`` is TRUE (NULL counts as not satisfied, as in SQL WHERE)."""
+    return F.coalesce(column, F.lit(False))
+
+
+def condition_text(condition: ConditionLike, resolved_sql: str | None = None) -> str | None:
+    """The condition as SQL text for the log's operationParameters (internal alias left out)."""
+    if condition is None:
+        return None
+    if isinstance(condition, str):
+        return condition
+    if isinstance(condition, P.ParsedCondition):
+        return condition.text
+    return (resolved_sql or str(condition)).replace(TARGET_ALIAS + ".", "")
+
+
+def resolved_condition_sql(df: DataFrame) -> str | None:
+    """The analysed condition of a Filter or Join plan as SQL (columns qualified by their table).
+
+    Spark's resolution says which side every column belongs to, which a Column object alone
+    does not. None when the plan has another shape.
+    """
+    try:
+        plan = df._jdf.queryExecution().analyzed()  # type: ignore[operator]
+        name = plan.getClass().getSimpleName()
+        if name == "Filter":
+            return str(plan.condition().sql())
+        if name == "Join":
+            cond = plan.condition()
+            return str(cond.get().sql()) if cond.isDefined() else None
+    except Exception:  # noqa: BLE001 - a best effort: an unparsed condition is read conservatively
+        return None
+    return None
+
+
+def parse_or_true(text: str | None) -> P.Expr:
+    """``text`` parsed, or TRUE (read everything) when it is absent or not understood."""
+    parsed = parse_condition(text)
+    return parsed if parsed is not None else P.TRUE
+
+
+def parse_condition(text: str | None) -> P.Expr | None:
+    """``text`` parsed; None when it is absent or not understood.
+
+    Spark's SQL for a Python UDF given as a Column names it ``<lambda>(...)``: quoted, it
+    parses (as an ``Unknown`` call), so the rest of the condition still counts.
+    """
+    if not text:
+        return None
+    try:
+        return P.parse_predicate(text)
+    except (P.PredicateError, ValueError, TypeError):
+        pass
+    quoted = _PYTHON_UDF_CALL.sub(lambda m: m.group(1) or f"`<{m.group(2)}>`(", text)
+    if quoted != text:
+        try:
+            return P.parse_predicate(quoted)
+        except (P.PredicateError, ValueError, TypeError):
+            pass
+    return None
+
+
+# A quoted string or identifier (kept as is), or a Python UDF call as Spark prints it: <name>(
+_PYTHON_UDF_CALL = re.compile(r"""('(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*"|`[^`]*`)|<(\w+)>\(""")
+
+
+def target_conjuncts(
+    expr: P.Expr, alias: str, is_target_name: Callable[[str], bool]
+) -> list[P.Expr]:
+    """Conjuncts of ``expr`` about the target only, with the target alias stripped.
+
+    A conjunct qualifies when each column is qualified by ``alias`` or is unqualified and
+    ``is_target_name`` says it is a target column. Others are dropped, which only widens
+    the read.
+    """
+    out: list[P.Expr] = []
+    for c in P.split_conjuncts(expr):
+        refs = P.column_refs(c)
+        if not refs:
+            continue
+        if any(q is None and not is_target_name(n) for q, n in refs):
+            continue
+        stripped = P.strip_qualifier(c, alias)
+        if stripped is None:
+            continue
+        out.append(stripped)
+    return out
+
+
+def analysis_error(table: str, what: str, error: Exception) -> DeltaAnalysisException:
+    """Spark's analysis error as a ``DeltaAnalysisException`` naming the table and the operation."""
+    text = str(error).split("\n", 1)[0]
+    return DeltaAnalysisException(f"{what} on table {table} cannot be analysed: {text}")
+
+
+def read_target(
+    spark: SparkSession, snap: Snapshot, files: Sequence[AddFile], alias: str, *, with_rows: bool = True
+) -> DataFrame:
+    """The rows of ``files`` under ``alias``, with ``FILE_COL``/``ROW_COL`` (AddFile path, Parquet row)."""
+    df = io.read_files_df(spark, snap, files, with_file_path=with_rows)
+    if with_rows:
+        df = df.withColumnRenamed(io.FILE_COLUMN, FILE_COL).withColumnRenamed(io.ROW_INDEX_COLUMN, ROW_COL)
+    return df.alias(alias)
+
+
+def target_col(alias: str, name: str) -> Column:
+    """A target column referenced through its alias (unambiguous next to a source)."""
+    return F.col(f"{io.quote_name(alias)}.{io.quote_name(name)}")
+
+
+def live_rows(table: str, add: AddFile) -> int | None:
+    """Rows of ``add`` not deleted by its deletion vector (None when its stats lack numRecords)."""
+    n = add.num_records
+    if n is None:
+        return None
+    return n - (add.deletion_vector.cardinality if add.deletion_vector else 0)
+
+
+@dataclass
+class Touched:
+    """A file with rows this operation changes: how many, and (with deletion vectors) which."""
+
+    add: AddFile
+    count: int
+    rows: RowIndexSet | None = None
+
+
+def touched_files(
+    matching: DataFrame, files: Sequence[AddFile], *, with_rows: bool
+) -> dict[str, Touched]:
+    """Files with at least one row of ``matching`` (one aggregate job on ``FILE_COL``)."""
+    aggs = [F.count(F.lit(1)).alias("n")]
+    if with_rows:
+        aggs.append(F.collect_list(ROW_COL).alias("rows"))
+    by_path = {f.path: f for f in files}
+    out: dict[str, Touched] = {}
+    for r in matching.groupBy(FILE_COL).agg(*aggs).collect():
+        add = by_path[r[FILE_COL]]
+        rows = RowIndexSet.from_iter(sorted(int(i) for i in r["rows"])) if with_rows else None
+        out[add.path] = Touched(add, int(r["n"]), rows)
+    return out
+
+
+def declare_matched_rows(
+    txn: OptimisticTransaction, files: Sequence[AddFile], touched: Mapping[str, Touched]
+) -> None:
+    """Declare to ``txn`` the live rows of each of ``files`` its condition matched (none if untouched).
+
+    Only for an operation that evaluated its full condition on every row of ``files`` (all
+    the files its read returned) and knows the rows (deletion vectors): concurrent deletions
+    of other rows of those files then never conflict with its read.
+    """
+    empty = RowIndexSet.from_iter([])
+    rows: dict[str, RowIndexSet] = {}
+    for f in files:
+        t = touched.get(f.path)
+        if t is not None and t.rows is None:
+            return  # rows not known: conflict checks evaluate the condition instead
+        rows[f.path] = t.rows if t is not None else empty
+    txn.record_matched_rows(rows)
+
+
+ROWS_ISIN_MAX = 1000  # more rows to evaluate than this are selected by a semi join, not IN
+
+
+def condition_row_evaluator(
+    spark: SparkSession, snap: Snapshot, cond: Column, alias: str
+) -> row_eval.RowEvaluator:
+    """``cond`` evaluated by Spark on some rows of one file, for rows conflict checks cannot decide."""
+
+    def evaluate(add: AddFile, rows: RowIndexSet | None) -> RowIndexSet:
+        return evaluate_condition_rows(spark, snap, cond, alias, add, rows)
+
+    return evaluate
+
+
+def evaluate_condition_rows(
+    spark: SparkSession, snap: Snapshot, cond: Column, alias: str, add: AddFile, rows: RowIndexSet | None
+) -> RowIndexSet:
+    """Live rows of ``add`` (among ``rows``; all when None) where ``cond`` is TRUE: one Spark job."""
+    if rows is not None and not len(rows):
+        return RowIndexSet.from_iter([])
+    df = read_target(spark, snap, [add], alias)
+    if rows is not None:
+        wanted = [int(i) for i in rows.to_numpy()]
+        if len(wanted) <= ROWS_ISIN_MAX:
+            df = df.filter(F.col(ROW_COL).isin(wanted))
+        else:
+            keys = spark.createDataFrame(
+                [(i,) for i in wanted], T.StructType([T.StructField(ROW_COL, T.LongType(), False)])
+            )
+            df = df.join(F.broadcast(keys), ROW_COL, "left_semi").alias(alias)
+    hits = df.filter(is_true(cond)).select(ROW_COL).collect()
+    return RowIndexSet.from_iter(sorted(int(r[0]) for r in hits))
+
+
+def table_columns(snap: Snapshot, df: DataFrame, alias: str | None = None) -> list[Column]:
+    """The table's columns of ``df`` in table order, cast to the table types."""
+    spark_schema = io.to_spark_schema(snap.schema)
+    return [
+        (target_col(alias, f.name) if alias else F.col(io.quote_name(f.name))).cast(f.dataType).alias(f.name)
+        for f in spark_schema.fields
+    ]
+
+
+def write_rows(snap: Snapshot, df: DataFrame, *, data_change: bool = True) -> list[AddFile]:
+    """Write ``df`` (exactly the table columns) as data files of the table; NOT NULL columns checked."""
+    df = check_not_null(df, [f.name for f in snap.schema.fields if not f.nullable], snap.table_path)
+    return write_checked_files(
+        df, snap.table_path, list(snap.partition_columns), data_change=data_change, configuration=snap.configuration
+    )
+
+
+def json_list(values: Sequence[Any]) -> str:
+    """A list as delta-spark writes it in operationParameters."""
+    return json.dumps(list(values), separators=(",", ":"))
+
+
+def elapsed_ms(start: float) -> int:
+    return int((time.monotonic() - start) * 1000)
+
+
+def file_bytes(files: Iterable[AddFile]) -> int:
+    return sum(f.size or 0 for f in files)
+
+
+def rows_of(files: Iterable[AddFile]) -> int:
+    return sum(f.num_records or 0 for f in files)
+
+
+@dataclass(frozen=True)
+class PlannedCondition:
+    """A DELETE/UPDATE condition: the Column Spark evaluates, its parsed form, the files it reads."""
+
+    cond: Column
+    expr: P.Expr
+    files: list[AddFile]
+    text: str | None
+    exact: P.Expr | None = None  # the condition, unqualified, when the core evaluates it exactly
+
+
+def plan_condition(
+    spark: SparkSession,
+    txn: OptimisticTransaction,
+    snap: Snapshot,
+    condition: ConditionLike,
+    alias: str,
+    operation: str,
+) -> PlannedCondition:
+    """Analyse ``condition`` against the table and record its read: ``txn.filter_files``.
+
+    A missing condition reads the whole table.
+    """
+    if condition is None:
+        return PlannedCondition(F.lit(True), P.TRUE, txn.filter_files([]), None)
+    cond = to_column(condition, f"{operation} condition")
+    # The condition is parsed once: given parsed (SQL), from its text, or from Spark's SQL for a Column.
+    if isinstance(condition, P.ParsedCondition):
+        parsed: P.Expr | None = condition.expr
+    else:
+        parsed = parse_condition(condition) if isinstance(condition, str) else None
+    # A condition the core evaluates exactly names only existing columns of plain types: Spark's
+    # analysis (an empty query, tens of ms) has nothing to add. Others are analysed first, so a
+    # bad condition fails naming the table before anything runs.
+    exact = _exact_condition(snap, parsed, alias)
+    sql = None if exact is not None else resolved_condition_sql(probe(spark, snap, alias, cond, operation))
+    if isinstance(condition, Column):
+        parsed = parse_condition(sql)
+        exact = _exact_condition(snap, parsed, alias)
+    expr = parsed if parsed is not None else P.TRUE
+    target = P.conjunction(target_conjuncts(expr, alias, lambda n: snap.schema.field(n) is not None))
+    files = txn.filter_files([target], row_evaluator=condition_row_evaluator(spark, snap, cond, alias))
+    return PlannedCondition(cond, expr, files, condition_text(condition, sql), exact)
+
+
+def _exact_condition(snap: Snapshot, parsed: P.Expr | None, alias: str) -> P.Expr | None:
+    """The condition without its alias, when the core computes exactly Spark's result for it."""
+    if parsed is None:
+        return None
+    expr = P.strip_qualifier(parsed, alias)
+    if expr is None or row_eval.inexact_reason(expr, snap.schema) is not None:
+        return None
+    return expr
+
+
+def find_touched(
+    spark: SparkSession,
+    snap: Snapshot,
+    plan: PlannedCondition,
+    matching: Callable[[], DataFrame],
+    *,
+    with_rows: bool,
+    engine: Engine | None,
+) -> dict[str, Touched]:
+    """The candidate files with rows the condition matches (and which rows, with deletion vectors).
+
+    Found on the driver when ``plan.exact`` allows and ``engine`` says so (None: the driver
+    already tried), else by one Spark aggregate job over the rows ``matching()`` builds.
+    Rows found on the driver are always known (physical positions, deleted rows excluded).
+    """
+
+    def on_driver() -> dict[str, Touched]:
+        assert plan.exact is not None
+        found = driver_rewrite.matching_rows(snap, plan.files, plan.exact)
+        return {f.path: Touched(f, len(rows), rows) for f, rows in found}
+
+    def on_spark() -> dict[str, Touched]:
+        return touched_files(matching(), plan.files, with_rows=with_rows)
+
+    if engine is None:
+        return on_spark()
+    return engine.run(plan.files, driver=on_driver if plan.exact is not None else None, spark=on_spark)
+
+
+def mark_touched(table: str, touched: Iterable[Touched], stamp: int) -> DvChanges:
+    """The touched rows marked deleted in deletion vectors (``core.dv_policy.mark_deleted``)."""
+    marks = []
+    for t in touched:
+        assert t.rows is not None, "deletion vectors need the touched rows"
+        marks.append((t.add, t.rows))
+    return mark_deleted(table, marks, stamp)
+
+
+def probe(spark: SparkSession, snap: Snapshot, alias: str, cond: Column, what: str) -> DataFrame:
+    """An empty table-shaped DataFrame filtered by ``cond``: analysis only (no job), for errors and SQL."""
+    try:
+        empty = spark.createDataFrame([], io.to_spark_schema(snap.schema)).alias(alias)
+        return empty.filter(cond)
+    except AnalysisException as e:
+        raise analysis_error(snap.table_path, f"{what} condition", e) from None
+
+
+def assignment_values(
+    snap: Snapshot, assignments: Mapping[str, str | Column] | None, alias: str, operation: str
+) -> dict[str, str | Column]:
+    """``{table column name: value as given}`` from a ``set``/``values`` dict (keys may carry the alias)."""
+    if not assignments:
+        raise DeltaIllegalArgumentException(f"{operation} on table {snap.table_path} needs a non-empty 'set' dict")
+    out: dict[str, str | Column] = {}
+    for key, value in assignments.items():
+        if not isinstance(key, str):
+            raise DeltaIllegalArgumentException(f"{operation}: column names must be strings, not {key!r}")
+        name = key
+        prefix = alias + "."
+        if name.lower().startswith(prefix.lower()):
+            name = name[len(prefix):]
+        name = name.strip("`")
+        f = snap.schema.field(name)
+        if f is None:
+            raise DeltaAnalysisException(
+                f"{operation} on table {snap.table_path}: column '{key}' does not exist "
+                f"(columns: {', '.join(snap.schema.field_names)}). Nested fields cannot be assigned."
+            )
+        if f.name in out:
+            raise DeltaAnalysisException(
+                f"{operation} on table {snap.table_path}: column '{f.name}' is assigned more than once"
+            )
+        out[f.name] = value
+    return out
+
+
+def resolve_assignments(
+    snap: Snapshot, assignments: Mapping[str, str | Column] | None, alias: str, operation: str
+) -> dict[str, Column]:
+    """``{table column name: Column}`` from a ``set``/``values`` dict (keys may carry the target alias)."""
+    raw = assignment_values(snap, assignments, alias, operation)
+    return {k: to_column(v, f"The value for column '{k}'") for k, v in raw.items()}
+
+
+def updated_columns(
+    snap: Snapshot, alias: str, branches: Sequence[tuple[Column, Mapping[str, Column]]]
+) -> list[Column]:
+    """Table columns where the first branch whose guard holds assigns its values (others keep theirs)."""
+    out: list[Column] = []
+    for f in io.to_spark_schema(snap.schema).fields:
+        current = target_col(alias, f.name)
+        value: Column | None = None
+        for guard, assigned in reversed(branches):
+            if f.name in assigned:
+                new = assigned[f.name].cast(f.dataType)
+                value = F.when(guard, new).otherwise(value if value is not None else current)
+            elif value is not None:
+                value = F.when(guard, current).otherwise(value)
+        out.append((value if value is not None else current).cast(f.dataType).alias(f.name))
+    return out
+
+
+def rewrite_metrics(
+    *,
+    start: float,
+    scan_ms: int,
+    files_removed: int = 0,
+    bytes_removed: int = 0,
+    files_added: int = 0,
+    bytes_added: int = 0,
+    copied: int = 0,
+    dvs_added: int = 0,
+    dvs_updated: int = 0,
+    dvs_removed: int = 0,
+    rewrite_ms: int = 0,
+) -> dict[str, int]:
+    """delta-spark's file and timing metrics shared by DELETE and UPDATE."""
+    return {
+        "numCopiedRows": copied,
+        "numRemovedFiles": files_removed,
+        "numAddedFiles": files_added,
+        "numRemovedBytes": bytes_removed,
+        "numAddedBytes": bytes_added,
+        "numDeletionVectorsAdded": dvs_added,
+        "numDeletionVectorsUpdated": dvs_updated,
+        "numDeletionVectorsRemoved": dvs_removed,
+        "numAddedChangeFiles": 0,
+        "executionTimeMs": elapsed_ms(start),
+        "scanTimeMs": scan_ms,
+        "rewriteTimeMs": rewrite_ms,
+    }
+
+
+def affected_rows_df(spark: SparkSession, result: DmlResult) -> DataFrame:
+    """delta-spark SQL's DELETE/UPDATE result: one row ``num_affected_rows``."""
+    schema = T.StructType([T.StructField("num_affected_rows", T.LongType(), False)])
+    return spark.createDataFrame([(result.num_affected_rows,)], schema)

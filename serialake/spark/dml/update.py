@@ -1,0 +1,177 @@
+"""UPDATE table SET col = expr, ... [WHERE condition].
+
+The matched rows of the candidate files are found (on the driver when the condition is
+exact, else one Spark aggregate); the touched files are rewritten with the new values, or,
+with deletion vectors, only the new versions of the matched rows are written and the old
+ones marked deleted. When the condition and every SET value are exact and the files fit
+the driver's budget, the whole UPDATE runs on the driver (no Spark job at all).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Mapping
+
+from pyspark.errors import AnalysisException
+from pyspark.sql import Column, DataFrame, SparkSession
+
+from serialake.core.actions import Action, AddFile, now_ms
+from serialake.core.dv_policy import uses_deletion_vectors
+from serialake.core.snapshot import Snapshot
+from serialake.core.transaction import OptimisticTransaction
+from serialake.core.values import NotExact
+from serialake.core.written import BeforeCommit, commit_or_clean_up
+from serialake.spark.dml import driver_rewrite, engine
+from serialake.spark.dml.driver_files import DriverTable
+from serialake.spark.dml.kernel import (
+    TARGET_ALIAS,
+    ConditionLike,
+    DmlResult,
+    PlannedCondition,
+    Touched,
+    affected_rows_df,
+    analysis_error,
+    assignment_values,
+    declare_matched_rows,
+    elapsed_ms,
+    file_bytes,
+    find_touched,
+    is_true,
+    json_list,
+    mark_touched,
+    open_transaction,
+    plan_condition,
+    read_target,
+    rewrite_metrics,
+    rows_of,
+    to_column,
+    updated_columns,
+    write_rows,
+)
+
+__all__ = ["run_update", "update"]
+
+
+def update(
+    spark: SparkSession,
+    table_path: str,
+    condition: ConditionLike = None,
+    set: Mapping[str, str | Column] | None = None,  # noqa: A002 - delta-spark's parameter name
+    *,
+    alias: str | None = None,
+) -> DataFrame:
+    """``UPDATE table SET col = expr, ... [WHERE condition]``; returns one row ``num_affected_rows``.
+
+    ``set`` maps column names to SQL expression strings or Columns (delta-spark's
+    ``update(condition, set)``, which also covers Scala's ``updateExpr``).
+    """
+    result = run_update(spark, table_path, condition, set, alias=alias)
+    return affected_rows_df(spark, result)
+
+
+def run_update(
+    spark: SparkSession,
+    table_path: str,
+    condition: ConditionLike = None,
+    set: Mapping[str, str | Column] | None = None,  # noqa: A002
+    *,
+    alias: str | None = None,
+    before_commit: BeforeCommit = None,
+) -> DmlResult:
+    """UPDATE (see module docstring); ``DmlResult.metrics`` are delta-spark's UPDATE metrics."""
+    start = time.monotonic()
+    txn, snap = open_transaction(table_path, "UPDATE")
+    name = alias or TARGET_ALIAS
+    raw = assignment_values(snap, set, name, "UPDATE")
+    assignments = {k: to_column(v, f"The value for column '{k}'") for k, v in raw.items()}
+    plan = plan_condition(spark, txn, snap, condition, name, "UPDATE")
+    dvs = uses_deletion_vectors(snap)
+    budget = engine.for_dml(spark)
+    touched: dict[str, Touched] | None = None
+    driver_looked_for_rows = False
+
+    def on_driver() -> DmlResult:
+        # Condition and values exact, files small enough: no Spark job at all.
+        nonlocal touched, driver_looked_for_rows
+        if plan.exact is None:
+            raise NotExact("the condition")
+        compiled = driver_rewrite.compile_assignments(snap, raw)
+        table = DriverTable.open(snap)
+        driver_looked_for_rows = True
+        found = driver_rewrite.matching_rows(snap, plan.files, plan.exact)
+        touched = {f.path: Touched(f, len(rows), rows) for f, rows in found}
+        rewrite_start = time.monotonic()
+        adds = driver_rewrite.update_rows(table, found, compiled, only_changed=dvs)
+        return _commit_update(txn, snap, touched, adds, dvs, start, rewrite_start, plan, before_commit)
+
+    def on_spark() -> DmlResult:
+        nonlocal touched
+        hit = is_true(plan.cond)
+        target = read_target(spark, snap, plan.files, name)
+        new_values = updated_columns(snap, name, [(hit, assignments)])
+        try:
+            target.select(*new_values)
+        except AnalysisException as e:
+            raise analysis_error(snap.table_path, "UPDATE SET expressions", e) from None
+        if touched is None:
+            matching = target.filter(hit)
+            # When the driver already looked for the rows (and could not), go straight to Spark.
+            touched = find_touched(
+                spark, snap, plan, lambda: matching, with_rows=dvs, engine=None if driver_looked_for_rows else budget
+            )
+        rewrite_start = time.monotonic()
+        rewritten = [t.add for t in touched.values()]
+        adds: list[AddFile] = []
+        if touched:
+            source = read_target(spark, snap, rewritten, name, with_rows=False)
+            # With deletion vectors only the new versions of the changed rows are written.
+            adds = write_rows(snap, (source.filter(hit) if dvs else source).select(*new_values))
+        return _commit_update(txn, snap, touched, adds, dvs, start, rewrite_start, plan, before_commit)
+
+    return budget.run(plan.files, driver=on_driver, spark=on_spark)
+
+
+def _commit_update(
+    txn: OptimisticTransaction,
+    snap: Snapshot,
+    touched: Mapping[str, Touched],
+    adds: list[AddFile],
+    dvs: bool,
+    start: float,
+    rewrite_start: float,
+    plan: PlannedCondition,
+    before_commit: BeforeCommit,
+) -> DmlResult:
+    """Commit an UPDATE's new files: remove the rewritten files, or mark the old rows in DVs."""
+    scan_ms = int((rewrite_start - start) * 1000)
+    updated = sum(t.count for t in touched.values())
+    if not touched:
+        return DmlResult(None, {**_update_metrics(updated=0, start=start, scan_ms=scan_ms), "num_affected_rows": 0})
+    rewritten = [t.add for t in touched.values()]
+    stamp = now_ms()
+    if dvs:
+        # The old versions of the changed rows get marked deleted.
+        marks = mark_touched(snap.table_path, touched.values(), stamp)
+        declare_matched_rows(txn, plan.files, touched)
+        actions: list[Action] = marks.actions + list(adds)
+        new_dvs = marks.written
+        counts = dict(files_removed=marks.files_removed, bytes_removed=marks.bytes_removed, copied=0,
+                      dvs_added=marks.dvs_added, dvs_updated=marks.dvs_updated, dvs_removed=marks.dvs_removed)
+    else:
+        actions = [f.remove(timestamp=stamp) for f in rewritten] + list(adds)
+        new_dvs = []
+        counts = dict(files_removed=len(rewritten), bytes_removed=file_bytes(rewritten),
+                      copied=rows_of(adds) - updated, dvs_removed=sum(1 for f in rewritten if f.deletion_vector))
+    metrics = _update_metrics(
+        updated=updated, files_added=len(adds), bytes_added=file_bytes(adds), start=start, scan_ms=scan_ms,
+        rewrite_ms=elapsed_ms(rewrite_start), **counts,
+    )  # fmt: skip
+    params = {"predicate": json_list([plan.text] if plan.text else [])}
+    version = commit_or_clean_up(
+        txn, actions, "UPDATE", params, metrics, new_files=adds, new_dvs=new_dvs, before_commit=before_commit
+    )
+    return DmlResult(version, {**metrics, "num_affected_rows": updated})
+
+
+def _update_metrics(*, updated: int, **kw: Any) -> dict[str, int]:
+    return {"numUpdatedRows": updated, **rewrite_metrics(**kw)}

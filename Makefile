@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-core test-spark bench verify verify-long check-java clean
+.PHONY: demo test test-core test-spark lint bench verify verify-long check-java clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -22,7 +22,12 @@ check-java:
 demo: $(STAMP) check-java
 	$(VENV)/bin/serialake demo
 
-test: $(STAMP) check-java
+# Lint and type-check first: any finding fails the target before the tests run.
+lint: $(STAMP)
+	$(VENV)/bin/ruff check serialake tests bench
+	$(VENV)/bin/mypy
+
+test: $(STAMP) check-java lint
 	$(PY) -m pytest -q -p no:cacheprovider
 
 test-core: $(STAMP)

@@ -38,7 +38,9 @@ def _create_deltars(path: str) -> None:
     import pyarrow as pa
     from deltalake import DeltaTable
 
-    DeltaTable.create(path, schema=pa.schema([("id", pa.int64())]), configuration={"delta.checkpointInterval": INTERVAL})
+    DeltaTable.create(
+        path, schema=pa.schema([("id", pa.int64())]), configuration={"delta.checkpointInterval": INTERVAL}
+    )
 
 
 def _worker_serialake(path: str, wid: int, duration: float, start_at: float, q: Any) -> None:

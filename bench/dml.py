@@ -18,7 +18,8 @@ import statistics
 import sys
 import tempfile
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 ROWS = 10_000_000
 FILES = 10
@@ -106,7 +107,7 @@ def median_run(base: str, scratch: str, fn: Callable[[str], Any], *, runs: int =
         p = f"{scratch}-{i}"
         shutil.copytree(base, p)
         try:
-            t = _timed(lambda: fn(p))
+            t = _timed(lambda p=p: fn(p))
             summary = last_commit_summary(p)
         finally:
             shutil.rmtree(p, ignore_errors=True)
@@ -143,7 +144,9 @@ def ops_deltars(rows: int) -> dict[str, Callable[[str], Any]]:
 
     def merge(p: str) -> Any:
         ids = np.arange(0, cut, dtype=np.int64)
-        src = pa.table({"id": rows - cut + ids * 2, "key": ids, "value": np.full(cut, 0.5), "name": pa.array(["merged"] * cut)})
+        src = pa.table(
+            {"id": rows - cut + ids * 2, "key": ids, "value": np.full(cut, 0.5), "name": pa.array(["merged"] * cut)}
+        )
         return (DeltaTable(p).merge(src, "t.id = s.id", source_alias="s", target_alias="t")
                 .when_matched_update_all().when_not_matched_insert_all().execute())
 
@@ -155,8 +158,9 @@ def ops_deltars(rows: int) -> dict[str, Callable[[str], Any]]:
 
 
 def bench_rows(quick: bool = False) -> list[dict[str, Any]]:
-    import serialake
     from deltalake import DeltaTable as RsTable
+
+    import serialake
     from serialake import DeltaTable
 
     rows = ROWS // 10 if quick else ROWS

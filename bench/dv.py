@@ -75,8 +75,9 @@ def false_conflicts_serialake(spark: Any, path: str, writers: int, per_writer: i
 
 
 def bench_rows(quick: bool = False) -> list[dict[str, Any]]:
-    import serialake
     from deltalake import DeltaTable as RsTable
+
+    import serialake
     from serialake import DeltaTable
 
     rows = ROWS // 10 if quick else ROWS

@@ -14,7 +14,8 @@ import json
 import os
 import platform
 import re
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 README = os.path.join(HERE, "README.md")
@@ -101,7 +102,7 @@ _optional("dv", "Deletion-vector DELETE and false-conflict rate", "bench.dv")
 def update_readme(name: str, title: str, rows: list[dict[str, Any]]) -> None:
     text = open(README).read() if os.path.exists(README) else "# Benchmarks\n"
     block = (f"{MARK.format(name=name)}\n### {title}\n\n{_table(rows)}\n\n"
-             f"_Measured {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC on {platform.machine()}, "
+             f"_Measured {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC on {platform.machine()}, "
              f"{os.cpu_count()} cores, Python {platform.python_version()}._\n<!-- end:{name} -->")
     pattern = re.compile(re.escape(MARK.format(name=name)) + r".*?<!-- end:" + re.escape(name) + r" -->", re.S)
     text = pattern.sub(lambda _: block, text) if pattern.search(text) else text.rstrip() + "\n\n" + block + "\n"

@@ -17,7 +17,8 @@ import statistics
 import sys
 import tempfile
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 SCHEMA = {"type": "struct", "fields": [
     {"name": "id", "type": "long", "nullable": True, "metadata": {}},
@@ -43,8 +44,8 @@ def build(path: str, commits: int, files: int, checkpoint_at: int | None) -> Non
         for _ in range(per if n < files else 0):
             adds.append(AddFile(path=f"p={n % 100}/f-{n}.parquet", partition_values={"p": str(n % 100)},
                                 size=1000 + n, modification_time=1_700_000_000_000, data_change=True,
-                                stats=json.dumps({"numRecords": 100, "minValues": {"id": n}, "maxValues": {"id": n + 99},
-                                                  "nullCount": {"id": 0}})))
+                                stats=json.dumps({"numRecords": 100, "minValues": {"id": n},
+                                                  "maxValues": {"id": n + 99}, "nullCount": {"id": 0}})))
             n += 1
         log.start_transaction().commit(adds or [AddFile(path=f"p=0/extra-{c}.parquet", partition_values={"p": "0"},
                                                         size=1, modification_time=0)], operation="WRITE")
@@ -102,9 +103,9 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
             name = f"{commits:,} commits, {files:,} files, " + ("checkpointed" if cp else "no checkpoint")
             path = os.path.join(root, f"t{commits}-{int(cp)}")
             build(path, commits, files, commits - 6 if cp else None)
-            ours = _median_time(lambda: load_serialake(path), args.runs)
-            ours_all = _median_time(lambda: load_serialake_all_files(path), args.runs)
-            theirs = _median_time(lambda: load_deltars(path), args.runs)
+            ours = _median_time(lambda path=path: load_serialake(path), args.runs)
+            ours_all = _median_time(lambda path=path: load_serialake_all_files(path), args.runs)
+            theirs = _median_time(lambda path=path: load_deltars(path), args.runs)
             row = {"table": name, "serialake_s": ours, "serialake_all_files_s": ours_all, "delta_rs_s": theirs,
                    "ratio": ours / theirs, "ratio_all_files": ours_all / theirs}
             print(json.dumps(row), file=sys.stderr)

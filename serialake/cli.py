@@ -13,7 +13,8 @@ import json
 import os
 import sys
 import traceback
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from serialake.exceptions import DeltaError
 from serialake.tableinfo import history_rows, iso_time
@@ -55,7 +56,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         _stderr_console().print("interrupted")
         return 130
-    except Exception as e:  # every failure is reported in a line or two; --debug shows the traceback
+    # On purpose: every failure is reported in a line or two; --debug shows the traceback.
+    except Exception as e:  # noqa: BLE001
         if getattr(args, "debug", False):
             traceback.print_exc()
         return _fail(console, args, e)
@@ -313,7 +315,7 @@ def _cmd_optimize(args: argparse.Namespace, console: Console) -> int:
 
 
 def _cmd_sql(args: argparse.Namespace, console: Console) -> int:
-    from serialake.sql import sql, split_statements
+    from serialake.sql import split_statements, sql
 
     if (args.statement is None) == (args.file is None):
         console.print("[red]serialake sql: give one STATEMENT or --file F[/red]")

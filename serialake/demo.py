@@ -19,9 +19,10 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
 
 from serialake.core import DeltaLog
 from serialake.exceptions import DeltaConcurrentModificationException
@@ -511,8 +512,8 @@ class _Demo:
     # -- read isolation ---------------------------------------------------------------
     def show_reads(self, level: str) -> None:
         """SERIALIZABLE may serve a cached snapshot; STRICT SERIALIZABLE always sees the latest commit."""
-        from serialake.sql.catalog import register
         from serialake.spark.write import write
+        from serialake.sql.catalog import register
 
         path = self.report.tables[level]
         register("events", path, persist=False)

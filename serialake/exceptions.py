@@ -140,7 +140,7 @@ class InvalidTableError(DeltaError, ValueError):
         file: str | None = None,
         line: int | None = None,
         data_file: str | None = None,
-        help: str | None = None,
+        help: str | None = None,  # noqa: A002 - public keyword (as the .help attribute); pickling passes it
     ) -> None:
         self.reason = reason
         self.table = table
@@ -256,7 +256,7 @@ class DeltaConcurrentModificationException(ConcurrentModificationException):
         partition: dict[str, str | None] | None = None,
         file: str | None = None,
         detail: str | None = None,
-        help: str | None = None,
+        help: str | None = None,  # noqa: A002 - public keyword (as the .help attribute); pickling passes it
     ) -> None:
         self.reason = reason
         self.table = table

@@ -8,8 +8,8 @@ only to draw the PNG.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from serialake.extras import require
 

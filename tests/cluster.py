@@ -20,10 +20,11 @@ import socket
 import subprocess
 import time
 import urllib.request
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Callable, Iterator
+from typing import IO, Any
 
 import pyspark
 

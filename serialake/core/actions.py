@@ -10,8 +10,9 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from collections.abc import Mapping
 from dataclasses import MISSING, dataclass, field, fields, replace
-from typing import Any, ClassVar, Mapping
+from typing import Any, ClassVar
 from urllib.parse import quote, unquote
 
 __all__ = [
@@ -57,6 +58,10 @@ class _Codec:
 
     # attribute -> JSON key; set per class.
     KEYS: ClassVar[dict[str, str]] = {}
+    # Per-class caches set by _codec_info() / _defaults(); declared here without a value (for the type
+    # checker) and read through cls.__dict__, so a subclass never uses its parent's.
+    _CODEC_INFO: ClassVar[tuple[dict[str, str], bool]]
+    _DEFAULTS: ClassVar[tuple[dict[str, Any], tuple[tuple[str, Any], ...]]]
 
     @classmethod
     def _codec_info(cls) -> tuple[dict[str, str], bool]:
@@ -66,7 +71,7 @@ class _Codec:
             by_key = {v: k for k, v in cls.KEYS.items()}
             has_extra = "extra" in {f.name for f in fields(cls)}  # type: ignore[arg-type]
             info = (by_key, has_extra)
-            setattr(cls, "_CODEC_INFO", info)
+            cls._CODEC_INFO = info
         return info
 
     @classmethod
@@ -82,7 +87,7 @@ class _Codec:
                 elif f.default_factory is not MISSING:
                     factories.append((f.name, f.default_factory))
             d = (plain, tuple(factories))
-            setattr(cls, "_DEFAULTS", d)
+            cls._DEFAULTS = d
         return d
 
     @classmethod

@@ -9,7 +9,8 @@ from __future__ import annotations
 import io
 import json
 import os
-from typing import Any, Iterable, Iterator
+from collections.abc import Iterable, Iterator
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -17,11 +18,6 @@ import pyarrow.parquet as pq
 from serialake.core.actions import (
     Action,
     AddFile,
-    DomainMetadata,
-    Metadata,
-    Protocol,
-    RemoveFile,
-    SetTransaction,
     action_from_dict,
 )
 from serialake.core.logfiles import LAST_CHECKPOINT, LOG_DIR, CheckpointRef, checkpoint_name

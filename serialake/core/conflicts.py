@@ -21,16 +21,14 @@ when the commit fails (``discard_rebase_dvs``, called by ``OptimisticTransaction
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from functools import cached_property
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any
 
-from serialake.core import features
-from serialake.core import row_eval
-from serialake.core import row_level as RL
-from serialake.core.deletion_vectors import RowIndexSet
-from serialake.core.dv_policy import loose_stats
+from serialake.core import features, row_eval
 from serialake.core import properties as props
+from serialake.core import row_level as RL
 from serialake.core.actions import (
     Action,
     AddFile,
@@ -41,6 +39,8 @@ from serialake.core.actions import (
     RemoveFile,
     SetTransaction,
 )
+from serialake.core.deletion_vectors import RowIndexSet
+from serialake.core.dv_policy import loose_stats
 from serialake.exceptions import (
     ConcurrentAppendException,
     ConcurrentDeleteDeleteException,

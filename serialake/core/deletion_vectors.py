@@ -26,9 +26,9 @@ from urllib.parse import unquote, urlparse
 from pyroaring import BitMap, BitMap64, FrozenBitMap64
 
 from serialake.core.actions import DeletionVectorDescriptor, FileAction
-from serialake.storage.local import fsync_dir
 from serialake.exceptions import CorruptLogError, DeltaIllegalArgumentException
 from serialake.storage import normalize_table_path
+from serialake.storage.local import fsync_dir
 
 if TYPE_CHECKING:
     import numpy as np

@@ -10,8 +10,9 @@ bounds, which may now be wider than the live rows (``tightBounds: false``).
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING
 
 from serialake.core import features
 from serialake.core import properties as props

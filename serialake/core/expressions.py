@@ -21,9 +21,10 @@ from __future__ import annotations
 import datetime as dt
 import math
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
-from typing import TYPE_CHECKING, Any, Sequence, Union
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from serialake.core.partition_values import parse_boolean, parse_date, parse_timestamp
 from serialake.exceptions import DeltaError
@@ -176,7 +177,7 @@ class Unknown:
     refs: tuple[Column, ...] = ()
 
 
-Expr = Union[Column, Literal, Comparison, In, IsNull, Like, And, Or, Not, Unknown]
+Expr: TypeAlias = Column | Literal | Comparison | In | IsNull | Like | And | Or | Not | Unknown
 
 TRUE = Literal(True, "boolean")
 FALSE = Literal(False, "boolean")
@@ -248,7 +249,7 @@ def parse_predicate(text: str) -> Expr:
     return from_sqlglot(node)
 
 
-def from_sqlglot(node: exp.Expression) -> Expr:
+def from_sqlglot(node: exp.Expr) -> Expr:
     """Convert a sqlglot expression (as produced by the SQL layer) to our tree."""
     from sqlglot import exp
 
@@ -263,7 +264,7 @@ def from_sqlglot(node: exp.Expression) -> Expr:
         if isinstance(inner, (In, IsNull, Like)):
             return _negate_predicate(inner)
         return Not(inner)
-    ops = {
+    ops: dict[type[exp.Expr], str] = {
         exp.EQ: "=",
         exp.NEQ: "!=",
         exp.LT: "<",
@@ -316,7 +317,7 @@ def _negate_predicate(e: In | IsNull | Like) -> Expr:
     return Like(e.expr, e.pattern, not e.negated)
 
 
-def _operand(node: exp.Expression) -> Column | Literal | None:
+def _operand(node: exp.Expr) -> Column | Literal | None:
     """A column or constant, folding signs and casts of literals; None for anything else."""
     from sqlglot import exp
 
@@ -355,24 +356,24 @@ def _operand(node: exp.Expression) -> Column | Literal | None:
 def _cast_literal(lit: Literal, to: exp.DataType) -> Literal | None:
     from sqlglot import exp
 
-    T = exp.DataType.Type
+    sql_type = exp.DataType.Type
     kinds = {
-        T.DATE: "date",
-        T.TIMESTAMP: "timestamp",
-        T.TIMESTAMPTZ: "timestamp",
-        T.TIMESTAMPLTZ: "timestamp",
-        T.TIMESTAMPNTZ: "timestamp_ntz",
-        T.DOUBLE: "double",
-        T.FLOAT: "double",
-        T.TINYINT: "integer",
-        T.SMALLINT: "integer",
-        T.INT: "integer",
-        T.BIGINT: "integer",
-        T.DECIMAL: "decimal",
-        T.TEXT: "string",
-        T.VARCHAR: "string",
-        T.CHAR: "string",
-        T.BOOLEAN: "boolean",
+        sql_type.DATE: "date",
+        sql_type.TIMESTAMP: "timestamp",
+        sql_type.TIMESTAMPTZ: "timestamp",
+        sql_type.TIMESTAMPLTZ: "timestamp",
+        sql_type.TIMESTAMPNTZ: "timestamp_ntz",
+        sql_type.DOUBLE: "double",
+        sql_type.FLOAT: "double",
+        sql_type.TINYINT: "integer",
+        sql_type.SMALLINT: "integer",
+        sql_type.INT: "integer",
+        sql_type.BIGINT: "integer",
+        sql_type.DECIMAL: "decimal",
+        sql_type.TEXT: "string",
+        sql_type.VARCHAR: "string",
+        sql_type.CHAR: "string",
+        sql_type.BOOLEAN: "boolean",
     }
     target = kinds.get(to.this)
     if target is None or lit.value is None:
@@ -411,7 +412,7 @@ def _parse_bool(text: str) -> bool | None:
         return None
 
 
-def _unknown(node: exp.Expression) -> Unknown:
+def _unknown(node: exp.Expr) -> Unknown:
     from sqlglot import exp
 
     refs: dict[Column, None] = {}

@@ -7,10 +7,10 @@ feature we cannot honour, fails with an error naming the feature.
 
 from __future__ import annotations
 
-from typing import Iterable, Mapping
+from collections.abc import Iterable, Mapping
 
-from serialake.core.actions import Metadata, Protocol
 from serialake.core import properties as props
+from serialake.core.actions import Metadata, Protocol
 from serialake.exceptions import UnsupportedFeatureError
 
 READER_WRITER_FEATURES = frozenset(

@@ -290,7 +290,7 @@ class DeltaLog:
     def history(self, limit: int | None = None) -> list[tuple[int, CommitEntry]]:
         """Newest-first commits with their commitInfo (as many as are still in the log)."""
         latest = self.update().version
-        out = []
+        out: list[tuple[int, CommitEntry]] = []
         v = latest
         while v >= 0 and (limit is None or len(out) < limit):
             try:
@@ -394,14 +394,14 @@ def to_millis(ts: Any) -> int:
             raise DeltaIllegalArgumentException(f"Cannot parse timestamp '{ts}'") from None
     if isinstance(ts, dt.datetime):
         if ts.tzinfo is None:
-            ts = ts.replace(tzinfo=dt.timezone.utc)
+            ts = ts.replace(tzinfo=dt.UTC)
         return int(ts.timestamp() * 1000)
     if isinstance(ts, dt.date):
-        return int(dt.datetime(ts.year, ts.month, ts.day, tzinfo=dt.timezone.utc).timestamp() * 1000)
+        return int(dt.datetime(ts.year, ts.month, ts.day, tzinfo=dt.UTC).timestamp() * 1000)
     raise DeltaIllegalArgumentException(f"Not a timestamp: {ts!r}")
 
 
 def format_ms(ms: int) -> str:
     import datetime as dt
 
-    return dt.datetime.fromtimestamp(ms / 1000, dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + " UTC"
+    return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + " UTC"

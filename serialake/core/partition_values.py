@@ -26,9 +26,10 @@ from __future__ import annotations
 
 import datetime as dt
 import re
+from collections.abc import Callable
 from decimal import Decimal, InvalidOperation
-from functools import lru_cache
-from typing import Any, Callable
+from functools import cache
+from typing import Any
 
 from serialake.core.types import PRIMITIVES, decimal_params, integral_bounds, type_family, type_name
 
@@ -83,7 +84,7 @@ def parse_timestamp(text: str) -> dt.datetime:
         text = text[:-1] + "+00:00"
     value = dt.datetime.fromisoformat(text)
     if value.tzinfo is not None:
-        value = value.astimezone(dt.timezone.utc).replace(tzinfo=None)
+        value = value.astimezone(dt.UTC).replace(tzinfo=None)
     return value
 
 
@@ -146,7 +147,7 @@ def _decimal(precision: int, scale: int) -> Callable[[str], Any]:
 
 
 def _timestamp_utc(text: str) -> dt.datetime:
-    return parse_timestamp(text).replace(tzinfo=dt.timezone.utc)
+    return parse_timestamp(text).replace(tzinfo=dt.UTC)
 
 
 def _binary(raw: str) -> Any:
@@ -157,7 +158,7 @@ def _as_is(raw: str) -> str:
     return raw
 
 
-@lru_cache(maxsize=None)
+@cache
 def _parser(name: str) -> Callable[[str], Any] | None:
     """The parser of non-null strings for type ``name`` (None: not a partition column type)."""
     family = type_family(name)

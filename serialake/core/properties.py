@@ -8,8 +8,9 @@ are user properties and pass through untouched.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from serialake.exceptions import InvalidPropertyError
 

@@ -20,9 +20,10 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from functools import lru_cache
-from typing import Any, Callable, Mapping, Sequence
+from functools import cache
+from typing import Any
 
 from serialake.core import expressions as E
 from serialake.core.actions import AddFile, decode_path
@@ -170,7 +171,7 @@ def inexact_reason(expr: Any, schema: Any) -> str | None:
     decimals, timestamps, LIKE, functions, implicit casts) is left to Spark.
     """
 
-    def family(e: Any) -> str | None:
+    def family(e: Any) -> str:
         if isinstance(e, E.Column):
             if e.qualifier:
                 raise _Inexact(f"qualified column {e.qualifier}.{e.name}")
@@ -390,7 +391,7 @@ def _kleene_table(op: Callable[[bool | None, bool | None], bool | None]) -> Any:
     return table
 
 
-@lru_cache(maxsize=None)
+@cache
 def _kleene(name: str) -> Any:
     """The lookup table of ``and`` / ``or`` (8x8) or ``not`` (8) over sets of values."""
     import numpy as np

@@ -23,8 +23,9 @@ resolution applies (``enabled``, ``compaction_enabled``), reading and writing ve
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from serialake.core import properties as props
 from serialake.core.actions import AddFile, DeletionVectorDescriptor, Metadata, RemoveFile
@@ -121,7 +122,9 @@ def map_rows(base_deleted: Any, rows: Any, offset: int) -> list[int]:
 
 
 # -- deletion vector updates of a commit ---------------------------------------------
-def dv_update_pairs(removes: Mapping[str, RemoveFile], adds: Sequence[AddFile]) -> dict[str, tuple[RemoveFile, AddFile]]:
+def dv_update_pairs(
+    removes: Mapping[str, RemoveFile], adds: Sequence[AddFile]
+) -> dict[str, tuple[RemoveFile, AddFile]]:
     """Files a commit changed through deletion vectors: path -> (remove of old DV, add of new DV)."""
     out: dict[str, tuple[RemoveFile, AddFile]] = {}
     for a in adds:

@@ -8,10 +8,13 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any, Union
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from serialake.core.types import PRIMITIVE_NAMES, PRIMITIVES, decimal_params
 from serialake.exceptions import DeltaError
+
+if TYPE_CHECKING:
+    from sqlglot import exp
 
 __all__ = [
     "COLUMN_MAPPING_PHYSICAL_NAME",
@@ -214,7 +217,7 @@ class StructType:
         return "struct<" + ",".join(f"{f.name}:{f.data_type.simple_string()}" for f in self.fields) + ">"
 
 
-DataType = Union[StructType, ArrayType, MapType, PrimitiveType, DecimalType]
+DataType: TypeAlias = StructType | ArrayType | MapType | PrimitiveType | DecimalType
 
 
 def physical_name(f: StructField) -> str:
@@ -290,7 +293,7 @@ def _from_ddl(ddl: str) -> StructType:
     return StructType(tuple(_field_from_column_def(c, ddl) for c in schema.expressions))
 
 
-def _field_from_column_def(column: exp.Expression, ddl: str) -> StructField:
+def _field_from_column_def(column: exp.Expr, ddl: str) -> StructField:
     from sqlglot import exp
 
     if not isinstance(column, exp.ColumnDef) or not isinstance(column.args.get("kind"), exp.DataType):
@@ -312,40 +315,40 @@ def _field_from_column_def(column: exp.Expression, ddl: str) -> StructField:
     return StructField(column.name, data_type, nullable, metadata)
 
 
-def _type_from_sqlglot(dt: exp.DataType, column: str) -> tuple[DataType, str | None]:
+def _type_from_sqlglot(dt: exp.Expr, column: str) -> tuple[DataType, str | None]:
     """Map a sqlglot type to ours; the second item is Spark's char/varchar metadata string, if any."""
     from sqlglot import exp
 
-    T = exp.DataType.Type
+    sql_type = exp.DataType.Type
     simple = {
-        T.TINYINT: "byte",
-        T.SMALLINT: "short",
-        T.INT: "integer",
-        T.BIGINT: "long",
-        T.FLOAT: "float",
-        T.DOUBLE: "double",
-        T.BOOLEAN: "boolean",
-        T.TEXT: "string",
-        T.BINARY: "binary",
-        T.VARBINARY: "binary",
-        T.DATE: "date",
-        T.TIMESTAMP: "timestamp",
-        T.TIMESTAMPTZ: "timestamp",
-        T.TIMESTAMPLTZ: "timestamp",
-        T.TIMESTAMPNTZ: "timestamp_ntz",
-        T.VARIANT: "variant",
+        sql_type.TINYINT: "byte",
+        sql_type.SMALLINT: "short",
+        sql_type.INT: "integer",
+        sql_type.BIGINT: "long",
+        sql_type.FLOAT: "float",
+        sql_type.DOUBLE: "double",
+        sql_type.BOOLEAN: "boolean",
+        sql_type.TEXT: "string",
+        sql_type.BINARY: "binary",
+        sql_type.VARBINARY: "binary",
+        sql_type.DATE: "date",
+        sql_type.TIMESTAMP: "timestamp",
+        sql_type.TIMESTAMPTZ: "timestamp",
+        sql_type.TIMESTAMPLTZ: "timestamp",
+        sql_type.TIMESTAMPNTZ: "timestamp_ntz",
+        sql_type.VARIANT: "variant",
     }
     params = [p.this if isinstance(p, exp.DataTypeParam) else p for p in dt.expressions]
     if dt.this in simple and not params:
         return PrimitiveType(simple[dt.this]), None
-    if dt.this in (T.CHAR, T.VARCHAR) and len(params) == 1:
+    if dt.this in (sql_type.CHAR, sql_type.VARCHAR) and len(params) == 1:
         return PrimitiveType("string"), f"{dt.this.value.lower()}({params[0].name})"
-    if dt.this == T.DECIMAL and len(params) <= 2 and all(p.name.isdigit() for p in params):
+    if dt.this == sql_type.DECIMAL and len(params) <= 2 and all(p.name.isdigit() for p in params):
         return DecimalType(*(int(p.name) for p in params)), None
-    if dt.this == T.ARRAY and len(params) == 1:
+    if dt.this == sql_type.ARRAY and len(params) == 1:
         return ArrayType(_type_from_sqlglot(params[0], column)[0]), None
-    if dt.this == T.MAP and len(params) == 2:
+    if dt.this == sql_type.MAP and len(params) == 2:
         return MapType(_type_from_sqlglot(params[0], column)[0], _type_from_sqlglot(params[1], column)[0]), None
-    if dt.this == T.STRUCT:
+    if dt.this == sql_type.STRUCT:
         return StructType(tuple(_field_from_column_def(p, column) for p in params)), None
     raise SchemaError(f"unsupported type {dt.sql(dialect='spark')!r} for column {column!r}")

@@ -20,9 +20,10 @@ from __future__ import annotations
 import datetime as dt
 import math
 import re
+from collections.abc import Callable, Mapping, Sequence
 from decimal import Decimal, InvalidOperation
 from functools import lru_cache
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 from serialake.core.expressions import (
     And,

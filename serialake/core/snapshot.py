@@ -11,8 +11,9 @@ import gc
 import json
 import os
 import threading
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Iterable, NamedTuple
+from typing import Any, NamedTuple
 
 from serialake.core import features
 from serialake.core import properties as props
@@ -53,7 +54,7 @@ def parse_commit(data: bytes, table: str, version: int) -> list[Action]:
     try:
         # One decoder call for the whole file is much faster than one per line.
         objs = json.loads("[" + ",".join(lines) + "]")
-        for i, obj in enumerate(objs):
+        for i, obj in enumerate(objs):  # noqa: B007 - i is read by the InvalidActionError handler below
             # check_action + action_from_dict in one loop: it runs once per action.
             for key, body in obj.items():
                 check = checks.get(key)
@@ -160,27 +161,27 @@ class TableState:
                     tombstones.pop(key, None)
                 pairs.update(a.partition_pairs)
             elif t is AddFile:
-                key = (a.path, a.dv_id)  # type: ignore[attr-defined]
-                files[key] = a  # type: ignore[assignment]
+                key = (a.path, a.dv_id)
+                files[key] = a
                 tombstones.pop(key, None)
-                pv = a.partition_values  # type: ignore[attr-defined]
+                pv = a.partition_values
                 if pv:
                     pairs.update(pv.items())
             elif t is RemoveFile:
-                key = (a.path, a.dv_id)  # type: ignore[attr-defined]
+                key = (a.path, a.dv_id)
                 files.pop(key, None)
-                tombstones[key] = a  # type: ignore[assignment]
+                tombstones[key] = a
             elif t is Metadata:
-                self.metadata = a  # type: ignore[assignment]
+                self.metadata = a
             elif t is Protocol:
-                self.protocol = a  # type: ignore[assignment]
+                self.protocol = a
             elif t is SetTransaction:
-                self.txns[a.app_id] = a  # type: ignore[attr-defined]
+                self.txns[a.app_id] = a
             elif t is DomainMetadata:
-                if a.removed:  # type: ignore[attr-defined]
-                    self.domains.pop(a.domain, None)  # type: ignore[attr-defined]
+                if a.removed:
+                    self.domains.pop(a.domain, None)
                 else:
-                    self.domains[a.domain] = a  # type: ignore[attr-defined]
+                    self.domains[a.domain] = a
         self.note_partition_values(meta_before, pairs)
 
     def note_partition_values(self, meta_before: Metadata | None, pairs: set[tuple[str, str | None]]) -> None:
@@ -211,7 +212,9 @@ class _FileIndex(NamedTuple):
     built: bool
 
 
-def _apply_file_actions(files: dict[FileKey, Any], tombstones: dict[FileKey, RemoveFile], actions: list[Action]) -> None:
+def _apply_file_actions(
+    files: dict[FileKey, Any], tombstones: dict[FileKey, RemoveFile], actions: list[Action]
+) -> None:
     for a in actions:
         key = (a.path, a.dv_id)  # type: ignore[attr-defined]
         if type(a) is AddFile:

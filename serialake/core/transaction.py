@@ -14,8 +14,9 @@ import json
 import random
 import time
 import uuid
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from serialake.core import features, row_eval, row_level
 from serialake.core import properties as props
@@ -24,7 +25,6 @@ from serialake.core.actions import (
     AddCDCFile,
     AddFile,
     CommitInfo,
-    DomainMetadata,
     FileAction,
     Metadata,
     Protocol,
@@ -190,7 +190,8 @@ class OptimisticTransaction:
         metadata = replace(metadata, configuration=conf)
         from serialake.core.schema import StructType
 
-        schema = StructType.from_json(metadata.schema_string)
+        # A metaData without schemaString (None) fails in from_json as a SchemaError, as any invalid string does.
+        schema = StructType.from_json(metadata.schema_string)  # type: ignore[arg-type]
         names = {f.name.lower() for f in schema.fields}
         for col in metadata.partition_columns:
             if col.lower() not in names:
@@ -425,7 +426,9 @@ class OptimisticTransaction:
             ci_values["userMetadata"] = user_metadata
         if self.table_reads:
             ci_values[READ_TABLES_KEY] = [
-                {"table": path, "version": v} for path in sorted(self.table_reads) for v in sorted(self.table_reads[path])
+                {"table": path, "version": v}
+                for path in sorted(self.table_reads)
+                for v in sorted(self.table_reads[path])
             ]
         if tags:
             ci_values["tags"] = dict(tags)
@@ -704,7 +707,7 @@ def _planned_read(
     files = [f for f in snapshot.all_files if match_full(f.partition_values or {}, f.parsed_stats())]
     pred = ReadPredicate(
         E.to_sql(part_expr),
-        lambda pv, _m=match_part: _m(pv, None),
+        lambda pv: match_part(pv, None),
         whole_table=_is_true(part_expr),
         expr=full,
         may_match_stats=match_full,

@@ -13,8 +13,9 @@ table, the version and the log file turns it into ``serialake.exceptions.Invalid
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Iterable, Mapping
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
 from serialake.core.partition_values import parse_partition_value
@@ -123,7 +124,9 @@ def _typed(
     return v
 
 
-def _int(body: Mapping[str, Any], action: str, key: str, *, required: bool = False, min_value: int | None = None) -> None:
+def _int(
+    body: Mapping[str, Any], action: str, key: str, *, required: bool = False, min_value: int | None = None
+) -> None:
     v = _typed(body, action, key, "an integer", (int,), required)
     if v is not None and min_value is not None and v < min_value:
         raise InvalidActionError(f"{action}.{key}", f"must be at least {min_value}, got {v}")
@@ -533,7 +536,9 @@ def _is_string(t: Any) -> bool:
 def _is_string_map(t: Any) -> bool:
     import pyarrow as pa
 
-    return bool(pa.types.is_map(t) and _is_string(t.key_type) and (_is_string(t.item_type) or pa.types.is_null(t.item_type)))
+    return bool(
+        pa.types.is_map(t) and _is_string(t.key_type) and (_is_string(t.item_type) or pa.types.is_null(t.item_type))
+    )
 
 
 def add_column_partition_values(arr: pa.StructArray) -> set[tuple[str, str]]:

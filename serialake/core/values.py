@@ -23,9 +23,10 @@ against Spark on random data.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
-from typing import Any, Callable
+from typing import Any
 
 from serialake.core.types import INTEGRAL_TYPES, arrow_type, decimal_params, integral_bounds, type_name
 
@@ -241,7 +242,8 @@ def _decimal_to_double(value: Any) -> Any:
     words = np.frombuffer(value.buffers()[1], dtype=np.int64)[value.offset * 2 : (value.offset + len(value)) * 2]
     unscaled = words[0::2].astype(np.float64)  # low words: the values fit in 64 bits (precision <= 15)
     out = unscaled / (10.0**scale)
-    return pa.array(out, pa.float64(), mask=value.is_null().to_numpy(zero_copy_only=False) if value.null_count else None)
+    mask = value.is_null().to_numpy(zero_copy_only=False) if value.null_count else None
+    return pa.array(out, pa.float64(), mask=mask)
 
 
 def compile_value(tree: Any, column_type: Callable[[Ref], str | None], target: str) -> Compiled:

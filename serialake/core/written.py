@@ -12,7 +12,8 @@ may have landed and reference them.
 from __future__ import annotations
 
 import os
-from typing import Any, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from serialake.core.actions import Action, AddFile
 from serialake.core.deletion_vectors import dv_absolute_path

@@ -20,10 +20,11 @@ import os
 import posixpath
 import shutil
 import uuid
-from contextlib import contextmanager
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
 import pyarrow.parquet as pq
@@ -195,7 +196,7 @@ def _format_partition_value(text: str | None, spark_type: T.DataType, zone: dt.t
         value = dt.datetime.fromisoformat(text)
         if value.tzinfo is None:
             value = value.replace(tzinfo=zone)
-        return value.astimezone(dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")
+        return value.astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M:%S.%f")
     if isinstance(spark_type, T.TimestampNTZType):
         return dt.datetime.fromisoformat(text).strftime("%Y-%m-%d %H:%M:%S.%f")
     if isinstance(spark_type, T.BooleanType):
@@ -207,7 +208,7 @@ def _session_zone(spark: SparkSession) -> dt.tzinfo:
     """The session time zone (Spark formats timestamp partition directories in it)."""
     name = (spark.conf.get("spark.sql.session.timeZone") or "UTC").strip()
     if name.upper() in ("UTC", "Z", "GMT", "ETC/UTC"):
-        return dt.timezone.utc
+        return dt.UTC
     if name[:1] in "+-":
         sign = -1 if name[0] == "-" else 1
         hours, _, minutes = name[1:].partition(":")
@@ -565,7 +566,7 @@ def _stat_value(value: Any, type_name: str, *, upper: bool) -> Any:
         if not isinstance(value, dt.datetime):
             return None
         if value.tzinfo is not None:
-            value = value.astimezone(dt.timezone.utc).replace(tzinfo=None)
+            value = value.astimezone(dt.UTC).replace(tzinfo=None)
         millis = value.replace(microsecond=value.microsecond - value.microsecond % 1000)
         if upper and millis != value:
             millis += dt.timedelta(milliseconds=1)

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from serialake.core import DeltaLog
+from serialake.core import DeltaLog, skipping
 from serialake.core import expressions as P
-from serialake.core import skipping
 from serialake.core.actions import AddFile
 from serialake.core.deletion_vectors import dv_absolute_path
 from serialake.core.snapshot import Snapshot

@@ -105,7 +105,7 @@ def _unmark(name: str) -> dict[str, Any] | None:
 
 def scans_of(df: DataFrame) -> list[TableScan]:
     """Every marked scan in ``df``'s analyzed plan, subqueries and views included."""
-    plan = df._jdf.queryExecution().analyzed()  # type: ignore[attr-defined]
+    plan = df._jdf.queryExecution().analyzed()
     if SCAN_PREFIX not in plan.toString():
         return []
     out: list[TableScan] = []
@@ -210,7 +210,7 @@ def _to_predicate(expr: Any, columns: dict[int, str]) -> P.Expr | None:
         return None
     unknown: list[str] = []
 
-    def unqualify(node: exp.Expression) -> exp.Expression:
+    def unqualify(node: exp.Expr) -> exp.Expr:
         if not isinstance(node, exp.Column):
             return node
         name = names.get(tuple(p.name.lower() for p in node.parts))

@@ -65,7 +65,9 @@ _TASK_FAILURE_LOGGERS = (
 def _silence_task_failure_logs(spark: SparkSession) -> None:
     """Turn off logs that duplicate errors the caller receives anyway (e.g. failed write checks)."""
     try:
-        jvm = spark.sparkContext._jvm  # type: ignore[attr-defined]
+        jvm = spark.sparkContext._jvm
+        if jvm is None:
+            return
         level = jvm.org.apache.logging.log4j.Level.OFF
         for name in _TASK_FAILURE_LOGGERS:
             jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(name, level)

@@ -10,14 +10,14 @@ import datetime as dt
 import json
 import os
 import shutil
+from collections.abc import Iterable, Sequence
 from dataclasses import replace
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import types as T
 
-from serialake.core import DeltaLog
-from serialake.core import features
+from serialake.core import DeltaLog, features
 from serialake.core import properties as props
 from serialake.core.actions import FileAction, Metadata, Protocol, now_ms
 from serialake.core.deletion_vectors import dv_referenced_files
@@ -188,7 +188,7 @@ class DeltaTable:
         snap = self.snapshot()
         meta = snap.metadata
         protocol = snap.protocol
-        row = (
+        row: tuple[Any, ...] = (
             "delta",
             meta.id,
             meta.name,
@@ -274,7 +274,10 @@ class DeltaTable:
     def _referenced_paths(self, snap: Snapshot, cutoff: int) -> set[str]:
         """Absolute paths of live files, recent tombstones and their deletion vectors."""
         keep: set[str] = set()
-        actions: list[FileAction] = [*snap.all_files, *(r for r in snap.tombstones if (r.deletion_timestamp or 0) > cutoff)]
+        actions: list[FileAction] = [
+            *snap.all_files,
+            *(r for r in snap.tombstones if (r.deletion_timestamp or 0) > cutoff),
+        ]
         for a in actions:
             keep.add(io.absolute_path(self.path, a.path))
         keep |= dv_referenced_files(self.path, actions)
@@ -427,6 +430,7 @@ class DeltaTableBuilder:
             )
         metadata = self._metadata(txn.snapshot.metadata if txn.snapshot else None, log.table_path)
         txn.update_metadata(metadata, replace_table=True)
+        assert metadata.schema_string is not None  # _metadata sets it from the schema
         add_schema_features(txn, StructType.from_json(metadata.schema_string))
         removes = [f.remove() for f in txn.read_whole_table()] if exists else []
         params: dict[str, Any] = {
@@ -479,7 +483,7 @@ class DeltaTableBuilder:
 
 
 def _ts(ms: int | None) -> dt.datetime | None:
-    return None if ms is None else dt.datetime.fromtimestamp(ms / 1000, dt.timezone.utc)
+    return None if ms is None else dt.datetime.fromtimestamp(ms / 1000, dt.UTC)
 
 
 def _text(value: Any) -> str | None:
@@ -589,7 +593,7 @@ def _newest_mtime_ms(directory: str) -> float:
 def _remove_empty_dirs(table: str, partition_columns: Sequence[str]) -> int:
     """Remove empty data directories below the table root; returns how many."""
     removed = 0
-    for root, dirs, names in os.walk(table, topdown=False):
+    for root, _dirs, names in os.walk(table, topdown=False):
         if root == table:
             continue
         rel = os.path.relpath(root, table).split(os.sep)

@@ -9,15 +9,15 @@ leaves only unreferenced files, which are deleted here when nothing was committe
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from serialake.core import DeltaLog
-from serialake.core import features
+from serialake.core import DeltaLog, features
 from serialake.core import expressions as P
 from serialake.core import properties as props
 from serialake.core.actions import Action, AddFile, Metadata, RemoveFile, SetTransaction, now_ms
@@ -112,6 +112,7 @@ def write(
     scans.record_scans(txn, df)
 
     replace_schema = snap is None or (overwriteSchema and replaceWhere is None)
+    metadata: Metadata | None
     if replace_schema:
         if not parts and snap is not None:  # overwriteSchema keeps the partitioning unless told otherwise
             parts = [c for c in snap.partition_columns if c.lower() in {n.lower() for n in df.columns}]
@@ -121,9 +122,11 @@ def write(
         data, metadata = _existing_table(df, snap.metadata, table, parts, mergeSchema, properties)
     if metadata is not None:
         txn.update_metadata(metadata, replace_table=table_operation is not None)
+        assert metadata.schema_string is not None  # built from a schema just above
         add_schema_features(txn, StructType.from_json(metadata.schema_string))
     final_meta = txn.metadata
-    assert final_meta is not None
+    # The new metadata, or the table's, whose schema _existing_table parsed.
+    assert final_meta is not None and final_meta.schema_string is not None
     schema = StructType.from_json(final_meta.schema_string)
     part_cols = list(final_meta.partition_columns)
 

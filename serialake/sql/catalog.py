@@ -14,11 +14,12 @@ import json
 import os
 import tempfile
 import threading
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
-from serialake.exceptions import DeltaIllegalArgumentException, CorruptLogError
+from serialake.exceptions import CorruptLogError, DeltaIllegalArgumentException
 from serialake.storage import normalize_table_path
 
 __all__ = [

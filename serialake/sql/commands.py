@@ -9,7 +9,7 @@ so quoting, comments and error positions behave as for every other statement.
 from __future__ import annotations
 
 import re
-from typing import Callable
+from collections.abc import Callable
 
 from sqlglot.errors import TokenError
 from sqlglot.tokens import Token, TokenType

@@ -8,7 +8,8 @@ commit's ``operationMetrics``.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
@@ -18,11 +19,11 @@ from serialake.core import DeltaLog
 from serialake.core.log import format_ms
 from serialake.core.schema import StructType
 from serialake.exceptions import DeltaAnalysisException, DeltaTableNotFoundError
-from serialake.sql import catalog, isolation
-from serialake.sql.errors import SqlError, UnsupportedStatementError
 from serialake.spark import dml
 from serialake.spark.table import DeltaTable
 from serialake.spark.write import write
+from serialake.sql import catalog, isolation
+from serialake.sql.errors import SqlError, UnsupportedStatementError
 from serialake.sql.insert import run_insert
 from serialake.sql.results import empty, rows
 from serialake.sql.statements import (

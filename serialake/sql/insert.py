@@ -9,7 +9,8 @@ target WHERE ...``, else the whole table), so it has MERGE's concurrency behavio
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -20,9 +21,9 @@ from serialake.core import expressions as P
 from serialake.core.actions import AddFile
 from serialake.core.schema import StructType
 from serialake.core.transaction import OptimisticTransaction
+from serialake.exceptions import DeltaAnalysisException, DeltaTableNotFoundError
 from serialake.spark import dml, io
 from serialake.spark.write import write
-from serialake.exceptions import DeltaAnalysisException, DeltaTableNotFoundError
 from serialake.sql import isolation
 from serialake.sql.parser import DIALECT
 from serialake.sql.results import metric, rows
@@ -81,7 +82,7 @@ def _insert_reading_target(
     return result.version
 
 
-def _simple_target_filter(query: exp.Expression, path: str, snap: Any) -> str | None:
+def _simple_target_filter(query: exp.Expr, path: str, snap: Any) -> str | None:
     """The WHERE of ``SELECT ... FROM target [alias] WHERE cond`` (target columns only), else None."""
     if not isinstance(query, exp.Select) or query.args.get("joins") or query.args.get("with_"):
         return None
@@ -95,7 +96,7 @@ def _simple_target_filter(query: exp.Expression, path: str, snap: Any) -> str | 
     node, ref, _ = refs[0]
     qualifiers = {ref.short_name.lower(), (node.alias or "").lower()} - {""}
 
-    def strip(n: exp.Expression) -> exp.Expression:
+    def strip(n: exp.Expr) -> exp.Expr:
         if isinstance(n, exp.Column) and n.table and n.table.lower() in qualifiers:
             return exp.column(n.this.copy())
         return n

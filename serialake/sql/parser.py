@@ -222,7 +222,7 @@ def _create(statement: str, tree: exp.Create, mode: str) -> Statement:
     )
 
 
-def _column(statement: str, col: exp.Expression) -> ColumnSpec:
+def _column(statement: str, col: exp.Expr) -> ColumnSpec:
     if not isinstance(col, exp.ColumnDef) or col.args.get("kind") is None:
         raise SqlError(f"Expected a column definition (name and type), got {col.sql(DIALECT)!r}.",
                        statement=statement)  # fmt: skip
@@ -247,7 +247,7 @@ def _property(prop: exp.Property) -> tuple[str, str]:
     return str(key_text), _text(prop.args.get("value"))
 
 
-def _text(node: exp.Expression | str | None) -> str:
+def _text(node: exp.Expr | str | None) -> str:
     """A literal's value as text (TRUE -> 'true'); other expressions as SQL."""
     if node is None:
         return ""
@@ -269,7 +269,7 @@ def _insert(statement: str, tree: exp.Insert) -> Statement:
     if not isinstance(target, exp.Table):
         kind = "INSERT OVERWRITE DIRECTORY" if isinstance(target, exp.Directory) else "INSERT into this target"
         raise UnsupportedStatementError(kind, statement=statement)
-    static: dict[str, exp.Expression] = {}
+    static: dict[str, exp.Expr] = {}
     partition = target.args.get("partition")
     if partition is not None:
         for item in partition.expressions:
@@ -377,7 +377,7 @@ def _merge(statement: str, tree: exp.Merge) -> Statement:
     )
 
 
-def _merge_clause(statement: str, when: exp.Expression, target: set[str]) -> MergeClause:
+def _merge_clause(statement: str, when: exp.Expr, target: set[str]) -> MergeClause:
     matched = bool(when.args.get("matched"))
     by_source = bool(when.args.get("source"))
     match = "matched" if matched else ("not_matched_by_source" if by_source else "not_matched")
@@ -452,10 +452,10 @@ def _qualifiers(ref: TableRef, alias: str | None) -> set[str]:
     return names
 
 
-def _unqualify(node: exp.Expression, qualifiers: set[str]) -> exp.Expression:
+def _unqualify(node: exp.Expr, qualifiers: set[str]) -> exp.Expr:
     """``node`` with the target's alias / name dropped from column references."""
 
-    def strip(n: exp.Expression) -> exp.Expression:
+    def strip(n: exp.Expr) -> exp.Expr:
         if isinstance(n, exp.Column) and n.table and n.table.lower() in qualifiers and not n.args.get("db"):
             return exp.column(n.this.copy())
         return n
@@ -468,7 +468,7 @@ def _column_name(col: exp.Column, qualifiers: set[str]) -> str:
     return unq.sql(DIALECT)
 
 
-def _no_subquery(statement: str, node: exp.Expression, kind: str) -> None:
+def _no_subquery(statement: str, node: exp.Expr, kind: str) -> None:
     if node.find(exp.Subquery, exp.Select, exp.Exists) is not None:
         raise UnsupportedStatementError(
             f"a subquery in the {kind} condition", statement=statement, hint="Use MERGE INTO ... USING (subquery)."
@@ -476,7 +476,7 @@ def _no_subquery(statement: str, node: exp.Expression, kind: str) -> None:
 
 
 def _target_condition(
-    statement: str, node: exp.Expression | None, ref: TableRef, alias: str | None, kind: str
+    statement: str, node: exp.Expr | None, ref: TableRef, alias: str | None, kind: str
 ) -> ParsedCondition | None:
     """The WHERE of a DELETE / UPDATE on its target, unqualified: its text and its tree, parsed once."""
     if node is None:

@@ -84,7 +84,7 @@ class CreateTable(Statement):
     comment: str | None = None
     if_not_exists: bool = False
     mode: Literal["create", "replace", "createOrReplace"] = "create"
-    query: exp.Expression | None = None
+    query: exp.Query | None = None
 
 
 @dataclass(frozen=True)
@@ -92,7 +92,7 @@ class CreateTempView(Statement):
     """CREATE [OR REPLACE] TEMP VIEW name AS query (a query that may read Delta tables)."""
 
     name: str
-    query: exp.Expression
+    query: exp.Query
     replace: bool = False
 
 
@@ -101,11 +101,11 @@ class Insert(Statement):
     """INSERT INTO / INSERT OVERWRITE [PARTITION (...)] [REPLACE WHERE] VALUES | SELECT."""
 
     table: TableRef
-    query: exp.Expression
+    query: exp.Expr
     columns: tuple[str, ...] | None = None
     overwrite: bool = False
     replace_where: str | None = None
-    static_partition: dict[str, exp.Expression] = field(default_factory=dict)
+    static_partition: dict[str, exp.Expr] = field(default_factory=dict)
     by_name: bool = False
 
 
@@ -145,7 +145,7 @@ class Merge(Statement):
 
     target: TableRef
     target_alias: str
-    source: exp.Expression
+    source: exp.Expr
     source_alias: str
     condition: str
     clauses: tuple[MergeClause, ...]
@@ -268,12 +268,12 @@ class ShowIsolation(Statement):
 class Query(Statement):
     """A query (SELECT, VALUES, set operations, WITH ...) whose Delta tables are read by us."""
 
-    expression: exp.Expression
+    expression: exp.Expr
 
 
 @dataclass(frozen=True)
 class Passthrough(Statement):
     """Any other statement: given to ``spark.sql`` with Delta table names resolved (when parsed)."""
 
-    expression: exp.Expression | None = None
+    expression: exp.Expr | None = None
     kind: str = ""

@@ -42,7 +42,7 @@ class _NoCommandFallbackWarnings(logging.Filter):
 logging.getLogger("sqlglot").addFilter(_NoCommandFallbackWarnings())
 
 
-def parse_sql(statement: str, text: str | None = None) -> exp.Expression | None:
+def parse_sql(statement: str, text: str | None = None) -> exp.Expr | None:
     """sqlglot's Spark parse of ``text`` (default ``statement``); errors positioned in ``statement``."""
     try:
         return sqlglot.parse_one(statement if text is None else text, read=DIALECT)

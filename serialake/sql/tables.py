@@ -19,8 +19,8 @@ from serialake.exceptions import DeltaTableNotFoundError
 from serialake.spark import io, scans
 from serialake.spark.read import check_version_readable
 from serialake.sql import catalog
-from serialake.sql.isolation import read_snapshot
 from serialake.sql.errors import SqlError
+from serialake.sql.isolation import read_snapshot
 from serialake.sql.parser import DIALECT, table_ref_of
 from serialake.sql.statements import TableRef
 from serialake.storage import normalize_table_path
@@ -55,7 +55,7 @@ def resolve(ref: TableRef) -> str:
     return path
 
 
-def delta_tables_in(tree: exp.Expression) -> list[tuple[exp.Table, TableRef, str]]:
+def delta_tables_in(tree: exp.Expr) -> list[tuple[exp.Table, TableRef, str]]:
     """Each table reference in ``tree`` that is a Delta table: (node, ref, location); CTE names excluded."""
     ctes = {cte.alias_or_name.lower() for cte in tree.find_all(exp.CTE)}
     out = []
@@ -97,11 +97,11 @@ class Binding:
 
 def bind_query(
     spark: SparkSession,
-    tree: exp.Expression,
+    tree: exp.Expr,
     binding: Binding,
     *,
     pinned: dict[str, tuple[OptimisticTransaction, list[Any]]] | None = None,
-) -> exp.Expression:
+) -> exp.Expr:
     """A copy of ``tree`` whose Delta tables read temp views of their snapshots.
 
     ``pinned`` maps a location to a transaction and the files it recorded as read: that
@@ -146,7 +146,7 @@ def bind_query(
     return tree
 
 
-def timestamp_millis(spark: SparkSession, value: exp.Expression | str) -> int:
+def timestamp_millis(spark: SparkSession, value: exp.Expr | str) -> int:
     """A TIMESTAMP AS OF value in epoch ms, evaluated by Spark (session time zone, Spark's casts)."""
     sql = value if isinstance(value, str) else value.sql(DIALECT)
     row = spark.sql(f"SELECT unix_millis(CAST({sql} AS TIMESTAMP)) AS ms").first()
@@ -155,7 +155,7 @@ def timestamp_millis(spark: SparkSession, value: exp.Expression | str) -> int:
     return int(row["ms"])
 
 
-def run_query(spark: SparkSession, tree: exp.Expression, **bind: Any) -> DataFrame:
+def run_query(spark: SparkSession, tree: exp.Expr, **bind: Any) -> DataFrame:
     """A query as a DataFrame, its Delta tables read at the session's isolation level."""
     binding = Binding(spark)
     try:

@@ -21,7 +21,8 @@ import errno
 import os
 import threading
 import uuid
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from serialake.exceptions import FileAlreadyExistsError
 from serialake.storage.base import FileStatus, LogStore, WriteNotDoneError, WriteNotDurableError, naming_error

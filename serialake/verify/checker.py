@@ -539,7 +539,7 @@ class _Checker:
     ) -> tuple[int | None, bool, list[tuple[int, Any]]]:
         """(wr source, whether it is an intermediate read, rw targets with details) of a read."""
         last_v = r[-1] if r else None
-        last_w = self.writer.get((key, last_v)) if r else None
+        last_w = self.writer.get((key, r[-1])) if r else None
         wr_src: int | None = None
         g1b = False
         if last_w is not None and last_w in committed:

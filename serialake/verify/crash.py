@@ -119,7 +119,7 @@ def _install_store_hooks(point: _Point) -> None:
                 point.hit("commit")
             return original_linkat(olddirfd, old, newdirfd, new, flags)
 
-        local._linkat = linkat  # type: ignore[assignment]
+        local._linkat = linkat
 
 
 def _write_data(table: str, part: str, values: list[int], point: _Point) -> AddFile:

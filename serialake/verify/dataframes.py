@@ -211,11 +211,11 @@ def read_tracking_off() -> Iterator[None]:
     def record_nothing(txn: Any, df: DataFrame) -> list[scans.TableScan]:
         return []
 
-    scans.record_scans = record_nothing  # type: ignore[assignment]
+    scans.record_scans = record_nothing
     try:
         yield
     finally:
-        scans.record_scans = saved  # type: ignore[assignment]
+        scans.record_scans = saved
 
 
 # -- run ------------------------------------------------------------------------------------

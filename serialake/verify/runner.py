@@ -360,8 +360,8 @@ def run_verify(
     control_report: LevelReport | None = None
     for i, (level, negative, rows_mode) in enumerate(runs):
         cfg = WorkloadConfig(
-            processes=processes, txns=min(txns, CONTROL_TXNS) if negative else txns, isolation_level=level, key_count=key_count,
-            faulty_processes=0 if negative else faulty, faults=spec,
+            processes=processes, txns=min(txns, CONTROL_TXNS) if negative else txns, isolation_level=level,
+            key_count=key_count, faulty_processes=0 if negative else faulty, faults=spec,
             disable_conflict_checks=negative, seed=seed + i, row_level=rows_mode,
         )  # fmt: skip
         name = "control" if negative else (f"{level}-row-level" if rows_mode else level)

@@ -35,8 +35,8 @@ from pathlib import Path
 from typing import Any
 
 from serialake.core.actions import AddFile, CommitInfo, Metadata, RemoveFile
-from serialake.core.log import DeltaLog
 from serialake.core.expressions import Expr, parse_predicate
+from serialake.core.log import DeltaLog
 from serialake.storage.base import LogStore
 from serialake.storage.faulty import FaultPlan, FaultyLogStore
 from serialake.storage.local import LocalLogStore
@@ -319,8 +319,8 @@ def _disable_conflict_checks() -> None:
     def no_check(info: Any, winner: Any) -> Any:
         return info
 
-    conflicts.check_winner = no_check  # type: ignore[assignment]
-    transaction.check_winner = no_check  # type: ignore[assignment]
+    conflicts.check_winner = no_check
+    transaction.check_winner = no_check
 
 
 def _store_for(cfg: WorkloadConfig, process: int) -> tuple[LogStore, bool]:

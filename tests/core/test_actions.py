@@ -65,7 +65,9 @@ _proto = st.builds(
     reader_features=st.one_of(st.none(), st.lists(_text, max_size=3).map(tuple)),
     writer_features=st.one_of(st.none(), st.lists(_text, max_size=3).map(tuple)),
 )
-_txn = st.builds(SetTransaction, app_id=_text, version=st.integers(0, 2**40), last_updated=st.one_of(st.none(), st.integers()))
+_txn = st.builds(
+    SetTransaction, app_id=_text, version=st.integers(0, 2**40), last_updated=st.one_of(st.none(), st.integers())
+)
 _domain = st.builds(DomainMetadata, domain=_text, configuration=_text, removed=st.booleans())
 _ci = st.builds(CommitInfo, values=st.dictionaries(_text, st.one_of(_text, st.integers(), st.booleans()), max_size=4))
 
@@ -80,7 +82,10 @@ def test_round_trip(action) -> None:
 
 
 def test_unknown_fields_are_kept() -> None:
-    line = '{"add":{"path":"a","partitionValues":{},"size":1,"modificationTime":2,"dataChange":true,"futureField":{"x":1}}}'
+    line = (
+        '{"add":{"path":"a","partitionValues":{},"size":1,"modificationTime":2,"dataChange":true,'
+        '"futureField":{"x":1}}}'
+    )
     a = action_from_json(line)
     assert json.loads(a.to_json()) == json.loads(line)
 
@@ -91,7 +96,9 @@ def test_unknown_action_is_ignored() -> None:
 
 def test_remove_of_add_carries_dv_and_stats() -> None:
     dv = DeletionVectorDescriptor("u", "ab" * 10, 10, 2, 1)
-    a = AddFile(path="x", partition_values={}, size=1, modification_time=1, stats='{"numRecords":5}', deletion_vector=dv)
+    a = AddFile(
+        path="x", partition_values={}, size=1, modification_time=1, stats='{"numRecords":5}', deletion_vector=dv
+    )
     r = a.remove()
     assert r.key == a.key and r.stats == a.stats and r.data_change
     assert a.key == ("x", "u" + "ab" * 10 + "@1")

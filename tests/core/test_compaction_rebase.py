@@ -10,9 +10,9 @@ from __future__ import annotations
 import json
 import os
 import uuid
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Sequence
 
 import pyarrow as pa
 import pyarrow.parquet as pq

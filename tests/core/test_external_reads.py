@@ -74,4 +74,7 @@ def test_other_tables_are_versions_in_commit_info(make_table):
     version = txn.commit([add_file(1)], operation="WRITE")
     ci = log.read_commit(version).commit_info
     assert ci is not None and ci.is_blind_append is True
-    assert ci.values[READ_TABLES_KEY] == [{"table": "/data/other", "version": 3}, {"table": "/data/other", "version": 7}]
+    assert ci.values[READ_TABLES_KEY] == [
+        {"table": "/data/other", "version": 3},
+        {"table": "/data/other", "version": 7},
+    ]

@@ -52,7 +52,9 @@ def _table(tmp_path: Path, level: str = "WriteSerializable") -> DeltaLog:
 
 def _mark(log: DeltaLog, add: AddFile, rows: list[int]) -> list:
     """remove(F, old dv) + add(F, old ∪ rows): a DELETE through deletion vectors (row index == id)."""
-    old = read_deletion_vector(log.table_path, add.deletion_vector) if add.deletion_vector else RowIndexSet.from_iter([])
+    old = (
+        read_deletion_vector(log.table_path, add.deletion_vector) if add.deletion_vector else RowIndexSet.from_iter([])
+    )
     dv = write_deletion_vector(log.table_path, old | RowIndexSet.from_iter(rows))
     return [add.remove(), replace(add, deletion_vector=dv)]
 

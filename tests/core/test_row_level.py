@@ -57,7 +57,9 @@ def _table(tmp_path, level: str = "WriteSerializable", partitioned: bool = False
 
 def _mark(log: DeltaLog, add: AddFile, rows: list[int]) -> list:
     """remove(F, old dv) + add(F, old ∪ rows)."""
-    old = read_deletion_vector(log.table_path, add.deletion_vector) if add.deletion_vector else RowIndexSet.from_iter([])
+    old = (
+        read_deletion_vector(log.table_path, add.deletion_vector) if add.deletion_vector else RowIndexSet.from_iter([])
+    )
     dv = write_deletion_vector(log.table_path, old | RowIndexSet.from_iter(rows))
     return [add.remove(), replace(add, deletion_vector=dv)]
 

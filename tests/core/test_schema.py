@@ -101,7 +101,8 @@ def test_from_ddl_primitives_and_options() -> None:
     )
     assert schema.field("id").nullable is False  # type: ignore[union-attr]
     assert schema.field("p").metadata == {"comment": "the partition"}  # type: ignore[union-attr]
-    assert json.loads(schema.to_json())["fields"][0] == {"name": "id", "type": "long", "nullable": False, "metadata": {}}
+    first = json.loads(schema.to_json())["fields"][0]
+    assert first == {"name": "id", "type": "long", "nullable": False, "metadata": {}}
 
 
 def test_from_ddl_nested_types() -> None:
@@ -111,7 +112,9 @@ def test_from_ddl_nested_types() -> None:
         PrimitiveType("string"), ArrayType(PrimitiveType("double"))
     )
     s = schema.field("s").data_type  # type: ignore[union-attr]
-    assert s == StructType((StructField("x", PrimitiveType("integer")), StructField("y z", PrimitiveType("string"), False)))
+    assert s == StructType(
+        (StructField("x", PrimitiveType("integer")), StructField("y z", PrimitiveType("string"), False))
+    )
 
 
 def test_from_ddl_char_varchar_keep_spark_metadata() -> None:
@@ -127,11 +130,20 @@ def test_from_ddl_char_varchar_keep_spark_metadata() -> None:
         ("not json", "not valid JSON"),
         ('{"type":"array","elementType":"int","containsNull":true}', "unknown type 'int'"),
         ('"integer"', "must be a struct"),
-        ('{"type":"struct","fields":[{"name":"a","type":"wat","nullable":true,"metadata":{}}]}', "field 'a': unknown type 'wat'"),
-        ('{"type":"struct","fields":[{"name":"a","type":"decimal(40,2)","nullable":true,"metadata":{}}]}', "decimal(40,2)"),
+        (
+            '{"type":"struct","fields":[{"name":"a","type":"wat","nullable":true,"metadata":{}}]}',
+            "field 'a': unknown type 'wat'",
+        ),
+        (
+            '{"type":"struct","fields":[{"name":"a","type":"decimal(40,2)","nullable":true,"metadata":{}}]}',
+            "decimal(40,2)",
+        ),
         ('{"type":"struct","fields":[{"type":"long"}]}', "need an object with 'name'"),
         ('{"type":"struct","fields":[{"name":"a","type":{"type":"map","keyType":"string"}}]}', "missing 'valueType'"),
-        ('{"type":"struct","fields":[{"name":"a","type":"long"},{"name":"A","type":"long"}]}', "duplicate field name 'A'"),
+        (
+            '{"type":"struct","fields":[{"name":"a","type":"long"},{"name":"A","type":"long"}]}',
+            "duplicate field name 'A'",
+        ),
         ('{"type":"udt","class":"x"}', "unsupported type"),
     ],
 )

@@ -21,7 +21,7 @@ from serialake.core.types import (
 )
 from serialake.core.validate import check_partition_values
 
-UTC = dt.timezone.utc
+UTC = dt.UTC
 
 
 def test_table_covers_every_schema_type() -> None:

@@ -221,7 +221,8 @@ def test_every_action_field_is_checked(tmp_path: Any, line: dict[str, Any], fiel
         [_add(path="file:///elsewhere/abs.parquet"), _add(path="s3://bucket/x.parquet")],  # absolute URIs too
         [_add(path="grp=%2E/b..parquet")],
         [_add(grp=None), _add(path="grp=/e.parquet", grp=""), _add(path="x", grp=" 7 ")],
-        [_add(deletionVector={"storageType": "i", "pathOrInlineDv": "wi5b=000010000siXQKl0rr91000f55c8Xg0@@D72lkbi5=-{L",
+        [_add(deletionVector={"storageType": "i",
+                              "pathOrInlineDv": "wi5b=000010000siXQKl0rr91000f55c8Xg0@@D72lkbi5=-{L",
                               "sizeInBytes": 40, "cardinality": 6})],
         [_add(unknownField={"future": 1}), {"futureAction": {"x": 1}}],
         [{"commitInfo": {"anything": [1, {"goes": None}]}}],

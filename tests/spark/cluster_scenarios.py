@@ -15,8 +15,9 @@ import json
 import os
 import sys
 import traceback
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import serialake
 from serialake.core import DeltaLog

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -22,8 +23,7 @@ from serialake.core import DeltaLog
 from serialake.core.actions import AddFile, RemoveFile
 from serialake.exceptions import ConcurrentDeleteDeleteException, DeltaConcurrentModificationException
 from serialake.spark import dml, read, write
-from serialake.spark.dml import DmlResult
-from serialake.spark.dml import purge_deletion_vectors
+from serialake.spark.dml import DmlResult, purge_deletion_vectors
 
 pytestmark = pytest.mark.spark
 

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
@@ -270,7 +271,8 @@ def test_update_values_outside_the_driver_subset_run_on_spark(spark: SparkSessio
         dml.run_update(spark, path, "id = 1", {"x": "x + 1"})
     assert DeltaLog.for_table(path).update().version == version
     assert not [n for n in os.listdir(path) if n.startswith("_staging")]
-    assert len([n for n in os.listdir(path) if n.endswith(".parquet")]) == len(DeltaLog.for_table(path).update().all_files)
+    parquet_files = [n for n in os.listdir(path) if n.endswith(".parquet")]
+    assert len(parquet_files) == len(DeltaLog.for_table(path).update().all_files)
     done = dml.run_update(spark, path, "id = 2", {"x": F.col("x") * 2, "s": "cast(x AS string)"})
     assert _writers(path, done.version) and all("parquet-mr" in w for w in _writers(path, done.version))
     exact = dml.run_update(spark, path, "id = 1", {"x": "x - 1", "s": "'z'"})

@@ -12,7 +12,8 @@ import subprocess
 import sys
 import textwrap
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 from pyspark.sql import SparkSession

@@ -22,7 +22,7 @@ pytestmark = [pytest.mark.spark, pytest.mark.interop]
 def _norm(value: Any) -> Any:
     if isinstance(value, dt.datetime):  # Spark gives local naive time, delta-rs aware UTC
         aware = value if value.tzinfo else value.astimezone()
-        return aware.astimezone(dt.timezone.utc).replace(tzinfo=None)
+        return aware.astimezone(dt.UTC).replace(tzinfo=None)
     return value
 
 
@@ -40,7 +40,7 @@ def rs_rows(path: str) -> list[dict[str, Any]]:
 
 
 def test_delta_rs_reads_our_tables(spark: SparkSession, tmp_table: str) -> None:
-    utc = dt.timezone.utc
+    utc = dt.UTC
     data = [
         (1, "a b", dt.date(2024, 1, 1), dt.datetime(2024, 1, 1, 8, 0, 0, 500000, tzinfo=utc), 1.5, True, 3),
         (2, None, dt.date(2024, 1, 2), None, None, False, None),

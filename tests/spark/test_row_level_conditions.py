@@ -9,7 +9,8 @@ just the undecided rows otherwise. Interleaving uses the ``before_commit`` hook.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 from pyspark.sql import Column, SparkSession

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Iterator
+from collections.abc import Iterator
 
 import pytest
 from pyspark.sql import SparkSession
@@ -17,8 +17,8 @@ from serialake.exceptions import (
     InvalidPropertyError,
 )
 from serialake.spark import DeltaTable, read, write
-from serialake.sql import sql as serialake_sql
 from serialake.spark.table import RETENTION_CHECK_CONF
+from serialake.sql import sql as serialake_sql
 
 pytestmark = pytest.mark.spark
 
@@ -142,7 +142,8 @@ def test_properties_and_protocol(spark: SparkSession, tmp_table: str) -> None:
     table.setTableProperties({"delta.enableDeletionVectors": "true"})
     protocol = DeltaLog.for_table(tmp_table).update().protocol
     assert (protocol.min_reader_version, protocol.min_writer_version) == (3, 7)
-    assert "deletionVectors" in (protocol.reader_features or ()) and "deletionVectors" in (protocol.writer_features or ())
+    assert "deletionVectors" in (protocol.reader_features or ())
+    assert "deletionVectors" in (protocol.writer_features or ())
     with pytest.raises(DeltaIllegalArgumentException, match="downgraded"):
         table.upgradeTableProtocol(1, 2)
 

@@ -76,16 +76,16 @@ def test_modes_create_append_overwrite_error_ignore(spark: SparkSession, tmp_tab
 
 def test_partitioned_write_with_nulls(spark: SparkSession, tmp_table: str) -> None:
     data = [
-        (1, 10, "x", dt.date(2024, 1, 1), dt.datetime(2024, 1, 1, 10, 30, 0, 123456, tzinfo=dt.timezone.utc)),
+        (1, 10, "x", dt.date(2024, 1, 1), dt.datetime(2024, 1, 1, 10, 30, 0, 123456, tzinfo=dt.UTC)),
         (2, None, "a b=c%/", dt.date(2024, 1, 2), None),
-        (3, 10, None, None, dt.datetime(2024, 1, 2, tzinfo=dt.timezone.utc)),
-        (4, -5, "", dt.date(2024, 1, 1), dt.datetime(2024, 1, 1, 10, 30, 0, 123456, tzinfo=dt.timezone.utc)),
+        (3, 10, None, None, dt.datetime(2024, 1, 2, tzinfo=dt.UTC)),
+        (4, -5, "", dt.date(2024, 1, 1), dt.datetime(2024, 1, 1, 10, 30, 0, 123456, tzinfo=dt.UTC)),
     ]
     df = spark.createDataFrame(data, "id long, i int, s string, d date, ts timestamp")
     write(df, tmp_table, partitionBy=["i", "s", "d", "ts"])
     snap = DeltaLog.for_table(tmp_table).update()
     assert snap.partition_columns == ("i", "s", "d", "ts")
-    values = sorted((json.dumps(f.partition_values, sort_keys=True) for f in snap.all_files))
+    values = sorted(json.dumps(f.partition_values, sort_keys=True) for f in snap.all_files)
     assert json.dumps(
         {"d": "2024-01-02", "i": None, "s": "a b=c%/", "ts": None}, sort_keys=True
     ) in values
@@ -98,7 +98,7 @@ def test_partitioned_write_with_nulls(spark: SparkSession, tmp_table: str) -> No
     assert not os.path.exists(os.path.join(tmp_table, "_staging"))
     # An empty string partition value is stored as NULL, as Spark and Delta do.
     expected = [(r[0], r[1], r[2] or None, r[3], r[4]) for r in data]
-    got = [(r.id, r.i, r.s, r.d, r.ts.replace(tzinfo=dt.timezone.utc) if r.ts else None)
+    got = [(r.id, r.i, r.s, r.d, r.ts.replace(tzinfo=dt.UTC) if r.ts else None)
            for r in read(spark, tmp_table).collect()]
     assert sorted(got, key=lambda t: t[0]) == expected
     assert read(spark, tmp_table).columns == ["id", "i", "s", "d", "ts"]
@@ -192,7 +192,7 @@ def test_time_travel(spark: SparkSession, tmp_table: str) -> None:
     assert rows(read(spark, tmp_table, version=0)) == [(0,)]
     assert rows(read(spark, tmp_table, version=1)) == [(0,), (1,)]
     stamps = dict(DeltaLog.for_table(tmp_table).commit_timestamps())
-    at_v1 = dt.datetime.fromtimestamp(stamps[1] / 1000, dt.timezone.utc)
+    at_v1 = dt.datetime.fromtimestamp(stamps[1] / 1000, dt.UTC)
     assert rows(read(spark, tmp_table, timestamp=at_v1)) == [(0,), (1,)]
     assert rows(read(spark, tmp_table, timestamp=at_v1.isoformat())) == [(0,), (1,)]
     with pytest.raises(DeltaIllegalArgumentException, match="before the earliest"):
@@ -206,8 +206,8 @@ def test_time_travel(spark: SparkSession, tmp_table: str) -> None:
 def test_stats_match_pyarrow(spark: SparkSession, tmp_table: str) -> None:
     long_text = "y" * 40
     data = [
-        (1, "b", dt.date(2024, 3, 1), dt.datetime(2024, 3, 1, 12, 0, 0, 123456, tzinfo=dt.timezone.utc), 1.5, "k"),
-        (7, long_text, None, dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc), None, "k"),
+        (1, "b", dt.date(2024, 3, 1), dt.datetime(2024, 3, 1, 12, 0, 0, 123456, tzinfo=dt.UTC), 1.5, "k"),
+        (7, long_text, None, dt.datetime(2024, 1, 1, tzinfo=dt.UTC), None, "k"),
         (None, "a", dt.date(2023, 1, 1), None, 2.5, "k"),
     ]
     df = spark.createDataFrame(data, "id long, s string, d date, ts timestamp, f double, p string").coalesce(1)

@@ -137,7 +137,7 @@ def test_every_seed_statement_runs(spark: object, tmp_path: Path) -> None:
     ).createOrReplaceTempView("source_table")
     ran = []
     try:
-        for name, statement in seed_statements():
+        for _name, statement in seed_statements():
             text = runnable(statement)
             if statement.startswith("MERGE INTO"):
                 continue  # not SQL as scraped; the reconstructed statements run below

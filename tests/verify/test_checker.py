@@ -28,7 +28,9 @@ from serialake.verify.history import History, Op, Recorder, Txn, append, read
 CYCLE_RE = re.compile(r"^T\d+ \(p\d+[^)]*: .+\) -(ww|wr|rw|rt|process)(\[\w+\])?-> .* T\d+$")
 
 
-def T(p: int, *mops: Any, outcome: str = "ok", t: tuple[float, float | None] = (0, 100), **kw: Any) -> Txn:
+def T(  # noqa: N802 - T(1, ...) reads like the T1, T2 of the anomaly papers
+    p: int, *mops: Any, outcome: str = "ok", t: tuple[float, float | None] = (0, 100), **kw: Any
+) -> Txn:
     """Txn shorthand; ``r("x", 1, 2)`` / ``a("x", 3)`` build the micro-ops; default times overlap."""
     return Txn(p, t[0], t[1], outcome, mops, **kw)  # type: ignore[arg-type]
 

@@ -50,8 +50,10 @@ _NOW = int(time.time() * 1000)
 _EXPIRED = 1_000  # a deletion timestamp long past any retention
 _PATHS = [f"p={p}/f{i}.parquet" for p in ("a", "b") for i in range(3)] + ["p=__HIVE_DEFAULT_PARTITION__/n.parquet"]
 _DVS = [
-    DeletionVectorDescriptor(storage_type="u", path_or_inline_dv="ab^-aqEH.-t@S}K{vb[*k^", size_in_bytes=34, cardinality=2, offset=1),
-    DeletionVectorDescriptor(storage_type="i", path_or_inline_dv="wi5b=000010000siXQKl0rr91000f55c8Xg0@@D72lkbi5=-{L", size_in_bytes=40, cardinality=6),
+    DeletionVectorDescriptor(storage_type="u", path_or_inline_dv="ab^-aqEH.-t@S}K{vb[*k^", size_in_bytes=34,
+                             cardinality=2, offset=1),
+    DeletionVectorDescriptor(storage_type="i", path_or_inline_dv="wi5b=000010000siXQKl0rr91000f55c8Xg0@@D72lkbi5=-{L",
+                             size_in_bytes=40, cardinality=6),
 ]  # fmt: skip
 
 
@@ -126,7 +128,9 @@ def _state(s: TableState | Snapshot) -> dict[str, Any]:
         files, tombs, txns, domains, proto, meta = s.files, s.tombstones, s.txns, s.domains, s.protocol, s.metadata
     return {
         "files": files,
-        "tombstones": {k: (r.deletion_timestamp, r.partition_values, r.size, r.deletion_vector) for k, r in tombs.items()},
+        "tombstones": {
+            k: (r.deletion_timestamp, r.partition_values, r.size, r.deletion_vector) for k, r in tombs.items()
+        },
         "txns": {k: (t.version, t.last_updated) for k, t in txns.items()},
         "domains": {k: (d.configuration, d.removed) for k, d in domains.items()},
         "protocol": proto,
@@ -152,7 +156,9 @@ def test_replay_from_a_checkpoint_equals_replay_from_version_zero(commits: list[
     with tempfile.TemporaryDirectory() as tmp:
         store = LocalLogStore(fsync=False)
         log = DeltaLog(f"{tmp}/t", store=store)
-        first = [CommitInfo({"timestamp": _NOW, "txnId": "t0"}), _PROTOCOL, _metadata({"delta.checkpointInterval": "1000"})]
+        first = [
+            CommitInfo({"timestamp": _NOW, "txnId": "t0"}), _PROTOCOL, _metadata({"delta.checkpointInterval": "1000"})
+        ]
         store.put_if_absent(log.commit_path(0), actions_to_jsonl(first))
         for v, ops in enumerate(commits, 1):
             store.put_if_absent(log.commit_path(v), actions_to_jsonl(_actions(ops, v)))
@@ -183,7 +189,10 @@ def test_replay_from_a_checkpoint_equals_replay_from_version_zero(commits: list[
 _COLUMNS = {"s": "string", "i": "integer", "d": "date", "b": "boolean"}
 _PART_SCHEMA = StructType.from_json(
     json.dumps(
-        {"type": "struct", "fields": [{"name": n, "type": t, "nullable": True, "metadata": {}} for n, t in _COLUMNS.items()]}
+        {
+            "type": "struct",
+            "fields": [{"name": n, "type": t, "nullable": True, "metadata": {}} for n, t in _COLUMNS.items()],
+        }
     )
 )
 _STRINGS = ["", "a", "b", "ab", "ba", "A", "a b", "abc", "é", "10", "9"]
@@ -264,7 +273,8 @@ def _as_partition_values(row: tuple[Any, ...]) -> dict[str, str | None]:
 
 @pytest.fixture(scope="module")
 def spark_df_factory(spark: Any) -> Any:
-    from pyspark.sql.types import BooleanType, DateType, IntegerType, LongType, StringType, StructField, StructType as ST
+    from pyspark.sql.types import BooleanType, DateType, IntegerType, LongType, StringType, StructField
+    from pyspark.sql.types import StructType as ST
 
     schema = ST(
         [StructField("id", LongType(), False), StructField("s", StringType()), StructField("i", IntegerType()),
@@ -278,7 +288,11 @@ def spark_df_factory(spark: Any) -> Any:
 
 
 @pytest.mark.spark
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@settings(
+    max_examples=30,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 @given(preds=st.lists(_predicate, min_size=1, max_size=10), rows=st.lists(_row, min_size=1, max_size=30))
 def test_partition_predicates_agree_with_spark(
     spark_df_factory: Any, preds: list[str], rows: list[tuple[Any, ...]]
@@ -319,7 +333,11 @@ def _row_predicate(draw: st.DrawFn) -> str:
 
 
 @pytest.mark.spark
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@settings(
+    max_examples=30,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 @given(
     preds=st.lists(st.recursive(_row_predicate(), lambda inner: st.tuples(inner, inner).map(
         lambda t: f"({t[0]} AND {t[1]})") | inner.map(lambda t: f"NOT ({t})"), max_leaves=3), min_size=1, max_size=10),
@@ -394,7 +412,8 @@ def _int_in(kind: str) -> st.SearchStrategy[int | None]:
 _num_row = st.tuples(
     _int_in("byte"), _int_in("short"), _int_in("integer"), _int_in("long"),
     st.none() | st.floats(allow_nan=True, allow_infinity=True, width=64) | st.sampled_from([0.5, -0.0, 1e300, 2.0**53]),
-    st.none() | st.decimals(min_value=-(10**8) + 1, max_value=10**8 - 1, places=2, allow_nan=False, allow_infinity=False),
+    st.none() | st.decimals(min_value=-(10**8) + 1, max_value=10**8 - 1, places=2,
+                            allow_nan=False, allow_infinity=False),
 )  # fmt: skip
 
 _value_leaf = st.sampled_from(list(_NUM_COLUMNS)) | st.sampled_from(
@@ -408,7 +427,11 @@ def _value_node(inner: st.SearchStrategy[str]) -> st.SearchStrategy[str]:
 
 
 @pytest.mark.spark
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@settings(
+    max_examples=30,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 @given(
     exprs=st.lists(st.tuples(st.recursive(_value_leaf, _value_node, max_leaves=4),
                              st.sampled_from(["long", "integer", "double", "short", "decimal(10,2)"])),

@@ -6,8 +6,8 @@ Every concurrent write to the table then fails with ``MetadataChangedException``
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import replace
-from typing import Sequence
 
 from pyspark.sql import SparkSession
 from pyspark.sql import types as T

@@ -9,7 +9,8 @@ rewritten without them (on the driver when exact, else one Spark write job).
 from __future__ import annotations
 
 import time
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import types as T

@@ -18,8 +18,8 @@ file outside the table directory) raises ``NotExact``, and the bin is compacted 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Sequence
 
 from serialake.core.actions import AddFile
 from serialake.core.snapshot import Snapshot

@@ -20,12 +20,13 @@ from __future__ import annotations
 import os
 import posixpath
 import uuid
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from serialake.core.actions import AddFile, decode_path
 from serialake.core.deletion_vectors import read_deletion_vector
-from serialake.core.schema import DecimalType, PrimitiveType, StructField, StructType
+from serialake.core.schema import StructField, StructType
 from serialake.core.snapshot import Snapshot
 from serialake.core.types import arrow_type
 from serialake.core.values import NotExact

@@ -24,9 +24,10 @@ the engine then runs the MERGE on Spark (``merge``), which gives the same result
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from serialake.core import expressions as P
 from serialake.core import row_eval
@@ -34,8 +35,8 @@ from serialake.core import values as V
 from serialake.core.actions import AddFile
 from serialake.core.deletion_vectors import RowIndexSet
 from serialake.core.schema import StructType
-from serialake.core.values import NotExact
 from serialake.core.types import arrow_type, type_family
+from serialake.core.values import NotExact
 from serialake.spark.dml.driver_files import DriverTable, io_threads
 from serialake.spark.dml.driver_rewrite import check_not_null, rewrite_files
 
@@ -376,8 +377,12 @@ def execute(
             if name == "matched":
                 order_in_m = np.searchsorted(positions_m, positions[mask])
                 src = source.take(pa.array(sids[order_in_m]))
+
+            def value_of(ref: V.Ref, hit: Any = hit, src: Any = src) -> Any:
+                return _value_of(mp, add, hit, src, ref)
+
             for col_name, compiled in clause.values.items():
-                new = compiled.evaluate(lambda ref: _value_of(mp, add, hit, src, ref), hit.num_rows)
+                new = compiled.evaluate(value_of, hit.num_rows)
                 _check_new(local, add, col_name, new)
                 if col_name in columns:  # (partition columns were checked to keep their value)
                     columns[col_name] = pc.replace_with_mask(_flat(columns[col_name]), arrow_mask, new)
@@ -409,8 +414,8 @@ def execute(
 
     written = rewrite_files(local, jobs, rewrite, extra=inserts)
     for c in tally:
-        for k, v in c.items():
-            counts[k] += v
+        for name, v in c.items():
+            counts[name] += v
     return MergeOutcome(touched, counts, written)
 
 
@@ -471,7 +476,7 @@ def _read_columns(local: DriverTable, add: AddFile, names: Sequence[str]) -> tup
     import pyarrow as pa
 
     parts = {p.lower() for p in local.snap.partition_columns}
-    stored = [local.snap.schema.field(n).name for n in names if n.lower() not in parts]  # type: ignore[union-attr]
+    stored = [local.snap.schema.field(n).name for n in names if n.lower() not in parts]
     table, positions = local.read(add, positions=True, columns=stored)
     for name in names:
         value = local.partition_scalar(add, name)

@@ -22,8 +22,9 @@ own words.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable, Mapping, Sequence, TypeVar
+from typing import Any, TypeVar
 
 from serialake.core import row_eval
 from serialake.core import values as V

@@ -19,8 +19,9 @@ Nothing else decides: operations call ``Engine.run(files, driver=..., spark=...)
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Callable, Iterable, TypeVar
+from typing import TypeVar
 
 from pyspark.sql import SparkSession
 

@@ -15,7 +15,7 @@ open transaction and the files it read, for a query that must read exactly that 
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F

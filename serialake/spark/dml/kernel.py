@@ -31,17 +31,17 @@ from __future__ import annotations
 import json
 import re
 import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 from pyspark.errors import AnalysisException
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from serialake.core import DeltaLog
+from serialake.core import DeltaLog, row_eval
 from serialake.core import expressions as P
-from serialake.core import row_eval
 from serialake.core.actions import AddFile
 from serialake.core.deletion_vectors import RowIndexSet
 from serialake.core.dv_policy import DvChanges, mark_deleted
@@ -180,7 +180,7 @@ def resolved_condition_sql(df: DataFrame) -> str | None:
     does not. None when the plan has another shape.
     """
     try:
-        plan = df._jdf.queryExecution().analyzed()  # type: ignore[operator]
+        plan = df._jdf.queryExecution().analyzed()
         name = plan.getClass().getSimpleName()
         if name == "Filter":
             return str(plan.condition().sql())
@@ -313,9 +313,12 @@ def declare_matched_rows(
     rows: dict[str, RowIndexSet] = {}
     for f in files:
         t = touched.get(f.path)
-        if t is not None and t.rows is None:
+        if t is None:
+            rows[f.path] = empty
+        elif t.rows is None:
             return  # rows not known: conflict checks evaluate the condition instead
-        rows[f.path] = t.rows if t is not None else empty
+        else:
+            rows[f.path] = t.rows
     txn.record_matched_rows(rows)
 
 

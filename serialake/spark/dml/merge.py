@@ -25,9 +25,10 @@ from __future__ import annotations
 
 import datetime as dt
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from pyspark import StorageLevel
 from pyspark.errors import AnalysisException
@@ -39,10 +40,10 @@ from serialake.core import expressions as P
 from serialake.core.actions import Action, AddFile, now_ms
 from serialake.core.deletion_vectors import RowIndexSet
 from serialake.core.dv_policy import uses_deletion_vectors
+from serialake.core.values import NotExact
 from serialake.core.written import BeforeCommit, commit_or_clean_up
 from serialake.exceptions import DeltaAnalysisException, DeltaIllegalArgumentException
 from serialake.spark import io, scans
-from serialake.core.values import NotExact
 from serialake.spark.dml import driver_merge, engine
 from serialake.spark.dml.kernel import (
     FILE_COL,
@@ -569,6 +570,7 @@ class _MergeRun:
         # One aggregate per file; a row id seen in more pairs than once is a multiple match.
         aggs = [F.count(F.lit(1)).alias("pairs"), F.collect_set(ROW_COL).alias("ids")]
         aggs += [F.sum(F.when(F.col(_CODE) == k, 1).otherwise(0)).alias(f"k{k}") for k in counts]
+        assert self.files is not None  # _run_on_spark reads them before computing the changes
         by_path = {f.path: f for f in self.files}
         touched: dict[str, Touched] = {}
         for r in changes.groupBy(FILE_COL).agg(*aggs).collect():
@@ -630,7 +632,8 @@ class _MergeRun:
         rewrite_start = time.monotonic()
         adds: list[AddFile] = []
         if touched or counts[_INSERT]:
-            adds = write_rows(self.snap, self._outputs(changes, touched, copy_on_write=not uses_deletion_vectors(self.snap)))
+            outputs = self._outputs(changes, touched, copy_on_write=not uses_deletion_vectors(self.snap))
+            adds = write_rows(self.snap, outputs)
         return self._finish(touched, counts, adds, rewrite_start)
 
     def _finish(
@@ -699,7 +702,7 @@ def _literal(value: Any, data_type: T.DataType) -> P.Literal:
         # PySpark returns TIMESTAMP values as naive local times; literals are naive UTC.
         if value.tzinfo is None:
             value = value.astimezone()
-        return P.Literal(value.astimezone(dt.timezone.utc).replace(tzinfo=None), "timestamp")
+        return P.Literal(value.astimezone(dt.UTC).replace(tzinfo=None), "timestamp")
     if isinstance(data_type, T.TimestampNTZType):
         return P.Literal(value, "timestamp_ntz")
     if isinstance(data_type, T.DecimalType) and not isinstance(value, Decimal):

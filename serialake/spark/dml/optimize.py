@@ -21,9 +21,10 @@ from __future__ import annotations
 import json
 import math
 import time
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
-from typing import Any, Sequence
+from typing import Any
 
 import pyarrow.parquet as pq
 from pyspark.sql import Column, DataFrame, SparkSession, Window
@@ -321,7 +322,7 @@ def _write_bin(spark: SparkSession, snap: Snapshot, inputs: Sequence[AddFile], b
         return write_rows(snap, ordered.select(*table_columns(snap, ordered)), data_change=False)
 
     adds = budget.run(inputs, driver=on_driver, spark=on_spark)
-    sources = [[f.path, f.deletion_vector.unique_id if f.deletion_vector else None, _live(snap, f)] for f in inputs]
+    sources = [(f.path, f.deletion_vector.unique_id if f.deletion_vector else None, _live(snap, f)) for f in inputs]
     expected = sum(n for _, _, n in sources)
     if len(adds) != 1 or adds[0].num_records != expected:
         return adds  # no exact mapping (e.g. no live rows): the outputs carry no tag

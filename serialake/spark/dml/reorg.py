@@ -9,13 +9,13 @@ same file leaves that file to it. Small files are rewritten on the driver (``eng
 from __future__ import annotations
 
 import json
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from pyspark.sql import SparkSession
 
-from serialake.core import DeltaLog
+from serialake.core import DeltaLog, skipping
 from serialake.core import expressions as P
-from serialake.core import skipping
 from serialake.core.actions import AddFile, FileAction, RemoveFile
 from serialake.core.written import BeforeCommit, commit_or_clean_up
 from serialake.exceptions import DeltaAnalysisException, DeltaTableNotFoundError

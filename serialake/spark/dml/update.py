@@ -10,7 +10,8 @@ the driver's budget, the whole UPDATE runs on the driver (no Spark job at all).
 from __future__ import annotations
 
 import time
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from pyspark.errors import AnalysisException
 from pyspark.sql import Column, DataFrame, SparkSession

@@ -1,6 +1,6 @@
 """Scalar SQL expressions (UPDATE SET, MERGE values) computed with pyarrow exactly as Spark does.
 
-The driver can rewrite small copy-on-write files itself (``serialake.spark.dml.driver_rewrite``)
+The driver can rewrite small copy-on-write files itself (``serialake.spark.dml.update_command``)
 only if every new value is bit-for-bit what Spark would store. This module accepts a
 deliberately small subset of Spark SQL and refuses (``NotExact``) everything else, which
 then runs on Spark:

@@ -3,12 +3,14 @@
 - ``kernel``: what every operation shares (transaction, condition, target rows, metrics);
 - ``engine``: the one place that decides whether a step runs on the driver (pyarrow) or on
   Spark, from the settings, and catches the one "not exact here" signal (``NotExact``);
-- operations: ``delete``, ``update``, ``merge``, ``optimize``, ``restore``, ``insert`` (a
-  non-blind append), ``reorg`` (REORG ... APPLY (PURGE)), ``drop_feature``, ``alter``
-  (ADD COLUMNS, UNSET TBLPROPERTIES);
+- operations, one ``*_command`` module each (as Delta's ``DeleteCommand``...): ``delete``,
+  ``update``, ``merge``, ``optimize``, ``restore``, ``insert`` (a non-blind append),
+  ``reorg`` (REORG ... APPLY (PURGE)), ``drop_feature``, ``alter`` (ADD COLUMNS, UNSET
+  TBLPROPERTIES); this package exposes their entry points (``dml.delete``,
+  ``dml.run_delete``, ``dml.merge``...), each module loaded on first use;
 - driver paths (pyarrow, exact subset only): ``driver_files`` (reading and writing data
-  files), ``driver_rewrite`` (finding rows, DELETE/UPDATE rewrites and the one rewrite
-  loop), ``driver_merge``, ``driver_compaction``.
+  files, finding rows, the one rewrite loop), ``driver_merge``, ``driver_compaction``; the
+  DELETE and UPDATE rewrites are ``driver_*`` functions of their modules.
 
 Deletion-vector policy (``core.dv_policy``) and commit-and-clean-up (``core.written``) are
 engine-neutral and live in the core. Functions take ``(spark, table_path, ...)``;
@@ -19,28 +21,62 @@ interleave concurrent operations deterministically).
 
 from __future__ import annotations
 
-from serialake.spark.dml.alter import add_columns, unset_properties
-from serialake.spark.dml.delete import delete, run_delete
-from serialake.spark.dml.drop_feature import DROPPABLE_FEATURES, drop_feature
-from serialake.spark.dml.engine import COMPACTION_MAX_BYTES_CONF, DML_MAX_BYTES_CONF
-from serialake.spark.dml.insert import run_insert
-from serialake.spark.dml.kernel import FILE_COL, ROW_COL, TARGET_ALIAS, DmlResult, affected_rows_df
-from serialake.spark.dml.merge import DeltaMergeBuilder, merge, merge_result_df
-from serialake.spark.dml.optimize import DeltaOptimizeBuilder, optimize
-from serialake.spark.dml.reorg import purge_deletion_vectors
-from serialake.spark.dml.restore import restore, restoreToTimestamp, restoreToVersion, run_restore
-from serialake.spark.dml.update import run_update, update
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from serialake.spark.dml.alter_command import add_columns, unset_properties
+    from serialake.spark.dml.delete_command import delete, run_delete
+    from serialake.spark.dml.drop_feature_command import DROPPABLE_FEATURES, drop_feature
+    from serialake.spark.dml.engine import COMPACTION_MAX_BYTES_CONF, DML_MAX_BYTES_CONF
+    from serialake.spark.dml.insert_command import run_insert
+    from serialake.spark.dml.kernel import FILE_COL, ROW_COL, TARGET_ALIAS, DmlResult, affected_rows_df
+    from serialake.spark.dml.merge_command import DeltaMergeBuilder, merge, merge_result_df
+    from serialake.spark.dml.optimize_command import DeltaOptimizeBuilder, optimize
+    from serialake.spark.dml.reorg_command import purge_deletion_vectors
+    from serialake.spark.dml.restore_command import restore, restoreToTimestamp, restoreToVersion, run_restore
+    from serialake.spark.dml.update_command import run_update, update
+
+# Each name's module, imported on first use: an operation loads only the modules it runs.
+_MODULE_OF = {
+    "add_columns": "alter_command",
+    "unset_properties": "alter_command",
+    "delete": "delete_command",
+    "run_delete": "delete_command",
+    "DROPPABLE_FEATURES": "drop_feature_command",
+    "drop_feature": "drop_feature_command",
+    "COMPACTION_MAX_BYTES_CONF": "engine",
+    "DML_MAX_BYTES_CONF": "engine",
+    "run_insert": "insert_command",
+    "FILE_COL": "kernel",
+    "ROW_COL": "kernel",
+    "TARGET_ALIAS": "kernel",
+    "DmlResult": "kernel",
+    "affected_rows_df": "kernel",
+    "DeltaMergeBuilder": "merge_command",
+    "merge": "merge_command",
+    "merge_result_df": "merge_command",
+    "DeltaOptimizeBuilder": "optimize_command",
+    "optimize": "optimize_command",
+    "purge_deletion_vectors": "reorg_command",
+    "restore": "restore_command",
+    "restoreToTimestamp": "restore_command",
+    "restoreToVersion": "restore_command",
+    "run_restore": "restore_command",
+    "run_update": "update_command",
+    "update": "update_command",
+}
 
 __all__ = [
     "COMPACTION_MAX_BYTES_CONF",
     "DML_MAX_BYTES_CONF",
     "DROPPABLE_FEATURES",
-    "FILE_COL",
-    "ROW_COL",
-    "TARGET_ALIAS",
     "DeltaMergeBuilder",
     "DeltaOptimizeBuilder",
     "DmlResult",
+    "FILE_COL",
+    "ROW_COL",
+    "TARGET_ALIAS",
     "add_columns",
     "affected_rows_df",
     "delete",
@@ -59,3 +95,12 @@ __all__ = [
     "unset_properties",
     "update",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _MODULE_OF.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value

@@ -7,6 +7,15 @@ releases the GIL), computes the new rows, and writes Parquet files that are publ
 exactly like Spark's (staged under ``_staging``, renamed into the table, fsynced, stats
 from the footer).
 
+- ``DriverTable``: a snapshot's data files as Arrow tables (live rows, partition values,
+  new files published);
+- ``matching_rows``: the rows a condition in the exact subset (``row_eval.inexact_reason``)
+  matches, reading only the condition's columns;
+- ``rewrite_files``: the one loop every driver rewrite goes through (DELETE, UPDATE,
+  MERGE): read each touched file's live rows with their positions, compute its
+  replacement, write it beside the input with the input's partition values, several files
+  at a time; on any failure every file written is deleted.
+
 ``DriverTable.open`` says whether a table qualifies: no column mapping, only columns whose
 Arrow type reads back in Spark as the table type (no nested, interval, variant or
 timestamp columns whose time zone handling differs), no generated or identity columns,
@@ -20,19 +29,22 @@ from __future__ import annotations
 import os
 import posixpath
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
+from serialake.core import row_eval
 from serialake.core.actions import AddFile, decode_path
-from serialake.core.deletion_vectors import read_deletion_vector
+from serialake.core.deletion_vectors import RowIndexSet, read_deletion_vector
+from serialake.core.expressions import Expr
 from serialake.core.schema import StructField, StructType
 from serialake.core.snapshot import Snapshot
 from serialake.core.types import arrow_type
 from serialake.core.values import NotExact
 from serialake.spark import io
 
-__all__ = ["DriverTable", "io_threads"]
+__all__ = ["DriverTable", "check_not_null", "io_threads", "isin_rows", "matching_rows", "rewrite_files"]
 
 
 def io_threads() -> int:
@@ -203,3 +215,75 @@ class DriverTable:
         except OSError as e:
             self.discard(adds)
             raise io.data_write_error(self.path, e.filename or self.path, e) from e
+
+
+_Job = TypeVar("_Job")
+# (live rows of the file, their physical positions, the file, the job) -> the file's replacement
+Rewrite = Callable[[Any, Any, AddFile, _Job], Any]
+# write(rows, rel_dir, partition values) -> extra files written beside the rewrites (e.g. MERGE's inserts)
+Extra = Callable[[Callable[[Any, str, Mapping[str, str | None]], AddFile | None]], None]
+
+
+def matching_rows(snap: Snapshot, files: Sequence[AddFile], exact: Expr) -> list[tuple[AddFile, RowIndexSet]]:
+    """The live rows of each of ``files`` that ``exact`` matches (physical positions); NotExact if not here."""
+    reader = row_eval.RowReader(snap.table_path, snap)
+    return list(row_eval.scan_matching_rows(reader, files, exact, threads=io_threads()))
+
+
+def check_not_null(table: DriverTable, column: str, new: Any) -> None:
+    """NULLs for a NOT NULL column: Spark refuses them in its own words."""
+    f = table.snap.schema.field(column)
+    if f is not None and not f.nullable and new.null_count:
+        raise NotExact(f"NULL for NOT NULL column {column}")
+
+
+def rewrite_files(
+    table: DriverTable,
+    jobs: Sequence[tuple[AddFile, _Job]],
+    rewrite: Rewrite[_Job],
+    *,
+    extra: Extra | None = None,
+) -> list[AddFile]:
+    """Each job's file replaced by ``rewrite(live rows, positions, add, job)``, written beside it.
+
+    ``extra(write)`` may write more files in the same staging area (``write(rows, rel_dir,
+    partition values)``). Returns the new files, sorted by path (an empty result writes no
+    file); nothing is committed. On any failure every file written is deleted; ``NotExact``
+    keeps its reason.
+    """
+    if not jobs and extra is None:
+        return []
+    dirs = {add.path: table.rel_dir(add) for add, _ in jobs}  # NotExact for files outside the table
+    indexed = table.stats_columns()
+    written: list[AddFile] = []
+    with io.staging_area(table.path) as staging:
+
+        def write(rows: Any, rel_dir: str, partition_values: Mapping[str, str | None]) -> AddFile | None:
+            new = table.write(staging, rows, rel_dir, partition_values, data_change=True, indexed=indexed)
+            if new is not None:
+                written.append(new)
+            return new
+
+        def one(job: tuple[AddFile, _Job]) -> None:
+            add, data = job
+            rows, positions = table.read(add, positions=True)
+            write(rewrite(rows, positions, add, data), dirs[add.path], add.partition_values or {})
+
+        try:
+            if jobs:
+                with ThreadPoolExecutor(min(io_threads(), len(jobs))) as pool:
+                    list(pool.map(one, jobs))
+            if extra is not None:
+                extra(write)
+        except BaseException:
+            table.discard(written)
+            raise
+    table.finish(written)
+    return sorted(written, key=lambda a: a.path)
+
+
+def isin_rows(positions: Any, rows: RowIndexSet) -> Any:
+    """A numpy mask: which of ``positions`` (physical row numbers) are in ``rows``."""
+    import numpy as np
+
+    return np.isin(positions, rows.to_numpy().astype(np.int64), assume_unique=True)

@@ -11,7 +11,7 @@ does the whole MERGE itself:
    in SQL) plus exact target-only and source-only conjuncts (``row_eval.evaluate``);
 3. a target row matched by several source rows fails as on Spark;
 4. touched files are read whole and rewritten (copy-on-write) or get their changed rows
-   marked in deletion vectors (``driver_rewrite.rewrite_files``); updated and inserted
+   marked in deletion vectors (``driver_files.rewrite_files``); updated and inserted
    values come from ``core.values``.
 
 What qualifies (``plan``): an ON condition that is a conjunction of ``t.k = s.k``
@@ -19,7 +19,7 @@ equalities on integral, string, date or boolean columns (at least one) and exact
 single-side conjuncts; at most one clause of each kind and no clause condition; SET /
 VALUES in the exact subset (``updateAll`` / ``insertAll`` included); for inserts, an
 unpartitioned table. Everything else, or any doubt while running, raises ``NotExact``:
-the engine then runs the MERGE on Spark (``merge``), which gives the same result.
+the engine then runs the MERGE on Spark (``merge_command``), which gives the same result.
 """
 
 from __future__ import annotations
@@ -37,8 +37,7 @@ from serialake.core.deletion_vectors import RowIndexSet
 from serialake.core.schema import StructType
 from serialake.core.types import arrow_type, type_family
 from serialake.core.values import NotExact
-from serialake.spark.dml.driver_files import DriverTable, io_threads
-from serialake.spark.dml.driver_rewrite import check_not_null, rewrite_files
+from serialake.spark.dml.driver_files import DriverTable, check_not_null, io_threads, rewrite_files
 
 __all__ = ["MergePlan", "MergeOutcome", "execute", "plan", "source_table"]
 

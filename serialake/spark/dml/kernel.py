@@ -1,7 +1,7 @@
 """What every DML operation shares: the transaction, its condition, the target's rows, new files.
 
-Each operation (``delete``, ``update``, ``merge``, ``optimize``, ``restore``, ``insert``,
-``reorg``, ``drop_feature``, ``add_columns``) has the same shape:
+Each operation (``delete_command``, ``update_command``, ``merge_command``, ... one module
+each) has the same shape:
 
 1. start a core transaction first (``open_transaction``: the snapshot every later step
    reads is pinned);
@@ -54,7 +54,7 @@ from serialake.exceptions import (
     UnsupportedFeatureError,
 )
 from serialake.spark import io
-from serialake.spark.dml import driver_rewrite
+from serialake.spark.dml.driver_files import matching_rows
 from serialake.spark.dml.engine import Engine
 from serialake.spark.write import check_not_null, write_checked_files
 
@@ -463,7 +463,7 @@ def find_touched(
 
     def on_driver() -> dict[str, Touched]:
         assert plan.exact is not None
-        found = driver_rewrite.matching_rows(snap, plan.files, plan.exact)
+        found = matching_rows(snap, plan.files, plan.exact)
         return {f.path: Touched(f, len(rows), rows) for f, rows in found}
 
     def on_spark() -> dict[str, Touched]:

@@ -19,7 +19,7 @@ from serialake.core import expressions as P
 from serialake.core.actions import AddFile, FileAction, RemoveFile
 from serialake.core.written import BeforeCommit, commit_or_clean_up
 from serialake.exceptions import DeltaAnalysisException, DeltaTableNotFoundError
-from serialake.spark.dml.optimize import write_compacted
+from serialake.spark.dml.optimize_command import write_compacted
 
 __all__ = ["purge_deletion_vectors"]
 

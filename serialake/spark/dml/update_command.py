@@ -10,20 +10,22 @@ the driver's budget, the whole UPDATE runs on the driver (no Spark job at all).
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pyspark.errors import AnalysisException
 from pyspark.sql import Column, DataFrame, SparkSession
 
+from serialake.core import values as V
 from serialake.core.actions import Action, AddFile, now_ms
+from serialake.core.deletion_vectors import RowIndexSet
 from serialake.core.dv_policy import uses_deletion_vectors
 from serialake.core.snapshot import Snapshot
 from serialake.core.transaction import OptimisticTransaction
 from serialake.core.values import NotExact
 from serialake.core.written import BeforeCommit, commit_or_clean_up
-from serialake.spark.dml import driver_rewrite, engine
-from serialake.spark.dml.driver_files import DriverTable
+from serialake.spark.dml import engine
+from serialake.spark.dml.driver_files import DriverTable, check_not_null, isin_rows, matching_rows, rewrite_files
 from serialake.spark.dml.kernel import (
     TARGET_ALIAS,
     ConditionLike,
@@ -96,13 +98,13 @@ def run_update(
         nonlocal touched, driver_looked_for_rows
         if plan.exact is None:
             raise NotExact("the condition")
-        compiled = driver_rewrite.compile_assignments(snap, raw)
+        compiled = _driver_compile_assignments(snap, raw)
         table = DriverTable.open(snap)
         driver_looked_for_rows = True
-        found = driver_rewrite.matching_rows(snap, plan.files, plan.exact)
+        found = matching_rows(snap, plan.files, plan.exact)
         touched = {f.path: Touched(f, len(rows), rows) for f, rows in found}
         rewrite_start = time.monotonic()
-        adds = driver_rewrite.update_rows(table, found, compiled, only_changed=dvs)
+        adds = _driver_update_rows(table, found, compiled, only_changed=dvs)
         return _commit_update(txn, snap, touched, adds, dvs, start, rewrite_start, plan, before_commit)
 
     def on_spark() -> DmlResult:
@@ -176,3 +178,66 @@ def _commit_update(
 
 def _update_metrics(*, updated: int, **kw: Any) -> dict[str, int]:
     return {"numUpdatedRows": updated, **rewrite_metrics(**kw)}
+
+
+def _driver_compile_assignments(snap: Snapshot, texts: Mapping[str, Any]) -> dict[str, V.Compiled]:
+    """``{column: compiled value}`` when every value is a SQL string in the exact subset, else NotExact.
+
+    Keys are table column names (already resolved); partition columns cannot be assigned here
+    (their rows would move to other directories).
+    """
+    parts = {c.lower() for c in snap.partition_columns}
+    out: dict[str, V.Compiled] = {}
+
+    def column_type(ref: V.Ref) -> str | None:
+        if ref.qualifier is not None:
+            return None
+        f = snap.schema.field(ref.name)
+        return V.kind_of_type(f.data_type) if f is not None else None
+
+    for name, text in texts.items():
+        f = snap.schema.field(name)
+        if not isinstance(text, str) or f is None or name.lower() in parts:
+            raise NotExact(f"the value of column {name}")
+        out[f.name] = V.compile_value(V.parse_value(text), column_type, V.kind_of_type(f.data_type) or "")
+    return out
+
+
+def _driver_update_rows(
+    table: DriverTable,
+    touched: Sequence[tuple[AddFile, RowIndexSet]],
+    assignments: Mapping[str, V.Compiled],
+    *,
+    only_changed: bool,
+) -> list[AddFile]:
+    """UPDATE: each touched file with new values in its matched rows (``only_changed``: just those rows)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    def rewrite(rows: Any, positions: Any, add: AddFile, matched: RowIndexSet) -> Any:
+        mask = pa.array(isin_rows(positions, matched))
+        hit = rows.filter(mask)
+        n = hit.num_rows
+        columns = []
+        for field in table.schema:
+            old = rows.column(field.name)
+            compiled = assignments.get(field.name)
+            if compiled is None:
+                columns.append(hit.column(field.name) if only_changed else old)
+                continue
+            new = compiled.evaluate(lambda ref: _reference(table, hit, add, ref), n)
+            check_not_null(table, field.name, new)
+            if new.type != field.type:
+                raise NotExact(f"{field.name}: computed {new.type}, column is {field.type}")
+            columns.append(new if only_changed else pc.replace_with_mask(old, mask, new))
+        return pa.Table.from_arrays(columns, schema=table.schema)
+
+    return rewrite_files(table, touched, rewrite)
+
+
+def _reference(table: DriverTable, rows: Any, add: AddFile, ref: V.Ref) -> Any:
+    """A referenced column over ``rows``: a data column, or the file's partition value."""
+    f = table.snap.schema.field(ref.name)
+    assert f is not None
+    value = table.partition_scalar(add, f.name)
+    return rows.column(f.name) if value is None else value

@@ -16,8 +16,8 @@ from serialake.core import features as F
 from serialake.core import properties as props
 from serialake.core.actions import Protocol
 from serialake.exceptions import DeltaAnalysisException, DeltaTableNotFoundError, UnsupportedFeatureError
-from serialake.spark.dml.alter import unset_properties
-from serialake.spark.dml.reorg import purge_deletion_vectors
+from serialake.spark.dml.alter_command import unset_properties
+from serialake.spark.dml.reorg_command import purge_deletion_vectors
 
 __all__ = ["DROPPABLE_FEATURES", "drop_feature", "protocol_without"]
 

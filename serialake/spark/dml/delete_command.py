@@ -17,14 +17,15 @@ from pyspark.sql import types as T
 
 from serialake.core import expressions as P
 from serialake.core.actions import Action, AddFile, now_ms
+from serialake.core.deletion_vectors import RowIndexSet
 from serialake.core.dv_policy import uses_deletion_vectors
 from serialake.core.schema import StructType
 from serialake.core.snapshot import Snapshot
 from serialake.core.transaction import OptimisticTransaction
 from serialake.core.written import BeforeCommit, commit_or_clean_up
 from serialake.spark import io
-from serialake.spark.dml import driver_rewrite, engine
-from serialake.spark.dml.driver_files import DriverTable
+from serialake.spark.dml import engine
+from serialake.spark.dml.driver_files import DriverTable, isin_rows, rewrite_files
 from serialake.spark.dml.kernel import (
     FILE_COL,
     TARGET_ALIAS,
@@ -197,7 +198,7 @@ def _delete_rows(
 
     def on_driver() -> list[AddFile]:
         jobs = [(t.add, t.rows) for t in partial if t.rows is not None]
-        return driver_rewrite.delete_rows(DriverTable.open(snap), jobs)
+        return _driver_delete_rows(DriverTable.open(snap), jobs)
 
     def on_spark() -> list[AddFile]:
         kept = read_target(spark, snap, [t.add for t in partial], alias, with_rows=False).filter(~is_true(cond))
@@ -225,3 +226,13 @@ def _delete_rows(
 
 def _delete_metrics(*, deleted: int, **kw: Any) -> dict[str, int]:
     return {"numDeletedRows": deleted, **rewrite_metrics(**kw)}
+
+
+def _driver_delete_rows(table: DriverTable, touched: Sequence[tuple[AddFile, RowIndexSet]]) -> list[AddFile]:
+    """Copy-on-write DELETE: each file of ``touched`` rewritten without its matched (physical) rows."""
+    import pyarrow as pa
+
+    def rewrite(rows: Any, positions: Any, add: AddFile, matched: RowIndexSet) -> Any:
+        return rows.filter(pa.array(~isin_rows(positions, matched)))
+
+    return rewrite_files(table, touched, rewrite)

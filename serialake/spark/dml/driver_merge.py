@@ -84,22 +84,25 @@ class MergeOutcome:
 
 def plan(
     snap: Any,
-    on_text: str | None,
+    on: P.Expr | None,
     target_alias: str,
     source_schema: StructType,
     clauses: Sequence[Any],
 ) -> MergePlan:
-    """A driver plan for this MERGE; ``NotExact`` when it must run on Spark (see module docstring)."""
+    """A driver plan for this MERGE; ``NotExact`` when it must run on Spark (see module docstring).
+
+    ``on`` is the ON condition as the MERGE parsed it (None: not understood).
+    """
     local = DriverTable.open(snap)
-    if not on_text:
-        raise NotExact("the ON condition has no SQL text")
+    if on is None:
+        raise NotExact("the ON condition is not understood")
     try:
-        return _plan(local, on_text, target_alias, source_schema, clauses)
+        return _plan(local, on, target_alias, source_schema, clauses)
     except (P.PredicateError, ValueError, TypeError) as e:
         raise NotExact(f"ON condition: {e}") from None
 
 
-def _plan(local: DriverTable, on_text: str, alias: str, source_schema: StructType, clauses: Sequence[Any]) -> MergePlan:
+def _plan(local: DriverTable, on: P.Expr, alias: str, source_schema: StructType, clauses: Sequence[Any]) -> MergePlan:
     snap = local.snap
     sides: dict[tuple[str | None, str], tuple[str, str]] = {}
 
@@ -132,7 +135,7 @@ def _plan(local: DriverTable, on_text: str, alias: str, source_schema: StructTyp
     keys: list[tuple[str, str]] = []
     target_parts: list[P.Expr] = []
     source_parts: list[P.Expr] = []
-    for c in P.split_conjuncts(P.parse_predicate(on_text)):
+    for c in P.split_conjuncts(on):
         refs = P.column_refs(c)
         if not refs:
             raise NotExact("constant ON conjunct")

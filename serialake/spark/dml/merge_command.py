@@ -59,6 +59,7 @@ from serialake.spark.dml.kernel import (
     json_list,
     mark_touched,
     open_transaction,
+    parse_condition,
     parse_or_true,
     read_target,
     resolve_assignments,
@@ -243,6 +244,8 @@ class _MergeRun:
         except AnalysisException as e:
             raise analysis_error(self.table, "MERGE condition", e) from None
         self.on_sql = resolved_condition_sql(probe)
+        # The ON condition parsed once: as given, or Spark's SQL for a Column (target columns qualified).
+        self.on_parsed = parse_condition(self.b._condition if isinstance(self.b._condition, str) else self.on_sql)
         return engine.for_dml(self.spark).run(
             None, driver=lambda: self._run_on_driver(empty), spark=lambda: self._run_on_spark(empty)
         )
@@ -275,9 +278,8 @@ class _MergeRun:
     def _run_on_driver(self, empty_target: DataFrame) -> DmlResult:
         """The whole MERGE with pyarrow on the driver (``driver_merge``); ``NotExact`` to run it on Spark."""
         budget = engine.for_dml(self.spark)
-        on_text = self.b._condition if isinstance(self.b._condition, str) else self.on_sql
         source_schema = io.to_delta_schema(self.source.schema)
-        mp = driver_merge.plan(self.snap, on_text, self.alias, source_schema, self.b._clauses)
+        mp = driver_merge.plan(self.snap, self.on_parsed, self.alias, source_schema, self.b._clauses)
         self.local_source = driver_merge.source_table(self.source, source_schema, budget.max_bytes)
         self.files = self.txn.filter_files([self._read_predicate(empty_target)])
         if not budget.fits(self.files):
@@ -298,10 +300,11 @@ class _MergeRun:
 
     def _on_expr(self) -> tuple[P.Expr, Any]:
         """The ON condition parsed, and how to classify its unqualified columns."""
+        expr = self.on_parsed if self.on_parsed is not None else P.TRUE
         if isinstance(self.b._condition, str):
-            return parse_or_true(self.b._condition), self._is_target_name
+            return expr, self._is_target_name
         # Spark's resolution qualified every target column with the target alias.
-        return parse_or_true(self.on_sql), lambda name: False
+        return expr, lambda name: False
 
     def _read_predicate(self, empty_target: DataFrame) -> P.Expr:
         """What this MERGE reads of the target (see module docstring)."""

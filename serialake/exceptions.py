@@ -34,6 +34,7 @@ __all__ = [
     "StagingMismatchError",
     "StorageWriteError",
     "CommitWriteFailedError",
+    "ConsistentReadError",
     "UnsupportedFeatureError",
 ]
 
@@ -52,6 +53,10 @@ class DeltaAnalysisException(DeltaError, ValueError):
 
 class DeltaTableNotFoundError(DeltaAnalysisException, FileNotFoundError):
     """The path holds no Delta table."""
+
+
+class ConsistentReadError(DeltaError):
+    """A query over several tables found no instant at which to read them all (they kept committing)."""
 
 
 class InvalidPropertyError(DeltaIllegalArgumentException):

@@ -1,31 +1,50 @@
 """Session read isolation (``SET TRANSACTION_ISOLATION``) and the snapshots reads use.
 
-STRICT SERIALIZABLE (the default) refreshes a table to its latest committed version
-before every read, so a read that starts after a commit finished sees it. SERIALIZABLE
-may serve a read from the snapshot this session read last (no log listing), which is
-consistent but possibly older; a session's own writes through ``serialake.sql`` move that
-snapshot forward, so it never reads older than what it wrote. The other SQL levels run as
-SERIALIZABLE. The level is a Spark conf of the session, so it is visible in ``SET``.
+A query reads every table it names at one consistent cut: versions that were all the
+latest at one real instant (``read_cut``).
+
+- STRICT SERIALIZABLE (the default): the instant lies after the query started, so a commit
+  acknowledged before then is always seen. Every table is refreshed (pass 1), then each is
+  checked to still be at that version (pass 2: one name probe per table for its next
+  commit); when one moved in between, both passes run again after a short randomised
+  backoff, for at most ``CUT_TIMEOUT_CONF`` ms (then ``ConsistentReadError``). Why it is
+  a cut: table X held its version from its refresh in pass 1 to its probe in pass 2, and
+  every refresh of pass 1 ends before any probe of pass 2 starts, so at the end of pass 1
+  every table held its version. Cost: one refresh and one probe per table per attempt; a
+  query over one table is never retried.
+- SERIALIZABLE: a consistent cut that may be older. When every table of the query comes
+  from one cut this session already read (and none was written by it since), that cut is
+  served without touching the log; otherwise a fresh cut is read as above, so a read is
+  never older than the session's own writes or than what it already saw.
+
+The other SQL levels run as SERIALIZABLE. The level is a Spark conf of the session, so it
+is visible in ``SET``.
 """
 
 from __future__ import annotations
 
+import itertools
+import random
 import threading
+import time
 import weakref
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from serialake.core import DeltaLog
 from serialake.core.snapshot import Snapshot
-from serialake.exceptions import DeltaTableNotFoundError
+from serialake.exceptions import ConsistentReadError, DeltaTableNotFoundError
 from serialake.sql.parser import ISOLATION_LEVELS
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 __all__ = [
+    "CUT_TIMEOUT_CONF",
     "DEFAULT_ISOLATION",
     "ISOLATION_CONF",
     "note_write",
+    "read_cut",
     "read_snapshot",
     "session_isolation",
     "set_session_isolation",
@@ -34,8 +53,15 @@ __all__ = [
 ISOLATION_CONF = "spark.serialake.transactionIsolation"
 DEFAULT_ISOLATION = "STRICT SERIALIZABLE"
 
-_cache: weakref.WeakKeyDictionary[Any, dict[str, Snapshot]] = weakref.WeakKeyDictionary()
+CUT_TIMEOUT_CONF = "spark.serialake.read.cutTimeoutMs"
+CUT_TIMEOUT_DEFAULT_MS = 10_000
+
+# Per session: each table's last snapshot and the id of the cut it was read in.
+_cache: weakref.WeakKeyDictionary[Any, dict[str, tuple[Snapshot, int]]] = weakref.WeakKeyDictionary()
 _lock = threading.Lock()
+_cut_ids = itertools.count(1)
+# Attempts of consistent cuts in this process (a cut that needed a retry counts twice or more).
+CUT_STATS = {"cuts": 0, "attempts": 0}
 
 
 def session_isolation(spark: SparkSession) -> str:
@@ -54,35 +80,97 @@ def set_session_isolation(spark: SparkSession, level: str) -> str:
 def read_snapshot(
     spark: SparkSession, path: str, *, version: int | None = None, timestamp: Any = None, name: str | None = None
 ) -> Snapshot:
-    """The snapshot a read of ``path`` uses at the session's level (or the one asked for)."""
+    """The snapshot a read of ``path`` uses at the session's level (or the version asked for)."""
     log = DeltaLog.for_table(path)
-    if not log.table_exists():
-        label = f"Table {name} (location {log.table_path})" if name else f"{log.table_path}"
-        raise DeltaTableNotFoundError(f"{label} is not a Delta table (no _delta_log commits found)")
     if version is not None or timestamp is not None:
+        if not log.table_exists():
+            label = _label(log.table_path, name)
+            raise DeltaTableNotFoundError(f"{label} is not a Delta table (no _delta_log commits found)")
         return log.snapshot(version=version, timestamp=timestamp)
+    return read_cut(spark, [(path, name)])[log.table_path]
+
+
+def read_cut(spark: SparkSession, tables: Sequence[tuple[str, str | None]]) -> dict[str, Snapshot]:
+    """The latest snapshots of ``tables`` (path, name or None) at one consistent cut (see module docstring).
+
+    Keys are the tables' normalized paths.
+    """
+    logs: dict[str, tuple[DeltaLog, str | None]] = {}
+    for path, name in tables:
+        log = DeltaLog.for_table(path)
+        logs.setdefault(log.table_path, (log, name))
     if session_isolation(spark) == "SERIALIZABLE":
         with _lock:
-            cached = _cache.get(spark, {}).get(log.table_path)
-        if cached is not None:
-            return cached
-    snap = log.update()
-    _remember(spark, log.table_path, snap)
-    return snap
+            per = _cache.get(spark, {})
+            entries = [per.get(p) for p in logs]
+        if all(e is not None for e in entries) and len({e[1] for e in entries if e is not None}) == 1:
+            return {p: e[0] for p, e in zip(logs, entries, strict=True) if e is not None}
+    snaps = _strict_cut(logs, _cut_timeout_s(spark))
+    _remember_cut(spark, snaps)
+    return snaps
+
+
+def _strict_cut(logs: dict[str, tuple[DeltaLog, str | None]], timeout_s: float) -> dict[str, Snapshot]:
+    deadline = time.monotonic() + timeout_s
+    attempt = 0
+    while True:
+        attempt += 1
+        snaps = {p: _latest(log, name) for p, (log, name) in logs.items()}
+        moved = [
+            p
+            for p, (log, _) in logs.items()
+            if len(logs) > 1 and log.store.exists(log.commit_path(snaps[p].version + 1))
+        ]
+        if not moved:
+            with _lock:
+                CUT_STATS["cuts"] += 1
+                CUT_STATS["attempts"] += attempt
+            return snaps
+        if time.monotonic() >= deadline:
+            names = ", ".join(_label(p, logs[p][1]) for p in logs)
+            raise ConsistentReadError(
+                f"Could not read {names} at one instant within {timeout_s:g} s ({attempt} attempts): "
+                f"{', '.join(_label(p, logs[p][1]) for p in moved)} kept committing between the two passes. "
+                f"Raise {CUT_TIMEOUT_CONF}, or read at SERIALIZABLE (which may serve an older consistent cut)."
+            )
+        time.sleep(min(0.05, 0.0002 * 2**attempt) * random.uniform(0.5, 1.5))
+
+
+def _latest(log: DeltaLog, name: str | None) -> Snapshot:
+    try:
+        return log.update()
+    except DeltaTableNotFoundError:
+        raise DeltaTableNotFoundError(
+            f"{_label(log.table_path, name)} is not a Delta table (no _delta_log commits found)"
+        ) from None
+
+
+def _label(path: str, name: str | None) -> str:
+    return f"Table {name} (location {path})" if name else path
+
+
+def _cut_timeout_s(spark: SparkSession) -> float:
+    raw = spark.conf.get(CUT_TIMEOUT_CONF, None)
+    try:
+        return max(0.0, float(raw)) / 1000 if raw else CUT_TIMEOUT_DEFAULT_MS / 1000
+    except ValueError:
+        return CUT_TIMEOUT_DEFAULT_MS / 1000
+
+
+def _remember_cut(spark: SparkSession, snaps: dict[str, Snapshot]) -> None:
+    cut = next(_cut_ids)
+    with _lock:
+        per = _cache.setdefault(spark, {})
+        for path, snap in snaps.items():
+            old = per.get(path)
+            if old is None or old[0].version <= snap.version:
+                per[path] = (snap, cut)
 
 
 def note_write(spark: SparkSession, path: str) -> None:
     """After this session wrote ``path``: later SERIALIZABLE reads see at least that write."""
     log = DeltaLog.for_table(path)
     try:
-        _remember(spark, log.table_path, log.update())
+        _remember_cut(spark, {log.table_path: log.update()})
     except DeltaTableNotFoundError:
         pass
-
-
-def _remember(spark: SparkSession, path: str, snap: Snapshot) -> None:
-    with _lock:
-        per = _cache.setdefault(spark, {})
-        old = per.get(path)
-        if old is None or old.version <= snap.version:
-            per[path] = snap

@@ -14,13 +14,14 @@ from typing import TYPE_CHECKING, Any
 
 from sqlglot import exp
 
+from serialake.core import DeltaLog
 from serialake.core.snapshot import Snapshot
 from serialake.exceptions import DeltaTableNotFoundError
 from serialake.spark import io, scans
 from serialake.spark.read import check_version_readable
 from serialake.sql import catalog
 from serialake.sql.errors import SqlError
-from serialake.sql.isolation import read_snapshot
+from serialake.sql.isolation import read_cut, read_snapshot
 from serialake.sql.parser import DIALECT, table_ref_of
 from serialake.sql.statements import TableRef
 from serialake.storage import normalize_table_path
@@ -109,7 +110,18 @@ def bind_query(
     from its own target).
     """
     tree = tree.copy()
-    for node, ref, path in delta_tables_in(tree):
+    found = delta_tables_in(tree)
+    # Every table read at its latest version is read at one consistent cut (``isolation.read_cut``).
+    latest = [
+        (path, ref.name)
+        for node, ref, path in found
+        if node.args.get("version") is None and not (pinned is not None and path in pinned)
+    ]
+    if latest:
+        cut = read_cut(spark, latest)
+        for path, _ in latest:
+            binding.snapshots.setdefault((path, None, None), cut[DeltaLog.for_table(path).table_path])
+    for node, ref, path in found:
         version_node = node.args.get("version")
         version = timestamp = None
         if version_node is not None:

@@ -52,7 +52,15 @@ from serialake.sql.statements import (
     Update,
     Vacuum,
 )
-from serialake.sql.tables import delta_tables_in, resolve, run_query, timestamp_millis, try_resolve
+from serialake.sql.tables import (
+    define_view,
+    delta_tables_in,
+    expand_views,
+    resolve,
+    run_query,
+    timestamp_millis,
+    try_resolve,
+)
 from serialake.storage import normalize_table_path
 
 __all__ = ["execute"]
@@ -76,17 +84,24 @@ def _query(spark: SparkSession, st: Query) -> DataFrame:
 
 
 def _passthrough(spark: SparkSession, st: Passthrough) -> DataFrame:
-    if st.expression is None or not delta_tables_in(st.expression):
+    if st.expression is None:
         return spark.sql(st.text)
-    return run_query(spark, st.expression)
+    # A query's views are expanded (they read their tables now); a DDL statement's names are not reads.
+    expanded = expand_views(spark, st.expression) if isinstance(st.expression, exp.Query) else st.expression
+    if not delta_tables_in(expanded):
+        return spark.sql(st.text)
+    return run_query(spark, expanded)
 
 
 def _create_temp_view(spark: SparkSession, st: CreateTempView) -> DataFrame:
+    """A temporary view: Spark gets one (for ``spark.sql``, over the tables as they are now), and
+    ``serialake.sql`` statements expand its query, reading its tables when they run."""
     df = run_query(spark, st.query)
     if st.replace:
         df.createOrReplaceTempView(st.name)
     else:
         df.createTempView(st.name)
+    define_view(spark, st.name, st.query)
     return empty(spark)
 
 

@@ -4,11 +4,18 @@ A query that reads Delta tables runs in Spark against temporary views, one per t
 reference, each holding the rows of the snapshot read (the session's isolation level
 decides which). Every reference to the same table and version in one statement uses the
 same snapshot, so a statement never mixes versions of a table.
+
+Temporary views created through ``serialake.sql`` resolve when a statement runs, not when
+they were created: their query is expanded into every statement that names them
+(``expand_views``), so a view's tables are read at the statement's consistent cut, at the
+session's level.
 """
 
 from __future__ import annotations
 
+import threading
 import uuid
+import weakref
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -31,9 +38,63 @@ if TYPE_CHECKING:
 
     from serialake.core.transaction import OptimisticTransaction
 
-__all__ = ["Binding", "bind_query", "delta_tables_in", "resolve", "run_query", "timestamp_millis", "try_resolve"]
+__all__ = [
+    "Binding",
+    "bind_query",
+    "define_view",
+    "delta_tables_in",
+    "expand_views",
+    "resolve",
+    "run_query",
+    "timestamp_millis",
+    "try_resolve",
+]
 
 VIEW_PREFIX = "__serialake_"
+_MAX_VIEW_DEPTH = 32
+
+# Per session: temporary views created through serialake.sql, by lower-case name, and their query.
+_views: weakref.WeakKeyDictionary[Any, dict[str, exp.Query]] = weakref.WeakKeyDictionary()
+_views_lock = threading.Lock()
+
+
+def define_view(spark: SparkSession, name: str, query: exp.Query) -> None:
+    """Remember the query of temporary view ``name``: statements naming it expand it (``expand_views``)."""
+    with _views_lock:
+        _views.setdefault(spark, {})[name.lower()] = query.copy()
+
+
+def expand_views(spark: SparkSession, tree: exp.Expr) -> exp.Expr:
+    """``tree`` with each reference to a view ``define_view`` knows replaced by the view's query.
+
+    Views over views expand too. A name a CTE of the statement defines, a qualified name, or
+    a view since dropped in Spark is left alone.
+    """
+    with _views_lock:
+        views = dict(_views.get(spark, {}))
+    if not views:
+        return tree
+    tree = tree.copy()
+    for _ in range(_MAX_VIEW_DEPTH):
+        ctes = {cte.alias_or_name.lower() for cte in tree.find_all(exp.CTE)}
+        changed = False
+        for node in list(tree.find_all(exp.Table)):
+            if node.args.get("db") or node.args.get("catalog") or not isinstance(node.this, exp.Identifier):
+                continue
+            key = node.name.lower()
+            if key not in views or key in ctes:
+                continue
+            if not spark.catalog.tableExists(node.name):  # dropped (DROP VIEW): forget it
+                with _views_lock:
+                    _views.get(spark, {}).pop(key, None)
+                views.pop(key)
+                continue
+            alias = exp.TableAlias(this=exp.to_identifier(node.alias or node.name))
+            node.replace(exp.Subquery(this=views[key].copy(), alias=alias))
+            changed = True
+        if not changed:
+            return tree
+    raise SqlError(f"Temporary views nest more than {_MAX_VIEW_DEPTH} deep (a view that refers to itself?).")
 
 
 def try_resolve(ref: TableRef) -> str | None:
@@ -168,10 +229,10 @@ def timestamp_millis(spark: SparkSession, value: exp.Expr | str) -> int:
 
 
 def run_query(spark: SparkSession, tree: exp.Expr, **bind: Any) -> DataFrame:
-    """A query as a DataFrame, its Delta tables read at the session's isolation level."""
+    """A query as a DataFrame, its Delta tables (also those of its views) read at the session's level."""
     binding = Binding(spark)
     try:
-        bound = bind_query(spark, tree, binding, **bind)
+        bound = bind_query(spark, expand_views(spark, tree), binding, **bind)
         return spark.sql(bound.sql(DIALECT))
     finally:
         binding.drop()

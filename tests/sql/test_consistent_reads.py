@@ -117,3 +117,38 @@ def test_serializable_never_mixes_a_cached_snapshot_with_a_fresh_one(spark: Spar
         assert (again["a"], again["b"]) == (1, 1)
     finally:
         serialake.sql(spark, "SET TRANSACTION ISOLATION LEVEL STRICT SERIALIZABLE")
+
+
+def test_temp_view_reads_its_table_when_queried(spark: SparkSession, tmp_path: Path) -> None:
+    """The seed's T1/T2: a query of a view after a read of its table sees at least that read."""
+    t = str(tmp_path / "t")
+    write(spark.createDataFrame([(i,) for i in range(4)], "k long"), t)
+    serialake.sql.register("view_src", t)
+    serialake.sql(spark, "CREATE TEMP VIEW v_live AS SELECT * FROM view_src WHERE k >= 0")
+    serialake.sql(spark, "CREATE TEMP VIEW v_over AS SELECT count(*) AS n FROM v_live")  # a view over a view
+    write(spark.createDataFrame([(4,)], "k long"), t)  # committed after the views were created
+    assert serialake.sql(spark, "SELECT count(*) AS n FROM view_src").first()["n"] == 5  # T1
+    assert serialake.sql(spark, "SELECT count(*) AS n FROM v_live").first()["n"] == 5  # T2
+    assert serialake.sql(spark, "SELECT n FROM v_over").first()["n"] == 5
+    assert serialake.sql(spark, "SELECT x.k FROM v_live x WHERE x.k = 4").count() == 1  # aliased
+    serialake.sql(spark, "DROP VIEW v_over")
+    with pytest.raises(Exception, match="(?i)v_over"):
+        serialake.sql(spark, "SELECT n FROM v_over").collect()
+    serialake.sql(spark, "DROP VIEW v_live")
+
+
+def test_view_over_two_tables_reads_one_cut(spark: SparkSession, tmp_path: Path) -> None:
+    a, b = _tables(spark, tmp_path)
+    serialake.sql(spark, "CREATE OR REPLACE TEMP VIEW v_pair AS " + _BOTH)
+    proc = _start_writer(a, b, tmp_path / "progress", 300)
+    rows = []
+    try:
+        for _ in range(25):
+            acked = _acknowledged(tmp_path / "progress")
+            row = serialake.sql(spark, "SELECT a, b FROM v_pair").first()
+            rows.append((acked, row["a"], row["b"]))
+    finally:
+        _stop(proc)
+        serialake.sql(spark, "DROP VIEW v_pair")
+    assert not [r for r in rows if r[2] > r[1]], rows
+    assert not [r for r in rows if r[2] < r[0]], rows

@@ -27,6 +27,7 @@ _LAZY = {
     "DeltaTable": ("serialake.spark.table", "DeltaTable"),
     "sql": ("serialake.sql", "sql"),
     "register": ("serialake.sql", "register"),
+    "snapshot": ("serialake.sql.snapshot", "snapshot"),
 }
 
 __all__ = [

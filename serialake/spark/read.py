@@ -18,7 +18,7 @@ from serialake.core.snapshot import Snapshot
 from serialake.exceptions import DeltaAnalysisException, DeltaTableNotFoundError
 from serialake.spark import io, scans
 
-__all__ = ["check_version_readable", "read", "scan_files", "table_snapshot"]
+__all__ = ["check_version_readable", "read", "scan_files", "snapshot_df", "table_snapshot"]
 
 
 def read(
@@ -38,8 +38,20 @@ def read(
     then filters the rows; ``columns`` selects columns.
     """
     snapshot = table_snapshot(path, version=version, timestamp=timestamp)
-    files = scan_files(snapshot, filter)
     time_travel = version is not None or timestamp is not None
+    return snapshot_df(spark, snapshot, filter=filter, columns=columns, time_travel=time_travel)
+
+
+def snapshot_df(
+    spark: SparkSession,
+    snapshot: Snapshot,
+    *,
+    filter: str | None = None,  # noqa: A002
+    columns: Sequence[str] | None = None,
+    time_travel: bool = False,
+) -> DataFrame:
+    """``snapshot``'s rows as a DataFrame (see ``read``); ``time_travel``: not the latest version."""
+    files = scan_files(snapshot, filter)
     if time_travel:
         check_version_readable(snapshot, files)
     df = scans.mark(io.read_files_df(spark, snapshot, files), snapshot, filter=filter, time_travel=time_travel)

@@ -23,12 +23,14 @@ is visible in ``SET``.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import itertools
 import random
 import threading
 import time
 import weakref
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from serialake.core import DeltaLog
@@ -44,6 +46,7 @@ __all__ = [
     "DEFAULT_ISOLATION",
     "ISOLATION_CONF",
     "note_write",
+    "pinned_cut",
     "read_cut",
     "read_snapshot",
     "session_isolation",
@@ -60,6 +63,10 @@ CUT_TIMEOUT_DEFAULT_MS = 10_000
 _cache: weakref.WeakKeyDictionary[Any, dict[str, tuple[Snapshot, int]]] = weakref.WeakKeyDictionary()
 _lock = threading.Lock()
 _cut_ids = itertools.count(1)
+# The cut a ``serialake.snapshot`` pins for statements run in its ``with`` block: (session, snapshots).
+_PINNED: contextvars.ContextVar[tuple[Any, dict[str, Snapshot]] | None] = contextvars.ContextVar(
+    "serialake_pinned_cut", default=None
+)
 # Attempts of consistent cuts in this process (a cut that needed a retry counts twice or more).
 CUT_STATS = {"cuts": 0, "attempts": 0}
 
@@ -99,6 +106,15 @@ def read_cut(spark: SparkSession, tables: Sequence[tuple[str, str | None]]) -> d
     for path, name in tables:
         log = DeltaLog.for_table(path)
         logs.setdefault(log.table_path, (log, name))
+    pinned = _PINNED.get()
+    if pinned is not None and pinned[0] is spark:
+        outside = [_label(p, logs[p][1]) for p in logs if p not in pinned[1]]
+        if outside:
+            raise ConsistentReadError(
+                f"{', '.join(outside)} is not part of the snapshot this block reads "
+                f"(serialake.snapshot of {', '.join(sorted(pinned[1]))}): add it to the snapshot's tables."
+            )
+        return {p: pinned[1][p] for p in logs}
     if session_isolation(spark) == "SERIALIZABLE":
         with _lock:
             per = _cache.get(spark, {})
@@ -108,6 +124,16 @@ def read_cut(spark: SparkSession, tables: Sequence[tuple[str, str | None]]) -> d
     snaps = _strict_cut(logs, _cut_timeout_s(spark))
     _remember_cut(spark, snaps)
     return snaps
+
+
+@contextlib.contextmanager
+def pinned_cut(spark: SparkSession, snaps: dict[str, Snapshot]) -> Iterator[None]:
+    """Statements of ``spark`` run inside read exactly ``snaps`` (by normalized path), nothing else."""
+    token = _PINNED.set((spark, dict(snaps)))
+    try:
+        yield
+    finally:
+        _PINNED.reset(token)
 
 
 def _strict_cut(logs: dict[str, tuple[DeltaLog, str | None]], timeout_s: float) -> dict[str, Snapshot]:

@@ -15,6 +15,8 @@ import pytest
 from pyspark.sql import SparkSession
 
 import serialake
+from serialake.core import DeltaLog
+from serialake.exceptions import ConsistentReadError
 from serialake.spark import write
 
 pytestmark = pytest.mark.spark
@@ -152,3 +154,32 @@ def test_view_over_two_tables_reads_one_cut(spark: SparkSession, tmp_path: Path)
         serialake.sql(spark, "DROP VIEW v_pair")
     assert not [r for r in rows if r[2] > r[1]], rows
     assert not [r for r in rows if r[2] < r[0]], rows
+
+
+def test_snapshot_pins_one_cut_for_several_statements(spark: SparkSession, tmp_path: Path) -> None:
+    a, b = _tables(spark, tmp_path)
+    write(spark.createDataFrame([(0,)], "k long"), str(tmp_path / "c"))
+    serialake.sql.register("cut_c", str(tmp_path / "c"))
+    proc = _start_writer(a, b, tmp_path / "progress", 200)
+    try:
+        while _acknowledged(tmp_path / "progress") < 3 and proc.poll() is None:
+            pass
+        snap = serialake.snapshot(spark, ["cut_a", b])
+        va, vb = snap.versions["cut_a"], snap.versions[b]
+        assert vb <= va  # B_k commits after A_k
+        with snap:
+            first = serialake.sql(spark, _BOTH).first()
+            while proc.poll() is None and DeltaLog.for_table(a).update().version < va + 5:
+                pass  # the writer moves on meanwhile
+            second = serialake.sql(spark, _BOTH).first()
+            with pytest.raises(ConsistentReadError, match="not part of the snapshot"):
+                serialake.sql(spark, "SELECT count(*) FROM cut_c")
+        assert (first["a"], first["b"]) == (second["a"], second["b"])
+        assert first["b"] <= first["a"]
+        df = snap.read("cut_a")
+        assert df.agg({"k": "max"}).first()[0] == first["a"]
+        assert snap.sql(_BOTH).first()["b"] == first["b"]
+        # Outside the block, statements read the latest cut again.
+        assert serialake.sql(spark, _BOTH).first()["a"] >= first["a"]
+    finally:
+        _stop(proc)

@@ -43,6 +43,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CUT_TIMEOUT_CONF",
+    "consistent_cut",
     "DEFAULT_ISOLATION",
     "ISOLATION_CONF",
     "note_write",
@@ -124,6 +125,15 @@ def read_cut(spark: SparkSession, tables: Sequence[tuple[str, str | None]]) -> d
     snaps = _strict_cut(logs, _cut_timeout_s(spark))
     _remember_cut(spark, snaps)
     return snaps
+
+
+def consistent_cut(paths: Sequence[str], timeout_s: float = CUT_TIMEOUT_DEFAULT_MS / 1000) -> dict[str, Snapshot]:
+    """The latest snapshots of ``paths`` at one instant after this call started (no session involved)."""
+    logs: dict[str, tuple[DeltaLog, str | None]] = {}
+    for path in paths:
+        log = DeltaLog.for_table(path)
+        logs.setdefault(log.table_path, (log, None))
+    return _strict_cut(logs, timeout_s)
 
 
 @contextlib.contextmanager

@@ -35,6 +35,7 @@ __all__ = [
     "StorageWriteError",
     "CommitWriteFailedError",
     "ConsistentReadError",
+    "DerivedTableLagError",
     "UnsupportedFeatureError",
 ]
 
@@ -57,6 +58,10 @@ class DeltaTableNotFoundError(DeltaAnalysisException, FileNotFoundError):
 
 class ConsistentReadError(DeltaError):
     """A query over several tables found no instant at which to read them all (they kept committing)."""
+
+
+class DerivedTableLagError(ConsistentReadError):
+    """A derived table had not caught up with its sources within the wait a STRICT read allows."""
 
 
 class InvalidPropertyError(DeltaIllegalArgumentException):

@@ -3,7 +3,7 @@
 ``N`` tables (2 or 10), ``C`` committer processes (0, 2, 8) appending blind commits to the
 tables round-robin as fast as they can. Measured, per read of all ``N`` tables:
 
-- serialake STRICT SERIALIZABLE: ``isolation.consistent_cut`` (refresh every table, check
+- serialake STRICT SERIALIZABLE: ``core.cut.consistent_cut`` (refresh every table, check
   none moved, retry when one did): median and p99 latency, and the retry rate (extra
   attempts per cut);
 - serialake SERIALIZABLE served from the session's cut (``read_cut`` when the cut is
@@ -65,7 +65,7 @@ def _tables(root: str, n: int) -> list[str]:
 def _measure(n_tables: int, committers: int, seconds: float) -> dict[str, Any]:
     from deltalake import DeltaTable
 
-    from serialake.sql import isolation
+    from serialake.core import cut
 
     root = tempfile.mkdtemp(prefix="serialake-cut-bench-")
     procs: list[subprocess.Popen[bytes]] = []
@@ -76,11 +76,11 @@ def _measure(n_tables: int, committers: int, seconds: float) -> dict[str, Any]:
                  for _ in range(committers)]  # fmt: skip
         time.sleep(1.0 if committers else 0)
         ours, attempts, theirs, failed = [], 0, [], 0
-        before = dict(isolation.CUT_STATS)
+        before = dict(cut.CUT_STATS)
         deadline = time.monotonic() + seconds / 2
         while time.monotonic() < deadline:
             t = time.perf_counter()
-            isolation.consistent_cut(paths, timeout_s=30)
+            cut.consistent_cut(dict.fromkeys(paths), timeout_s=30)
             ours.append(time.perf_counter() - t)
         kept = [_load_until_ok(DeltaTable, p) for p in paths]
         deadline = time.monotonic() + seconds / 2
@@ -96,8 +96,8 @@ def _measure(n_tables: int, committers: int, seconds: float) -> dict[str, Any]:
                         break
             else:
                 theirs.append(time.perf_counter() - t)
-        cuts = isolation.CUT_STATS["cuts"] - before["cuts"]
-        attempts = isolation.CUT_STATS["attempts"] - before["attempts"]
+        cuts = cut.CUT_STATS["cuts"] - before["cuts"]
+        attempts = cut.CUT_STATS["attempts"] - before["attempts"]
     finally:
         for p in procs:
             p.kill()

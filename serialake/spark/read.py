@@ -10,12 +10,12 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from serialake.core import DeltaLog, skipping
+from serialake.core import DeltaLog, cut, skipping
 from serialake.core import expressions as P
 from serialake.core.actions import AddFile
 from serialake.core.deletion_vectors import dv_absolute_path
 from serialake.core.snapshot import Snapshot
-from serialake.exceptions import DeltaAnalysisException, DeltaTableNotFoundError
+from serialake.exceptions import ConsistentReadError, DeltaAnalysisException, DeltaTableNotFoundError
 from serialake.spark import io, scans
 
 __all__ = ["check_version_readable", "read", "scan_files", "snapshot_df", "table_snapshot"]
@@ -32,13 +32,24 @@ def read(
     """The table at ``path`` (latest, or as of ``version`` / ``timestamp``) as a DataFrame.
 
     The file list is pinned when this is called: later commits do not change the result.
+    Inside ``with serialake.snapshot(spark, tables):`` the latest version is the snapshot's
+    (one consistent cut for every table read in the block).
     A write computed from this DataFrame records it as a read of the table at that
     version (``serialake.spark.scans``).
     ``filter`` (a SQL condition) skips files whose partition values or stats rule it out,
     then filters the rows; ``columns`` selects columns.
     """
-    snapshot = table_snapshot(path, version=version, timestamp=timestamp)
     time_travel = version is not None or timestamp is not None
+    pinned = None if time_travel else cut.pinned(spark)
+    if pinned is not None:  # inside serialake.snapshot(...): the pinned version, one cut for all tables
+        table = DeltaLog.for_table(path).table_path
+        if table not in pinned:
+            raise ConsistentReadError(
+                f"{table} is not part of the snapshot this block reads (serialake.snapshot of "
+                f"{', '.join(sorted(pinned))}): add it to the snapshot's tables."
+            )
+        return snapshot_df(spark, pinned[table], filter=filter, columns=columns)
+    snapshot = table_snapshot(path, version=version, timestamp=timestamp)
     return snapshot_df(spark, snapshot, filter=filter, columns=columns, time_travel=time_travel)
 
 

@@ -4,13 +4,9 @@ A query reads every table it names at one consistent cut: versions that were all
 latest at one real instant (``read_cut``).
 
 - STRICT SERIALIZABLE (the default): the instant lies after the query started, so a commit
-  acknowledged before then is always seen. Every table is refreshed (pass 1), then each is
-  checked to still be at that version (pass 2: one name probe per table for its next
-  commit); when one moved in between, both passes run again after a short randomised
-  backoff, for at most ``CUT_TIMEOUT_CONF`` ms (then ``ConsistentReadError``). Why it is
-  a cut: table X held its version from its refresh in pass 1 to its probe in pass 2, and
-  every refresh of pass 1 ends before any probe of pass 2 starts, so at the end of pass 1
-  every table held its version. Cost: one refresh and one probe per table per attempt; a
+  acknowledged before then is always seen (``core.cut.consistent_cut``: refresh every
+  table, check none moved, retry; at most ``CUT_TIMEOUT_CONF`` ms, then
+  ``ConsistentReadError``). Cost: one refresh and one probe per table per attempt; a
   query over one table is never retried.
 - SERIALIZABLE: a consistent cut that may be older. When every table of the query comes
   from one cut this session already read (and none was written by it since), that cut is
@@ -29,23 +25,22 @@ are read at the versions the derived table reflects, so the two agree. At SERIAL
 nothing waits: sources read with a derived table are read at the versions it reflects
 (consistent, possibly older), declared or not.
 
+Inside ``serialake.snapshot(...)`` (``core.cut.pin``) every read uses the pinned cut.
+
 The other SQL levels run as SERIALIZABLE. The level is a Spark conf of the session, so it
 is visible in ``SET``.
 """
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import itertools
-import random
 import threading
 import time
 import weakref
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from serialake.core import DeltaLog
+from serialake.core import DeltaLog, cut
 from serialake.core.snapshot import Snapshot
 from serialake.core.transaction import READ_TABLES_KEY
 from serialake.exceptions import ConsistentReadError, DeltaTableNotFoundError, DerivedTableLagError
@@ -57,11 +52,10 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CUT_TIMEOUT_CONF",
-    "consistent_cut",
     "DEFAULT_ISOLATION",
     "ISOLATION_CONF",
     "note_write",
-    "pinned_cut",
+    "pinned_snapshot",
     "read_cut",
     "read_snapshot",
     "session_isolation",
@@ -82,12 +76,7 @@ _REFLECTED_SCAN_COMMITS = 10_000  # how far back a derived table's commits are s
 _cache: weakref.WeakKeyDictionary[Any, dict[str, tuple[Snapshot, int]]] = weakref.WeakKeyDictionary()
 _lock = threading.Lock()
 _cut_ids = itertools.count(1)
-# The cut a ``serialake.snapshot`` pins for statements run in its ``with`` block: (session, snapshots).
-_PINNED: contextvars.ContextVar[tuple[Any, dict[str, Snapshot]] | None] = contextvars.ContextVar(
-    "serialake_pinned_cut", default=None
-)
-# Attempts of consistent cuts in this process (a cut that needed a retry counts twice or more).
-CUT_STATS = {"cuts": 0, "attempts": 0}
+
 
 
 def session_isolation(spark: SparkSession) -> str:
@@ -110,7 +99,7 @@ def read_snapshot(
     log = DeltaLog.for_table(path)
     if version is not None or timestamp is not None:
         if not log.table_exists():
-            label = _label(log.table_path, name)
+            label = cut.label(log.table_path, name)
             raise DeltaTableNotFoundError(f"{label} is not a Delta table (no _delta_log commits found)")
         return log.snapshot(version=version, timestamp=timestamp)
     return read_cut(spark, [(path, name)])[log.table_path]
@@ -125,15 +114,9 @@ def read_cut(spark: SparkSession, tables: Sequence[tuple[str, str | None]]) -> d
     for path, name in tables:
         log = DeltaLog.for_table(path)
         logs.setdefault(log.table_path, (log, name))
-    pinned = _PINNED.get()
-    if pinned is not None and pinned[0] is spark:
-        outside = [_label(p, logs[p][1]) for p in logs if p not in pinned[1]]
-        if outside:
-            raise ConsistentReadError(
-                f"{', '.join(outside)} is not part of the snapshot this block reads "
-                f"(serialake.snapshot of {', '.join(sorted(pinned[1]))}): add it to the snapshot's tables."
-            )
-        return {p: pinned[1][p] for p in logs}
+    pinned = cut.pinned(spark)
+    if pinned is not None:
+        return {p: pinned_snapshot(pinned, p, logs[p][1]) for p in logs}
     if session_isolation(spark) == "SERIALIZABLE":
         with _lock:
             per = _cache.get(spark, {})
@@ -235,7 +218,7 @@ def _wait_until_reflected(
         if time.monotonic() >= deadline:
             source, (want, have) = next(iter(behind.items()))
             raise DerivedTableLagError(
-                f"{_label(log.table_path, name)} is maintained from {source} ({MAINTAINED_FROM}) and reflects "
+                f"{cut.label(log.table_path, name)} is maintained from {source} ({MAINTAINED_FROM}) and reflects "
                 f"its version {have} (as of its own version {snap.version}), but this statement must see version "
                 f"{want}, committed before it started; waited {wait_s:g} s. Is its maintaining job running? "
                 f"Raise {DERIVED_WAIT_CONF}, or read at SERIALIZABLE (no wait, possibly older)."
@@ -245,62 +228,20 @@ def _wait_until_reflected(
         snap = log.update()
 
 
-def consistent_cut(paths: Sequence[str], timeout_s: float = CUT_TIMEOUT_DEFAULT_MS / 1000) -> dict[str, Snapshot]:
-    """The latest snapshots of ``paths`` at one instant after this call started (no session involved)."""
-    logs: dict[str, tuple[DeltaLog, str | None]] = {}
-    for path in paths:
-        log = DeltaLog.for_table(path)
-        logs.setdefault(log.table_path, (log, None))
-    return _strict_cut(logs, timeout_s)
-
-
-@contextlib.contextmanager
-def pinned_cut(spark: SparkSession, snaps: dict[str, Snapshot]) -> Iterator[None]:
-    """Statements of ``spark`` run inside read exactly ``snaps`` (by normalized path), nothing else."""
-    token = _PINNED.set((spark, dict(snaps)))
-    try:
-        yield
-    finally:
-        _PINNED.reset(token)
+def pinned_snapshot(pinned: dict[str, Snapshot], path: str, name: str | None = None) -> Snapshot:
+    """``path``'s snapshot in a pinned cut; ``ConsistentReadError`` for a table outside it."""
+    snap = pinned.get(path)
+    if snap is None:
+        raise ConsistentReadError(
+            f"{cut.label(path, name)} is not part of the snapshot this block reads "
+            f"(serialake.snapshot of {', '.join(sorted(pinned))}): add it to the snapshot's tables."
+        )
+    return snap
 
 
 def _strict_cut(logs: dict[str, tuple[DeltaLog, str | None]], timeout_s: float) -> dict[str, Snapshot]:
-    deadline = time.monotonic() + timeout_s
-    attempt = 0
-    while True:
-        attempt += 1
-        snaps = {p: _latest(log, name) for p, (log, name) in logs.items()}
-        moved = [
-            p
-            for p, (log, _) in logs.items()
-            if len(logs) > 1 and log.store.exists(log.commit_path(snaps[p].version + 1))
-        ]
-        if not moved:
-            with _lock:
-                CUT_STATS["cuts"] += 1
-                CUT_STATS["attempts"] += attempt
-            return snaps
-        if time.monotonic() >= deadline:
-            names = ", ".join(_label(p, logs[p][1]) for p in logs)
-            raise ConsistentReadError(
-                f"Could not read {names} at one instant within {timeout_s:g} s ({attempt} attempts): "
-                f"{', '.join(_label(p, logs[p][1]) for p in moved)} kept committing between the two passes. "
-                f"Raise {CUT_TIMEOUT_CONF}, or read at SERIALIZABLE (which may serve an older consistent cut)."
-            )
-        time.sleep(min(0.05, 0.0002 * 2**attempt) * random.uniform(0.5, 1.5))
-
-
-def _latest(log: DeltaLog, name: str | None) -> Snapshot:
-    try:
-        return log.update()
-    except DeltaTableNotFoundError:
-        raise DeltaTableNotFoundError(
-            f"{_label(log.table_path, name)} is not a Delta table (no _delta_log commits found)"
-        ) from None
-
-
-def _label(path: str, name: str | None) -> str:
-    return f"Table {name} (location {path})" if name else path
+    advice = f"Raise {CUT_TIMEOUT_CONF}, or read at SERIALIZABLE (which may serve an older consistent cut)."
+    return cut.consistent_cut({p: name for p, (_, name) in logs.items()}, timeout_s, advice=advice)
 
 
 def _cut_timeout_s(spark: SparkSession) -> float:

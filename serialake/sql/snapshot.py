@@ -8,10 +8,12 @@ level (``isolation.read_cut``), and pins it:
         totals = serialake.sql(spark, "SELECT ... FROM orders JOIN customers ...")
         recent = snap.read("orders", filter="day >= '2026-11-01'")
 
-Every ``serialake.sql`` statement run in the block reads exactly those versions, however
-many commits land meanwhile; a statement naming a table outside the snapshot fails with
-``ConsistentReadError``. ``snap.sql`` and ``snap.read`` pin the cut on their own (no block
-needed), and ``snap.versions`` says which versions were read. DataFrames are pinned when
+Every ``serialake.sql`` statement and every ``serialake.read`` of the session run in
+the block read exactly those versions, however many commits land meanwhile, so
+DataFrames combining several tables (and writes computed from them) see one state;
+reading a table outside the snapshot fails with ``ConsistentReadError``. ``snap.sql``
+and ``snap.read`` pin the cut on their own (no block needed), and ``snap.versions`` says
+which versions were read. DataFrames are pinned when
 they are built: a DataFrame built inside the block keeps its versions after it.
 """
 
@@ -21,7 +23,7 @@ from collections.abc import Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from serialake.core import DeltaLog
+from serialake.core import DeltaLog, cut
 from serialake.core.snapshot import Snapshot
 from serialake.exceptions import DeltaIllegalArgumentException
 from serialake.spark.read import snapshot_df
@@ -65,11 +67,11 @@ class ReadSnapshot:
 
     def sql(self, statement: str) -> DataFrame:
         """Run a read-only ``serialake.sql`` statement at this snapshot."""
-        with isolation.pinned_cut(self._spark, self._snaps):
+        with cut.pin(self._spark, self._snaps):
             return execute(self._spark, parse_statement(statement))
 
     def __enter__(self) -> ReadSnapshot:
-        pin = isolation.pinned_cut(self._spark, self._snaps)
+        pin = cut.pin(self._spark, self._snaps)
         pin.__enter__()
         self._pins.append(pin)
         return self
@@ -85,8 +87,8 @@ def snapshot(spark: SparkSession, tables: Sequence[str]) -> ReadSnapshot:
     if isinstance(tables, str) or not tables:
         raise DeltaIllegalArgumentException("serialake.snapshot needs a list of table names or paths")
     located = {t: _location(t) for t in tables}
-    cut = isolation.read_cut(spark, [(path, given if given != path else None) for given, path in located.items()])
-    return ReadSnapshot(spark, located, cut)
+    snaps = isolation.read_cut(spark, [(path, given if given != path else None) for given, path in located.items()])
+    return ReadSnapshot(spark, located, snaps)
 
 
 def _location(table: str) -> str:

@@ -183,3 +183,24 @@ def test_snapshot_pins_one_cut_for_several_statements(spark: SparkSession, tmp_p
         assert serialake.sql(spark, _BOTH).first()["a"] >= first["a"]
     finally:
         _stop(proc)
+
+
+def test_dataframes_read_in_a_snapshot_block_share_its_cut(spark: SparkSession, tmp_path: Path) -> None:
+    a, b = _tables(spark, tmp_path)
+    proc = _start_writer(a, b, tmp_path / "progress", 200)
+    try:
+        while _acknowledged(tmp_path / "progress") < 2 and proc.poll() is None:
+            pass
+        with serialake.snapshot(spark, [a, "cut_b"]) as snap:
+            left = serialake.read(spark, a)
+            while proc.poll() is None and DeltaLog.for_table(b).update().version < snap.versions["cut_b"] + 3:
+                pass  # both tables move on while the block reads
+            right = serialake.read(spark, b)
+            with pytest.raises(ConsistentReadError, match="not part of the snapshot"):
+                serialake.read(spark, str(tmp_path / "elsewhere"))
+        ka = left.agg({"k": "max"}).first()[0]
+        kb = right.agg({"k": "max"}).first()[0]
+        assert kb <= ka  # one instant: B_k is committed after A_k
+        assert (ka, kb) == (snap.versions[a], snap.versions["cut_b"])  # version v of each holds k = v
+    finally:
+        _stop(proc)

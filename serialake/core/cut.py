@@ -28,7 +28,7 @@ from serialake.core.log import DeltaLog
 from serialake.core.snapshot import Snapshot
 from serialake.exceptions import ConsistentReadError, DeltaTableNotFoundError
 
-__all__ = ["CUT_STATS", "consistent_cut", "label", "pin", "pinned"]
+__all__ = ["CUT_STATS", "consistent_cut", "label", "pin", "pinned", "pinned_snapshot"]
 
 # Cuts taken in this process and their attempts (a cut that needed a retry counts twice or more).
 CUT_STATS = {"cuts": 0, "attempts": 0}
@@ -89,6 +89,17 @@ def pinned(session: Any) -> dict[str, Snapshot] | None:
     """The snapshots pinned for ``session`` in this context (None when no ``pin`` block is active)."""
     current = _PINNED.get()
     return current[1] if current is not None and current[0] is session else None
+
+
+def pinned_snapshot(pinned_snaps: Mapping[str, Snapshot], path: str, name: str | None = None) -> Snapshot:
+    """``path``'s snapshot in a pinned cut (normalized path); ``ConsistentReadError`` for a table outside it."""
+    snap = pinned_snaps.get(path)
+    if snap is None:
+        raise ConsistentReadError(
+            f"{label(path, name)} is not part of the snapshot this block reads "
+            f"(serialake.snapshot of {', '.join(sorted(pinned_snaps))}): add it to the snapshot's tables."
+        )
+    return snap
 
 
 def label(path: str, name: str | None) -> str:

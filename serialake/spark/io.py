@@ -68,6 +68,8 @@ __all__ = [
     "data_write_error",
     "file_stats",
     "fsync_dirs",
+    "partition_row",
+    "partition_schema",
     "typed_partition_value",
     "publish_staged",
     "quote_name",
@@ -684,25 +686,37 @@ def _files_df(
     spark: SparkSession, snapshot: Snapshot, files: Sequence[AddFile], paths: Sequence[str], mode: str
 ) -> DataFrame:
     """A small DataFrame: file key, ``_file`` and the typed partition values of each file."""
-    schema = snapshot.schema
-    table = snapshot.table_path
-    part_fields = [schema.field(c) for c in snapshot.partition_columns]
-    rows = []
-    for add, path in zip(files, paths):
-        pv = add.partition_values or {}
-        row: list[Any] = [path, add.path]
-        for f in part_fields:
-            assert f is not None
-            raw = pv.get(physical_name(f)) if mode != "none" and physical_name(f) in pv else pv.get(f.name)
-            if raw is None and f.name not in pv:
-                raw = next((v for k, v in pv.items() if k.lower() == f.name.lower()), None)
-            row.append(typed_partition_value(raw, f.data_type, table=table, column=f.name))
-        rows.append(row)
+    rows = [[path, add.path, *partition_row(snapshot, add, mode)] for add, path in zip(files, paths)]
     spark_schema = T.StructType(
         [T.StructField(_KEY_COLUMN, T.StringType(), False), T.StructField(FILE_COLUMN, T.StringType(), False)]
-        + list(to_spark_schema(StructType(tuple(f for f in part_fields if f is not None))).fields)
+        + list(partition_schema(snapshot).fields)
     )
     return spark.createDataFrame(rows, spark_schema)
+
+
+def partition_schema(snapshot: Snapshot) -> T.StructType:
+    """The table's partition columns as a Spark schema, in ``partition_columns`` order."""
+    fields = (snapshot.schema.field(c) for c in snapshot.partition_columns)
+    return to_spark_schema(StructType(tuple(f for f in fields if f is not None)))
+
+
+def partition_row(snapshot: Snapshot, add: AddFile, mode: str | None = None) -> list[Any]:
+    """``add``'s partition values typed as Spark expects, in ``partition_schema`` order.
+
+    A value is looked up by the column's physical name (column mapping ``mode``), its name,
+    then its name ignoring case.
+    """
+    mode = column_mapping_mode(snapshot) if mode is None else mode
+    pv = add.partition_values or {}
+    row: list[Any] = []
+    for f in (snapshot.schema.field(c) for c in snapshot.partition_columns):
+        if f is None:
+            continue
+        raw = pv.get(physical_name(f)) if mode != "none" and physical_name(f) in pv else pv.get(f.name)
+        if raw is None and f.name not in pv:
+            raw = next((v for k, v in pv.items() if k.lower() == f.name.lower()), None)
+        row.append(typed_partition_value(raw, f.data_type, table=snapshot.table_path, column=f.name))
+    return row
 
 
 def _attach_files(df: DataFrame, files_df: DataFrame, table: str) -> DataFrame:

@@ -15,7 +15,7 @@ from serialake.core import expressions as P
 from serialake.core.actions import AddFile
 from serialake.core.deletion_vectors import dv_absolute_path
 from serialake.core.snapshot import Snapshot
-from serialake.exceptions import ConsistentReadError, DeltaAnalysisException, DeltaTableNotFoundError
+from serialake.exceptions import DeltaAnalysisException, DeltaTableNotFoundError
 from serialake.spark import io, scans
 
 __all__ = ["check_version_readable", "read", "scan_files", "snapshot_df", "table_snapshot"]
@@ -42,13 +42,8 @@ def read(
     time_travel = version is not None or timestamp is not None
     pinned = None if time_travel else cut.pinned(spark)
     if pinned is not None:  # inside serialake.snapshot(...): the pinned version, one cut for all tables
-        table = DeltaLog.for_table(path).table_path
-        if table not in pinned:
-            raise ConsistentReadError(
-                f"{table} is not part of the snapshot this block reads (serialake.snapshot of "
-                f"{', '.join(sorted(pinned))}): add it to the snapshot's tables."
-            )
-        return snapshot_df(spark, pinned[table], filter=filter, columns=columns)
+        snapshot = cut.pinned_snapshot(pinned, DeltaLog.for_table(path).table_path)
+        return snapshot_df(spark, snapshot, filter=filter, columns=columns)
     snapshot = table_snapshot(path, version=version, timestamp=timestamp)
     return snapshot_df(spark, snapshot, filter=filter, columns=columns, time_travel=time_travel)
 

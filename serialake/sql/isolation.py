@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any
 from serialake.core import DeltaLog, cut
 from serialake.core.snapshot import Snapshot
 from serialake.core.transaction import READ_TABLES_KEY
-from serialake.exceptions import ConsistentReadError, DeltaTableNotFoundError, DerivedTableLagError
+from serialake.exceptions import DeltaTableNotFoundError, DerivedTableLagError
 from serialake.sql import catalog
 from serialake.sql.parser import ISOLATION_LEVELS
 
@@ -55,7 +55,6 @@ __all__ = [
     "DEFAULT_ISOLATION",
     "ISOLATION_CONF",
     "note_write",
-    "pinned_snapshot",
     "read_cut",
     "read_snapshot",
     "session_isolation",
@@ -116,7 +115,7 @@ def read_cut(spark: SparkSession, tables: Sequence[tuple[str, str | None]]) -> d
         logs.setdefault(log.table_path, (log, name))
     pinned = cut.pinned(spark)
     if pinned is not None:
-        return {p: pinned_snapshot(pinned, p, logs[p][1]) for p in logs}
+        return {p: cut.pinned_snapshot(pinned, p, logs[p][1]) for p in logs}
     if session_isolation(spark) == "SERIALIZABLE":
         with _lock:
             per = _cache.get(spark, {})
@@ -226,17 +225,6 @@ def _wait_until_reflected(
         time.sleep(pause)
         pause = min(0.2, pause * 1.5)
         snap = log.update()
-
-
-def pinned_snapshot(pinned: dict[str, Snapshot], path: str, name: str | None = None) -> Snapshot:
-    """``path``'s snapshot in a pinned cut; ``ConsistentReadError`` for a table outside it."""
-    snap = pinned.get(path)
-    if snap is None:
-        raise ConsistentReadError(
-            f"{cut.label(path, name)} is not part of the snapshot this block reads "
-            f"(serialake.snapshot of {', '.join(sorted(pinned))}): add it to the snapshot's tables."
-        )
-    return snap
 
 
 def _strict_cut(logs: dict[str, tuple[DeltaLog, str | None]], timeout_s: float) -> dict[str, Snapshot]:

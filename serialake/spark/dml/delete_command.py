@@ -16,10 +16,9 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import types as T
 
 from serialake.core import expressions as P
-from serialake.core.actions import Action, AddFile, now_ms
+from serialake.core.actions import AddFile, now_ms
 from serialake.core.deletion_vectors import RowIndexSet
 from serialake.core.dv_policy import uses_deletion_vectors
-from serialake.core.schema import StructType
 from serialake.core.snapshot import Snapshot
 from serialake.core.transaction import OptimisticTransaction
 from serialake.core.written import BeforeCommit, commit_or_clean_up
@@ -40,10 +39,10 @@ from serialake.spark.dml.kernel import (
     is_true,
     json_list,
     live_rows,
-    mark_touched,
     open_transaction,
     plan_condition,
     read_target,
+    retire_touched,
     rewrite_metrics,
     rows_of,
     table_columns,
@@ -100,20 +99,8 @@ def _partition_matches(
     """Files whose partition values satisfy ``cond`` (evaluated by Spark on one row per file, no data read)."""
     if not files:
         return []
-    fields = [snap.schema.field(c) for c in snap.partition_columns]
-    rows = []
-    for f in files:
-        pv = {k.lower(): v for k, v in (f.partition_values or {}).items()}
-        rows.append(
-            [f.path]
-            + [
-                io.typed_partition_value(pv.get(p.name.lower()), p.data_type, table=snap.table_path, column=p.name)
-                for p in fields
-                if p is not None
-            ]
-        )
-    part_schema = io.to_spark_schema(StructType(tuple(p for p in fields if p is not None)))
-    schema = T.StructType([T.StructField(FILE_COL, T.StringType(), False), *part_schema.fields])
+    rows = [[f.path, *io.partition_row(snap, f)] for f in files]
+    schema = T.StructType([T.StructField(FILE_COL, T.StringType(), False), *io.partition_schema(snap).fields])
     df = spark.createDataFrame(rows, schema).alias(alias)
     hit = {r[0] for r in df.filter(is_true(cond)).select(FILE_COL).collect()}
     return [f for f in files if f.path in hit]
@@ -175,52 +162,42 @@ def _delete_rows(
     if not touched:
         metrics = _delete_metrics(deleted=0, start=start, scan_ms=scan_ms)
         return DmlResult(None, {**metrics, "num_affected_rows": 0})
-    stamp = now_ms()
-    if dvs:
-        changes = mark_touched(table, touched.values(), stamp)
-        declare_matched_rows(txn, plan.files, touched)
-        metrics = _delete_metrics(
-            deleted=deleted,
-            files_removed=changes.files_removed,
-            bytes_removed=changes.bytes_removed,
-            dvs_added=changes.dvs_added,
-            dvs_updated=changes.dvs_updated,
-            dvs_removed=changes.dvs_removed,
-            start=start,
-            scan_ms=scan_ms,
-        )
-        version = commit_or_clean_up(
-            txn, changes.actions, "DELETE", params, metrics, new_dvs=changes.written, before_commit=before_commit
-        )
-        return DmlResult(version, {**metrics, "num_affected_rows": deleted})
-    partial = [t for t in touched.values() if live_rows(table, t.add) != t.count]
     rewrite_start = time.monotonic()
+    adds: list[AddFile] = []
+    if not dvs:  # copy-on-write: the touched files' other rows are written again
+        partial = [t for t in touched.values() if live_rows(table, t.add) != t.count]
 
-    def on_driver() -> list[AddFile]:
-        jobs = [(t.add, t.rows) for t in partial if t.rows is not None]
-        return _driver_delete_rows(DriverTable.open(snap), jobs)
+        def on_driver() -> list[AddFile]:
+            jobs = [(t.add, t.rows) for t in partial if t.rows is not None]
+            return _driver_delete_rows(DriverTable.open(snap), jobs)
 
-    def on_spark() -> list[AddFile]:
-        kept = read_target(spark, snap, [t.add for t in partial], alias, with_rows=False).filter(~is_true(cond))
-        return write_rows(snap, kept.select(*table_columns(snap, kept, alias)))
+        def on_spark() -> list[AddFile]:
+            kept = read_target(spark, snap, [t.add for t in partial], alias, with_rows=False).filter(~is_true(cond))
+            return write_rows(snap, kept.select(*table_columns(snap, kept, alias)))
 
-    known_rows = all(t.rows is not None for t in partial)
-    adds = budget.run(None, driver=on_driver if known_rows else None, spark=on_spark) if partial else []
-    removed = [t.add for t in touched.values()]
+        known_rows = all(t.rows is not None for t in partial)
+        adds = budget.run(None, driver=on_driver if known_rows else None, spark=on_spark) if partial else []
+    changes = retire_touched(table, touched.values(), now_ms(), dvs=dvs)
+    if dvs:
+        declare_matched_rows(txn, plan.files, touched)
     metrics = _delete_metrics(
         deleted=deleted,
-        files_removed=len(removed),
-        bytes_removed=file_bytes(removed),
+        files_removed=changes.files_removed,
+        bytes_removed=changes.bytes_removed,
         files_added=len(adds),
         bytes_added=file_bytes(adds),
         copied=rows_of(adds),
-        dvs_removed=sum(1 for f in removed if f.deletion_vector),
+        dvs_added=changes.dvs_added,
+        dvs_updated=changes.dvs_updated,
+        dvs_removed=changes.dvs_removed,
         start=start,
         scan_ms=scan_ms,
-        rewrite_ms=elapsed_ms(rewrite_start),
+        rewrite_ms=0 if dvs else elapsed_ms(rewrite_start),
     )
-    actions: list[Action] = [f.remove(timestamp=stamp) for f in removed] + list(adds)
-    version = commit_or_clean_up(txn, actions, "DELETE", params, metrics, new_files=adds, before_commit=before_commit)
+    version = commit_or_clean_up(
+        txn, changes.actions + list(adds), "DELETE", params, metrics, new_files=adds, new_dvs=changes.written,
+        before_commit=before_commit,
+    )  # fmt: skip
     return DmlResult(version, {**metrics, "num_affected_rows": deleted})
 
 

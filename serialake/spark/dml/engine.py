@@ -69,24 +69,12 @@ class Engine:
         spark: Callable[[], _T],
     ) -> _T:
         """``driver()`` when allowed (``files`` fit; None: the caller already checked) and exact, else ``spark()``."""
-        attempt = self.attempt(files, driver)
-        if attempt is not _NOT_RUN:
-            return attempt  # type: ignore[return-value]
+        if driver is not None and self.max_bytes > 0 and (files is None or self.fits(files)):
+            try:
+                return driver()
+            except NotExact as e:
+                _log.debug("driver path not exact (%s): running on Spark", e)
         return spark()
-
-    def attempt(self, files: Iterable[AddFile] | None, driver: Callable[[], _T] | None) -> _T | object:
-        """``driver()``'s result, or ``NOT_RUN`` when it is not allowed or not exact here."""
-        if driver is None or self.max_bytes <= 0 or (files is not None and not self.fits(files)):
-            return _NOT_RUN
-        try:
-            return driver()
-        except NotExact as e:
-            _log.debug("driver path not exact (%s): running on Spark", e)
-            return _NOT_RUN
-
-
-_NOT_RUN = object()
-NOT_RUN = _NOT_RUN
 
 
 def for_dml(spark: SparkSession) -> Engine:

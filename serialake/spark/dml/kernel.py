@@ -79,7 +79,7 @@ __all__ = [
     "is_true",
     "json_list",
     "live_rows",
-    "mark_touched",
+    "retire_touched",
     "open_transaction",
     "parse_condition",
     "parse_or_true",
@@ -474,13 +474,25 @@ def find_touched(
     return engine.run(plan.files, driver=on_driver if plan.exact is not None else None, spark=on_spark)
 
 
-def mark_touched(table: str, touched: Iterable[Touched], stamp: int) -> DvChanges:
-    """The touched rows marked deleted in deletion vectors (``core.dv_policy.mark_deleted``)."""
-    marks = []
-    for t in touched:
-        assert t.rows is not None, "deletion vectors need the touched rows"
-        marks.append((t.add, t.rows))
-    return mark_deleted(table, marks, stamp)
+def retire_touched(table: str, touched: Iterable[Touched], stamp: int, *, dvs: bool) -> DvChanges:
+    """How the touched files leave the table, with the counters delta-spark reports.
+
+    ``dvs``: their touched rows are marked deleted in deletion vectors
+    (``core.dv_policy.mark_deleted``); otherwise (copy-on-write) each file is removed whole.
+    """
+    if dvs:
+        marks = []
+        for t in touched:
+            assert t.rows is not None, "deletion vectors need the touched rows"
+            marks.append((t.add, t.rows))
+        return mark_deleted(table, marks, stamp)
+    removed = [t.add for t in touched]
+    return DvChanges(
+        actions=[f.remove(timestamp=stamp) for f in removed],
+        files_removed=len(removed),
+        bytes_removed=file_bytes(removed),
+        dvs_removed=sum(1 for f in removed if f.deletion_vector),
+    )
 
 
 def probe(spark: SparkSession, snap: Snapshot, alias: str, cond: Column, what: str) -> DataFrame:

@@ -57,13 +57,13 @@ from serialake.spark.dml.kernel import (
     file_bytes,
     is_true,
     json_list,
-    mark_touched,
     open_transaction,
     parse_condition,
     parse_or_true,
     read_target,
     resolve_assignments,
     resolved_condition_sql,
+    retire_touched,
     table_columns,
     target_conjuncts,
     to_column,
@@ -647,20 +647,9 @@ class _MergeRun:
         updated = counts[_MATCHED_UPDATE] + counts[_NMBS_UPDATE]
         deleted = counts[_MATCHED_DELETE] + counts[_NMBS_DELETE]
         inserted = counts[_INSERT]
-        stamp = now_ms()
         written = sum(a.num_records or 0 for a in adds)
-        new_dvs: list[AddFile] = []
-        if dvs:
-            changes_dv = mark_touched(self.table, touched.values(), stamp)
-            actions: list[Action] = changes_dv.actions + list(adds)
-            new_dvs = changes_dv.written
-            removed_files, removed_bytes = changes_dv.files_removed, changes_dv.bytes_removed
-            dv_counts = (changes_dv.dvs_added, changes_dv.dvs_updated, changes_dv.dvs_removed)
-        else:
-            rewritten = [t.add for t in touched.values()]
-            actions = [f.remove(timestamp=stamp) for f in rewritten] + list(adds)
-            removed_files, removed_bytes = len(rewritten), file_bytes(rewritten)
-            dv_counts = (0, 0, sum(1 for f in rewritten if f.deletion_vector))
+        changes = retire_touched(self.table, touched.values(), now_ms(), dvs=dvs)
+        actions: list[Action] = changes.actions + list(adds)
         metrics: dict[str, Any] = {
             "numTargetRowsInserted": inserted,
             "numTargetRowsUpdated": updated,
@@ -672,12 +661,12 @@ class _MergeRun:
             "numTargetRowsCopied": written - updated - inserted,
             "numOutputRows": written,
             "numTargetFilesAdded": len(adds),
-            "numTargetFilesRemoved": removed_files,
+            "numTargetFilesRemoved": changes.files_removed,
             "numTargetBytesAdded": file_bytes(adds),
-            "numTargetBytesRemoved": removed_bytes,
-            "numTargetDeletionVectorsAdded": dv_counts[0],
-            "numTargetDeletionVectorsUpdated": dv_counts[1],
-            "numTargetDeletionVectorsRemoved": dv_counts[2],
+            "numTargetBytesRemoved": changes.bytes_removed,
+            "numTargetDeletionVectorsAdded": changes.dvs_added,
+            "numTargetDeletionVectorsUpdated": changes.dvs_updated,
+            "numTargetDeletionVectorsRemoved": changes.dvs_removed,
             "numTargetChangeFilesAdded": 0,
             "executionTimeMs": elapsed_ms(self.start),
             "scanTimeMs": self.scan_ms,
@@ -693,7 +682,7 @@ class _MergeRun:
             "notMatchedBySourcePredicates": json_list([c.describe() for c in self.by_source]),
         }
         version = commit_or_clean_up(
-            self.txn, actions, "MERGE", params, metrics, new_files=adds, new_dvs=new_dvs,
+            self.txn, actions, "MERGE", params, metrics, new_files=adds, new_dvs=changes.written,
             before_commit=self.before_commit,
         )
         return DmlResult(version, result)

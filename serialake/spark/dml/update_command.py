@@ -17,7 +17,7 @@ from pyspark.errors import AnalysisException
 from pyspark.sql import Column, DataFrame, SparkSession
 
 from serialake.core import values as V
-from serialake.core.actions import Action, AddFile, now_ms
+from serialake.core.actions import AddFile, now_ms
 from serialake.core.deletion_vectors import RowIndexSet
 from serialake.core.dv_policy import uses_deletion_vectors
 from serialake.core.snapshot import Snapshot
@@ -41,10 +41,10 @@ from serialake.spark.dml.kernel import (
     find_touched,
     is_true,
     json_list,
-    mark_touched,
     open_transaction,
     plan_condition,
     read_target,
+    retire_touched,
     rewrite_metrics,
     rows_of,
     to_column,
@@ -150,29 +150,21 @@ def _commit_update(
     updated = sum(t.count for t in touched.values())
     if not touched:
         return DmlResult(None, {**_update_metrics(updated=0, start=start, scan_ms=scan_ms), "num_affected_rows": 0})
-    rewritten = [t.add for t in touched.values()]
-    stamp = now_ms()
+    # With deletion vectors the old versions of the changed rows get marked deleted.
+    changes = retire_touched(snap.table_path, touched.values(), now_ms(), dvs=dvs)
     if dvs:
-        # The old versions of the changed rows get marked deleted.
-        marks = mark_touched(snap.table_path, touched.values(), stamp)
         declare_matched_rows(txn, plan.files, touched)
-        actions: list[Action] = marks.actions + list(adds)
-        new_dvs = marks.written
-        counts = dict(files_removed=marks.files_removed, bytes_removed=marks.bytes_removed, copied=0,
-                      dvs_added=marks.dvs_added, dvs_updated=marks.dvs_updated, dvs_removed=marks.dvs_removed)
-    else:
-        actions = [f.remove(timestamp=stamp) for f in rewritten] + list(adds)
-        new_dvs = []
-        counts = dict(files_removed=len(rewritten), bytes_removed=file_bytes(rewritten),
-                      copied=rows_of(adds) - updated, dvs_removed=sum(1 for f in rewritten if f.deletion_vector))
     metrics = _update_metrics(
         updated=updated, files_added=len(adds), bytes_added=file_bytes(adds), start=start, scan_ms=scan_ms,
-        rewrite_ms=elapsed_ms(rewrite_start), **counts,
+        rewrite_ms=elapsed_ms(rewrite_start), files_removed=changes.files_removed,
+        bytes_removed=changes.bytes_removed, copied=0 if dvs else rows_of(adds) - updated,
+        dvs_added=changes.dvs_added, dvs_updated=changes.dvs_updated, dvs_removed=changes.dvs_removed,
     )  # fmt: skip
     params = {"predicate": json_list([plan.text] if plan.text else [])}
     version = commit_or_clean_up(
-        txn, actions, "UPDATE", params, metrics, new_files=adds, new_dvs=new_dvs, before_commit=before_commit
-    )
+        txn, changes.actions + list(adds), "UPDATE", params, metrics, new_files=adds, new_dvs=changes.written,
+        before_commit=before_commit,
+    )  # fmt: skip
     return DmlResult(version, {**metrics, "num_affected_rows": updated})
 
 

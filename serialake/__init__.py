@@ -20,12 +20,12 @@ from serialake.exceptions import (
 
 __version__ = "0.1.0"
 
-_LAZY = {
+_LAZY: dict[str, tuple[str, str | None]] = {
     "spark_session": ("serialake.spark.session", "spark_session"),
     "write": ("serialake.spark.write", "write"),
     "read": ("serialake.spark.read", "read"),
     "DeltaTable": ("serialake.spark.table", "DeltaTable"),
-    "sql": ("serialake.sql", "sql"),
+    "sql": ("serialake.sql", None),  # the callable module: serialake.sql(...) and serialake.sql.register
     "register": ("serialake.sql", "register"),
     "snapshot": ("serialake.sql.snapshot", "snapshot"),
 }
@@ -47,5 +47,6 @@ def __getattr__(name: str) -> Any:
         import importlib
 
         module, attr = _LAZY[name]
-        return getattr(importlib.import_module(module), attr)
+        loaded = importlib.import_module(module)
+        return loaded if attr is None else getattr(loaded, attr)
     raise AttributeError(f"module 'serialake' has no attribute {name!r}")

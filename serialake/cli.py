@@ -383,7 +383,7 @@ def _locate(table: str) -> str:
 
     if os.path.isdir(table) or os.sep in table or table.startswith((".", "~", "file:")):
         return normalize_table_path(table)
-    from serialake.sql.catalog import lookup
+    from serialake.core.catalog import lookup
 
     found = lookup(table)
     return found if found is not None else normalize_table_path(table)

@@ -12,12 +12,21 @@ commit acknowledged before it is always seen). One table needs no second pass.
 ``pin`` makes a cut the one every read of a session uses inside a ``with`` block (a
 read-only multi-statement transaction: ``serialake.snapshot``); ``pinned`` tells readers
 (SQL statements, ``serialake.read``) which snapshots are pinned for their session.
+
+The ledger. Reads made at different moments (two ``serialake.read`` calls combined in one
+DataFrame) may be combined only when their versions held together at some instant. Every
+cut this process takes is recorded (``record``); a read of one table also confirms the
+tables read just before it (``extend``: probe each for its next commit after the new
+table's refresh, the same two-pass argument). ``check_together`` accepts versions found
+together in one recorded cut, or all still the latest now (a probe of each), and refuses
+the rest with ``ConsistentReadError``: that combination of versions never existed.
 """
 
 from __future__ import annotations
 
 import contextlib
 import contextvars
+import itertools
 import random
 import threading
 import time
@@ -28,7 +37,28 @@ from serialake.core.log import DeltaLog
 from serialake.core.snapshot import Snapshot
 from serialake.exceptions import ConsistentReadError, DeltaTableNotFoundError
 
-__all__ = ["CUT_STATS", "consistent_cut", "label", "pin", "pinned", "pinned_snapshot"]
+__all__ = [
+    "CUT_STATS",
+    "ISOLATION_LEVELS",
+    "check_together",
+    "consistent_cut",
+    "extend",
+    "label",
+    "pin",
+    "pinned",
+    "pinned_snapshot",
+    "record",
+    "together",
+]
+
+# Session read isolation levels (Materialize): the requested name -> the level it runs at.
+ISOLATION_LEVELS = {
+    "STRICT SERIALIZABLE": "STRICT SERIALIZABLE",
+    "SERIALIZABLE": "SERIALIZABLE",
+    "REPEATABLE READ": "SERIALIZABLE",
+    "READ COMMITTED": "SERIALIZABLE",
+    "READ UNCOMMITTED": "SERIALIZABLE",
+}
 
 # Cuts taken in this process and their attempts (a cut that needed a retry counts twice or more).
 CUT_STATS = {"cuts": 0, "attempts": 0}
@@ -38,9 +68,7 @@ _PINNED: contextvars.ContextVar[tuple[Any, dict[str, Snapshot]] | None] = contex
 )
 
 
-def consistent_cut(
-    tables: Mapping[str, str | None], timeout_s: float, *, advice: str = ""
-) -> dict[str, Snapshot]:
+def consistent_cut(tables: Mapping[str, str | None], timeout_s: float, *, advice: str = "") -> dict[str, Snapshot]:
     """The latest snapshots of ``tables`` (path -> name for messages, or None) at one instant.
 
     Keys of the result are the tables' normalized paths. ``advice`` ends the error raised
@@ -64,6 +92,7 @@ def consistent_cut(
             with _stats_lock:
                 CUT_STATS["cuts"] += 1
                 CUT_STATS["attempts"] += attempt
+            record({p: s.version for p, s in snaps.items()})
             return snaps
         if time.monotonic() >= deadline:
             names = ", ".join(label(p, logs[p][1]) for p in logs)
@@ -73,6 +102,96 @@ def consistent_cut(
                 + (f" {advice}" if advice else "")
             )
         time.sleep(min(0.05, 0.0002 * 2**attempt) * random.uniform(0.5, 1.5))
+
+
+# -- the ledger: which versions of which tables this process saw together --------------------
+
+_LEDGER_CUTS = 4096  # cuts remembered; older ones are forgotten (a later check then probes)
+_ledger: dict[int, dict[str, int]] = {}  # cut id -> {normalized path: version}
+_ledger_index: dict[tuple[str, int], set[int]] = {}  # (path, version) -> ids of the cuts holding it
+_ledger_lock = threading.Lock()
+_ledger_ids = itertools.count(1)
+
+
+def record(versions: Mapping[str, int]) -> None:
+    """Remember that ``versions`` (normalized path -> version) were all the latest at one instant."""
+    if len(versions) < 2:
+        return  # one table's version always existed on its own
+    cut_id = next(_ledger_ids)
+    entry = dict(versions)
+    with _ledger_lock:
+        _ledger[cut_id] = entry
+        for key in entry.items():
+            _ledger_index.setdefault(key, set()).add(cut_id)
+        while len(_ledger) > _LEDGER_CUTS:
+            old_id = next(iter(_ledger))
+            for key in _ledger.pop(old_id).items():
+                ids = _ledger_index.get(key)
+                if ids is not None:
+                    ids.discard(old_id)
+                    if not ids:
+                        del _ledger_index[key]
+
+
+def together(versions: Mapping[str, int]) -> bool:
+    """Whether one recorded cut holds every table of ``versions`` at exactly that version."""
+    if len(versions) < 2:
+        return True
+    with _ledger_lock:
+        common: set[int] | None = None
+        for key in versions.items():
+            ids = _ledger_index.get(key, set())
+            common = set(ids) if common is None else common & ids
+            if not common:
+                return False
+    return True
+
+
+def extend(fresh: Mapping[str, Snapshot], earlier: Mapping[str, int]) -> None:
+    """After refreshing ``fresh``, record it with every table of ``earlier`` still at its version.
+
+    Pass 2 of the cut argument: each table of ``earlier`` was at its version when it was
+    read (before ``fresh`` was refreshed); a probe after the refresh that finds no next
+    commit shows it still held that version when the refresh ended. ``fresh`` tables that
+    moved meanwhile are left out of the record.
+    """
+    versions = {p: s.version for p, s in fresh.items()}
+    others = {p: v for p, v in earlier.items() if p not in versions}
+    if not others:
+        return
+    held = {p: v for p, v in {**versions, **others}.items() if not _moved(p, v)}
+    if all(p in held for p in versions):
+        record(held)
+
+
+def check_together(
+    versions: Mapping[str, int], names: Mapping[str, str | None] | None = None, *, what: str = ""
+) -> None:
+    """Refuse (``ConsistentReadError``) versions of several tables that never held together.
+
+    Accepted: a cut recorded in this process holds them all, or every table is still at
+    its version now (then they all held at the first probe). ``what`` names the reader.
+    """
+    if len(versions) < 2 or together(versions):
+        return
+    moved = {p: v for p, v in versions.items() if _moved(p, v)}
+    if not moved:
+        record(versions)
+        return
+    names = names or {}
+    listed = ", ".join(f"{label(p, names.get(p))} at version {v}" for p, v in versions.items())
+    changed = ", ".join(label(p, names.get(p)) for p in moved)
+    raise ConsistentReadError(
+        f"{what or 'This DataFrame'} combines reads made at different moments that never held together: "
+        f"{listed}; {changed} committed again between them, so no instant had these versions. Read the "
+        f"tables together: serialake.read(spark, [...]) (one DataFrame per table from one cut), a "
+        f"serialake.snapshot(spark, [...]) block, or one serialake.sql query."
+    )
+
+
+def _moved(path: str, version: int) -> bool:
+    log = DeltaLog.for_table(path)
+    return log.store.exists(log.commit_path(version + 1))
 
 
 @contextlib.contextmanager

@@ -220,6 +220,13 @@ class DeltaLog:
             self._snapshot = snap
             return snap
 
+    def known_version(self) -> int:
+        """The newest version this process has seen of the table (read or written; -1: none), no I/O."""
+        snap = self._snapshot
+        with self._commits_lock:
+            newest = max(self._commits, default=-1)
+        return max(snap.version if snap is not None else -1, newest)
+
     def snapshot(self, version: int | None = None, timestamp: Any = None) -> Snapshot:
         """The table at ``version``, at a ``timestamp`` (ms, datetime or ISO string), or latest."""
         if version is not None and timestamp is not None:

@@ -5,46 +5,82 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, overload
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from serialake.core import DeltaLog, cut, skipping
+from serialake.core import DeltaLog, skipping
 from serialake.core import expressions as P
 from serialake.core.actions import AddFile
 from serialake.core.deletion_vectors import dv_absolute_path
 from serialake.core.snapshot import Snapshot
-from serialake.exceptions import DeltaAnalysisException, DeltaTableNotFoundError
-from serialake.spark import io, scans
+from serialake.exceptions import DeltaAnalysisException, DeltaIllegalArgumentException, DeltaTableNotFoundError
+from serialake.spark import io, isolation, scans
 
 __all__ = ["check_version_readable", "read", "scan_files", "snapshot_df", "table_snapshot"]
 
 
+@overload
 def read(
     spark: SparkSession,
     path: str,
     version: int | None = None,
     timestamp: Any = None,
+    filter: str | None = None,  # noqa: A002
+    columns: Sequence[str] | None = None,
+) -> DataFrame: ...
+
+
+@overload
+def read(
+    spark: SparkSession,
+    path: list[str] | tuple[str, ...],
+    version: None = None,
+    timestamp: None = None,
+    filter: None = None,  # noqa: A002
+    columns: None = None,
+) -> list[DataFrame]: ...
+
+
+def read(
+    spark: SparkSession,
+    path: str | list[str] | tuple[str, ...],
+    version: int | None = None,
+    timestamp: Any = None,
     filter: str | None = None,  # noqa: A002 - the name users know from delta-rs / Spark
     columns: Sequence[str] | None = None,
-) -> DataFrame:
+) -> DataFrame | list[DataFrame]:
     """The table at ``path`` (latest, or as of ``version`` / ``timestamp``) as a DataFrame.
 
-    The file list is pinned when this is called: later commits do not change the result.
-    Inside ``with serialake.snapshot(spark, tables):`` the latest version is the snapshot's
-    (one consistent cut for every table read in the block).
+    The version is chosen when this is called, at the session's read isolation level
+    (``serialake.spark.isolation``): later commits do not change the result.
+    ``path`` may be a list of tables: one DataFrame each, all read at one consistent cut
+    (a state that existed at one instant), to be combined freely. Separate calls are
+    separate reads; a DataFrame combining them is checked where serialake consumes it (a
+    write, a MERGE source, a SQL query) and refused if their versions never held together.
+    Inside ``with serialake.snapshot(spark, tables):`` the latest version is the snapshot's.
     A write computed from this DataFrame records it as a read of the table at that
     version (``serialake.spark.scans``).
     ``filter`` (a SQL condition) skips files whose partition values or stats rule it out,
     then filters the rows; ``columns`` selects columns.
     """
+    if not isinstance(path, str):
+        if version is not None or timestamp is not None or filter is not None or columns is not None:
+            raise DeltaIllegalArgumentException(
+                "serialake.read of several tables reads each at its latest version, whole: filter, select and "
+                "time-travel the DataFrames it returns, or read a table alone"
+            )
+        paths = list(path)
+        if not paths:
+            raise DeltaIllegalArgumentException("serialake.read needs a table path, or a non-empty list of them")
+        snaps = isolation.read_cut(spark, [(p, None) for p in paths])
+        return [snapshot_df(spark, snaps[DeltaLog.for_table(p).table_path]) for p in paths]
     time_travel = version is not None or timestamp is not None
-    pinned = None if time_travel else cut.pinned(spark)
-    if pinned is not None:  # inside serialake.snapshot(...): the pinned version, one cut for all tables
-        snapshot = cut.pinned_snapshot(pinned, DeltaLog.for_table(path).table_path)
-        return snapshot_df(spark, snapshot, filter=filter, columns=columns)
-    snapshot = table_snapshot(path, version=version, timestamp=timestamp)
+    if time_travel:
+        snapshot = table_snapshot(path, version=version, timestamp=timestamp)
+    else:
+        snapshot = isolation.read_snapshot(spark, path)
     return snapshot_df(spark, snapshot, filter=filter, columns=columns, time_travel=time_travel)
 
 

@@ -17,7 +17,9 @@ finds every marked scan in its plan and records it in the write's transaction:
   deduplication) is not used, so the read only ever gets wider. A scan taken before the
   transaction started is a read at that older version: conflict checks run from there;
 - a time-travel scan (``versionAsOf``, ``VERSION AS OF``) and a scan of another table read
-  history that cannot change: recorded as the version read (``commitInfo``).
+  history that cannot change: recorded as the version read (``commitInfo``). Scans of
+  other tables at their latest versions, made by separate reads, must have held together
+  at one instant (``core.cut.check_together``), else the write is refused.
 
 Reads that leave Spark's plan (``collect()`` then ``createDataFrame``, ``localCheckpoint``,
 RDD round trips) carry no marker and cannot be tracked.
@@ -32,13 +34,15 @@ from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import DataFrame
 
+from serialake.core import cut
 from serialake.core import expressions as P
+from serialake.exceptions import ConsistentReadError
 
 if TYPE_CHECKING:
     from serialake.core.snapshot import Snapshot
     from serialake.core.transaction import OptimisticTransaction
 
-__all__ = ["SCAN_PREFIX", "TableScan", "mark", "record_scans", "scans_of"]
+__all__ = ["SCAN_PREFIX", "TableScan", "check_consistent", "mark", "record_scans", "scans_of"]
 
 SCAN_PREFIX = "__serialake_scan__"
 
@@ -114,14 +118,38 @@ def scans_of(df: DataFrame) -> list[TableScan]:
 
 
 def record_scans(txn: OptimisticTransaction, df: DataFrame) -> list[TableScan]:
-    """Record in ``txn`` what ``df`` reads (see the module docstring); the scans found."""
+    """Record in ``txn`` what ``df`` reads (see the module docstring); the scans found.
+
+    The other tables ``df`` reads at their latest versions must have held those versions
+    together at one instant (``check_consistent``); the write's own table is checked by
+    the transaction's conflict rules from the version read.
+    """
     found = scans_of(df)
+    check_consistent(found, exclude=txn.table_path, what=f"The DataFrame written to {txn.table_path}")
     for scan in found:
         if scan.table == txn.table_path and not scan.time_travel and txn.snapshot is not None:
             txn.record_read([scan.predicate], version=scan.version)
         else:
             txn.record_table_read(scan.table, scan.version)
     return found
+
+
+def check_consistent(found: list[TableScan], *, exclude: str | None = None, what: str = "") -> None:
+    """Refuse latest-version scans of several tables whose versions never held together.
+
+    Time-travel scans read history on purpose and are left out, as is ``exclude``.
+    """
+    latest: dict[str, int] = {}
+    for scan in found:
+        if scan.time_travel or scan.table == exclude:
+            continue
+        if latest.get(scan.table, scan.version) != scan.version:
+            raise ConsistentReadError(
+                f"{what or 'This DataFrame'} reads table {scan.table} at two versions ({latest[scan.table]} and "
+                f"{scan.version}), from reads made at different moments: read it once and reuse the DataFrame."
+            )
+        latest[scan.table] = scan.version
+    cut.check_together(latest, what=what)
 
 
 # -- plan walking (py4j over Catalyst's analyzed plan) --------------------------------------

@@ -15,7 +15,7 @@ import sys
 import types
 from typing import TYPE_CHECKING
 
-from serialake.sql.catalog import list_tables, lookup, register, unregister
+from serialake.core.catalog import list_tables, lookup, register, unregister
 from serialake.sql.errors import SqlError, UnsupportedStatementError
 from serialake.sql.parser import parse_statement, split_statements
 

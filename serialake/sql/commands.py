@@ -14,6 +14,7 @@ from collections.abc import Callable
 from sqlglot.errors import TokenError
 from sqlglot.tokens import Token, TokenType
 
+from serialake.core.cut import ISOLATION_LEVELS
 from serialake.sql.errors import SqlError, UnsupportedStatementError, position_of
 from serialake.sql.statements import (
     DescribeDetail,
@@ -34,15 +35,6 @@ from serialake.sql.syntax import SPARK, WORD, parse_condition, ref_from_parts, t
 
 __all__ = ["COMMANDS", "ISOLATION_LEVELS", "Cursor"]
 
-# Session isolation levels (Materialize): the requested name -> the level it runs at.
-# Session isolation levels (Materialize): the requested name -> the level it runs at.
-ISOLATION_LEVELS = {
-    "STRICT SERIALIZABLE": "STRICT SERIALIZABLE",
-    "SERIALIZABLE": "SERIALIZABLE",
-    "REPEATABLE READ": "SERIALIZABLE",
-    "READ COMMITTED": "SERIALIZABLE",
-    "READ UNCOMMITTED": "SERIALIZABLE",
-}
 
 
 class Cursor:

@@ -15,14 +15,13 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 from sqlglot import exp
 
-from serialake.core import DeltaLog
+from serialake.core import DeltaLog, catalog
 from serialake.core.log import format_ms
 from serialake.core.schema import StructType
 from serialake.exceptions import DeltaAnalysisException, DeltaTableNotFoundError
-from serialake.spark import dml
+from serialake.spark import dml, isolation
 from serialake.spark.table import DeltaTable
 from serialake.spark.write import write
-from serialake.sql import catalog, isolation
 from serialake.sql.errors import SqlError, UnsupportedStatementError
 from serialake.sql.insert import run_insert
 from serialake.sql.results import empty, rows

@@ -22,9 +22,8 @@ from serialake.core.actions import AddFile
 from serialake.core.schema import StructType
 from serialake.core.transaction import OptimisticTransaction
 from serialake.exceptions import DeltaAnalysisException, DeltaTableNotFoundError
-from serialake.spark import dml, io
+from serialake.spark import dml, io, isolation
 from serialake.spark.write import write
-from serialake.sql import isolation
 from serialake.sql.parser import DIALECT
 from serialake.sql.results import metric, rows
 from serialake.sql.statements import Insert

@@ -23,11 +23,11 @@ from collections.abc import Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from serialake.core import DeltaLog, cut
+from serialake.core import DeltaLog, catalog, cut
 from serialake.core.snapshot import Snapshot
 from serialake.exceptions import DeltaIllegalArgumentException
+from serialake.spark import isolation
 from serialake.spark.read import snapshot_df
-from serialake.sql import catalog, isolation
 from serialake.sql.execute import execute
 from serialake.sql.parser import parse_statement
 from serialake.storage import normalize_table_path

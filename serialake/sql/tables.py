@@ -21,14 +21,13 @@ from typing import TYPE_CHECKING, Any
 
 from sqlglot import exp
 
-from serialake.core import DeltaLog
+from serialake.core import DeltaLog, catalog
 from serialake.core.snapshot import Snapshot
 from serialake.exceptions import DeltaTableNotFoundError
 from serialake.spark import io, scans
+from serialake.spark.isolation import read_cut, read_snapshot
 from serialake.spark.read import check_version_readable
-from serialake.sql import catalog
 from serialake.sql.errors import SqlError
-from serialake.sql.isolation import read_cut, read_snapshot
 from serialake.sql.parser import DIALECT, table_ref_of
 from serialake.sql.statements import TableRef
 from serialake.storage import normalize_table_path
@@ -233,7 +232,18 @@ def run_query(spark: SparkSession, tree: exp.Expr, **bind: Any) -> DataFrame:
     binding = Binding(spark)
     try:
         bound = bind_query(spark, expand_views(spark, tree), binding, **bind)
-        return spark.sql(bound.sql(DIALECT))
+        df = spark.sql(bound.sql(DIALECT))
+        if _reads_other_views(bound, binding):
+            # A Spark temp view may hold a serialake DataFrame read earlier: one state with the rest.
+            scans.check_consistent(scans.scans_of(df), what="This query")
+        return df
     finally:
         binding.drop()
+
+
+def _reads_other_views(tree: exp.Expr, binding: Binding) -> bool:
+    """Whether ``tree`` names a table that is neither one of ``binding``'s views nor a CTE."""
+    ctes = {c.alias_or_name.lower() for c in tree.find_all(exp.CTE)}
+    ours = {v.lower() for v in binding.views}
+    return any(t.name.lower() not in ours and t.name.lower() not in ctes for t in tree.find_all(exp.Table))
 

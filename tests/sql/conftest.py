@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from serialake.sql import catalog
+from serialake.core import catalog
 
 
 @pytest.fixture(autouse=True)

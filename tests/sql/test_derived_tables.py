@@ -23,8 +23,7 @@ import serialake
 from serialake.core import DeltaLog
 from serialake.core.actions import AddFile, now_ms
 from serialake.exceptions import DerivedTableLagError
-from serialake.spark import DeltaTable, write
-from serialake.sql import isolation
+from serialake.spark import DeltaTable, isolation, write
 
 pytestmark = pytest.mark.spark
 

@@ -12,9 +12,9 @@ from pyspark.errors import AnalysisException
 from pyspark.sql import SparkSession
 
 import serialake
-from serialake.core import DeltaLog
+from serialake.core import DeltaLog, catalog
 from serialake.exceptions import ConcurrentAppendException, DeltaAnalysisException, DeltaTableNotFoundError
-from serialake.sql import UnsupportedStatementError, catalog
+from serialake.sql import UnsupportedStatementError
 
 pytestmark = pytest.mark.spark
 
@@ -220,6 +220,29 @@ def test_optimize_history_detail_restore_vacuum(spark: SparkSession, tmp_path: P
     assert rows(spark, "SELECT count(*) FROM events") == [(3,)]
 
 
+_COPY_ONE_FILE = r"""
+import json, shutil, sys, uuid
+from dataclasses import replace
+from serialake.core import DeltaLog
+log = DeltaLog.for_table(sys.argv[1])
+source = log.update().all_files[0]
+folder, _, _ = source.path.rpartition("/")
+name = (folder + "/" if folder else "") + f"part-{uuid.uuid4().hex}.parquet"
+shutil.copy(f"{sys.argv[1]}/{source.path}", f"{sys.argv[1]}/{name}")
+log.start_transaction().commit([replace(source, path=name)], "WRITE")
+print(json.loads(source.stats)["numRecords"])
+"""
+
+
+def _commit_from_another_process(location: str) -> int:
+    """Commit a copy of one data file from another process; the rows it adds."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", _COPY_ONE_FILE, location], capture_output=True, text=True, check=True)
+    return int(done.stdout.strip())
+
+
 def test_set_transaction_isolation(spark: SparkSession, tmp_path: Path) -> None:
     from serialake.spark.write import write
 
@@ -229,13 +252,15 @@ def test_set_transaction_isolation(spark: SparkSession, tmp_path: Path) -> None:
         serialake.sql(spark, "SET TRANSACTION_ISOLATION TO 'READ COMMITTED'")  # runs as SERIALIZABLE
         assert rows(spark, "SHOW TRANSACTION_ISOLATION") == [("SERIALIZABLE",)]
         assert rows(spark, "SELECT count(*) FROM events") == [(3,)]
-        write(spark.createDataFrame([(9, "2024-01-09", 9.0)], "id long, date string, amount double"), location)
+        copied = _commit_from_another_process(location)
         assert rows(spark, "SELECT count(*) FROM events") == [(3,)]  # the cached snapshot: consistent, older
         serialake.sql(spark, "INSERT INTO events VALUES (10, '2024-01-10', 1.0)")  # own writes are seen
-        assert rows(spark, "SELECT count(*) FROM events") == [(5,)]
+        assert rows(spark, "SELECT count(*) FROM events") == [(4 + copied,)]
         write(spark.createDataFrame([(11, "2024-01-09", 9.0)], "id long, date string, amount double"), location)
+        assert rows(spark, "SELECT count(*) FROM events") == [(5 + copied,)]  # DataFrame writes too
+        _commit_from_another_process(location)
         serialake.sql(spark, "SET TRANSACTION_ISOLATION TO 'STRICT SERIALIZABLE'")
-        assert rows(spark, "SELECT count(*) FROM events") == [(6,)]  # refreshed before reading
+        assert rows(spark, "SELECT count(*) FROM events") == [(5 + 2 * copied,)]  # refreshed before reading
     finally:
         serialake.sql(spark, "SET TRANSACTION_ISOLATION TO 'STRICT SERIALIZABLE'")
 

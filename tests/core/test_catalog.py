@@ -4,13 +4,25 @@ from __future__ import annotations
 
 import json
 import multiprocessing
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 import serialake
+from serialake.core import catalog
 from serialake.exceptions import CorruptLogError, DeltaIllegalArgumentException
-from serialake.sql import catalog
+
+
+@pytest.fixture
+def tmp_catalog(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A fresh catalog file for the test; names registered in-process are forgotten afterwards."""
+    path = tmp_path / "catalog" / "catalog.json"
+    monkeypatch.setenv(catalog.CATALOG_ENV, str(path))
+    yield path
+    path.unlink(missing_ok=True)
+    for name in catalog.list_tables():
+        catalog.unregister(name)
 
 
 def test_register_lookup_unregister(tmp_catalog: Path, tmp_path: Path) -> None:

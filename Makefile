@@ -37,11 +37,11 @@ bench: $(STAMP) check-java
 	$(PY) -m bench.run
 
 verify: $(STAMP) check-java
-	$(VENV)/bin/serialake verify --processes 8 --txns 500 --dataframes
+	$(VENV)/bin/serialake verify --processes 8 --txns 500 --dataframes --multi-table
 
 # 100,000 transactions: 8 processes x 3,125 at each of the four levels/tables (docs/verification.md).
 verify-long: $(STAMP)
-	$(VENV)/bin/serialake verify --processes 8 --txns 3125 --control
+	$(VENV)/bin/serialake verify --processes 8 --txns 3125 --control --multi-table
 
 clean:
 	rm -rf $(VENV) .pytest_cache

@@ -132,7 +132,7 @@ def _load_until_ok(cls: Any, path: str) -> Any:
 def _serializable_cached(n_tables: int) -> float:
     """Median ms of a SERIALIZABLE ``read_cut`` served from the session's cut (a real SparkSession)."""
     import serialake
-    from serialake.sql import isolation
+    from serialake.spark import isolation
 
     spark = serialake.spark_session()
     root = tempfile.mkdtemp(prefix="serialake-cut-bench-")

@@ -6,7 +6,8 @@ implicit conditions, a DELETE, an UPDATE, an OPTIMIZE and an ALTER TABLE. Every 
 round runs in its own thread on one SparkSession, all planning from the same table version;
 each is held at its commit until all are ready, then they commit one at a time in a fixed
 order. So which job commits and which conflicts (and why) is deterministic and the same
-on every run. The demo ends with the table history, a read-isolation example, and a
+on every run. The demo ends with the table history, a read-isolation example, reads over
+several tables (a torn read prevented, a derived table waited for: ``demo_reads``), and a
 timeline (text, and a PNG written with matplotlib: the ``demo`` extra).
 """
 
@@ -25,6 +26,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from serialake.core import DeltaLog
+from serialake.demo_reads import copy_rows_from_another_process, show_consistent_reads
 from serialake.exceptions import DeltaConcurrentModificationException
 from serialake.extras import MissingExtraError, require
 from serialake.storage.base import LogStore
@@ -305,6 +307,7 @@ class DemoReport:
     history: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     tables: dict[str, str] = field(default_factory=dict)
     reads: list[dict[str, Any]] = field(default_factory=list)
+    multi_table: list[dict[str, Any]] = field(default_factory=list)  # torn read prevented, derived table
     timeline_png: str | None = None
     duration_s: float = 0.0
 
@@ -319,6 +322,7 @@ class DemoReport:
             "outcomes": [{**asdict(o), "result": o.result, "asExpected": o.as_expected} for o in self.outcomes],
             "history": self.history,
             "reads": self.reads,
+            "multiTable": self.multi_table,
             "timelinePng": self.timeline_png,
             "durationS": round(self.duration_s, 1),
             "ok": self.ok,
@@ -354,7 +358,7 @@ class _Demo:
 
     # -- one level ------------------------------------------------------------------
     def run_level(self, level: str) -> None:
-        from serialake.sql.catalog import register
+        from serialake.core.catalog import register
 
         path = os.path.join(self.dir, level.lower(), "events")
         if os.path.exists(path):
@@ -512,8 +516,7 @@ class _Demo:
     # -- read isolation ---------------------------------------------------------------
     def show_reads(self, level: str) -> None:
         """SERIALIZABLE may serve a cached snapshot; STRICT SERIALIZABLE always sees the latest commit."""
-        from serialake.spark.write import write
-        from serialake.sql.catalog import register
+        from serialake.core.catalog import register
 
         path = self.report.tables[level]
         register("events", path, persist=False)
@@ -521,9 +524,7 @@ class _Demo:
         self.say("[bold]Session read isolation[/bold] (SET TRANSACTION_ISOLATION)")
         self.sql("SET TRANSACTION_ISOLATION TO 'SERIALIZABLE'")
         before = self._count()
-        schema = "user_id long, date string, country string, amount double, channel string"
-        df = self.spark.createDataFrame([(301, D2, "pt", 5.0, "web")], schema)
-        version = write(df, path)  # another application appends (not through this SQL session)
+        _, version = copy_rows_from_another_process(path)  # another application appends
         stale = self._count()
         self.sql("SET TRANSACTION_ISOLATION TO 'STRICT SERIALIZABLE'")
         fresh = self._count()
@@ -606,7 +607,7 @@ def run_demo(
     reads: bool = True,
 ) -> DemoReport:
     """Run the demo on tables under ``directory``; returns the report (printing when ``console``)."""
-    from serialake.sql.catalog import unregister
+    from serialake.core.catalog import unregister
 
     demo = _Demo(spark, directory, console)
     try:
@@ -614,6 +615,7 @@ def run_demo(
             demo.run_level(level)
         if reads:
             demo.show_reads(levels[-1])
+            demo.report.multi_table = show_consistent_reads(spark, directory, demo.say)
     finally:
         unregister("events", persist=False)
     demo.show_summary(levels)

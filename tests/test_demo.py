@@ -90,6 +90,18 @@ def test_demo_runs_and_every_outcome_is_the_expected_one(
                  "Help:", "DESCRIBE HISTORY events", "Timeline", "STRICT SERIALIZABLE"):  # fmt: skip
         assert word in text
     assert [r["count"] for r in report.reads][1] == report.reads[0]["count"]  # SERIALIZABLE: cached snapshot
-    assert report.reads[2]["count"] == report.reads[0]["count"] + 1  # STRICT: sees the new commit
+    assert report.reads[2]["count"] > report.reads[0]["count"]  # STRICT: sees the other process's commit
+    reads = {r["read"]: r for r in report.multi_table}
+    torn = reads["two separate reads, one after the other"]
+    assert (torn["orders"], torn["shipments"]) == (0, 1)  # what per-table reads give
+    assert reads["a write combining them"]["result"].startswith("refused")
+    together = reads["serialake.read(spark, [orders, shipments])"]
+    assert (together["orders"], together["shipments"]) == (1, 1)
+    sql = reads["one serialake.sql query"]
+    assert (sql["orders"], sql["shipments"]) == (1, 1)
+    strict = reads["STRICT SERIALIZABLE: SELECT total FROM order_totals"]
+    assert strict["total"] == 3 and strict["waitedS"] >= 1.0  # waited for the job, saw order 2
+    serializable = reads["SERIALIZABLE: orders and order_totals together"]
+    assert serializable["ordersSum"] == serializable["total"] == 3 and serializable["waitedS"] < 1.0
     assert not (tmp_path / "catalog.json").exists()  # the demo registers names in-process only
     json.dumps(report.to_dict(), default=str)

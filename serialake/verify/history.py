@@ -351,15 +351,25 @@ class Recorder:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._fh = open(self.path, "w", encoding="utf-8", buffering=1)
 
-    def invoke(self, mops: Iterable[Sequence[Any]], *, process: int | None = None) -> Handle:
-        """Record the start of a txn (reads may be ``None``); ``process`` defaults to the recorder's."""
+    def now(self) -> float:
+        """The recorder's clock, for ``invoke(..., at=...)``."""
+        return self._clock()
+
+    def invoke(
+        self, mops: Iterable[Sequence[Any]], *, process: int | None = None, at: float | None = None
+    ) -> Handle:
+        """Record the start of a txn (reads may be ``None``); ``process`` defaults to the recorder's.
+
+        ``at`` (from ``now()``): when the txn really started, for a txn whose micro-ops are
+        known only after its first reads (a maintainer appends what it found missing).
+        """
         norm = normalize_mops(mops)
         with self._lock:
             self._check_pid()
             h = Handle(
                 process=self.process if process is None else process,
                 index=self._next_index,
-                invoke_time=self._clock(),
+                invoke_time=self._clock() if at is None else at,
                 mops=norm,
             )
             self._next_index += 1

@@ -47,6 +47,7 @@ from serialake.verify.workload import (
 
 if TYPE_CHECKING:
     from serialake.verify.dataframes import DataFrameConfig
+    from serialake.verify.multitable import MultiTableResult
 
 __all__ = ["LevelReport", "VerifyReport", "main", "run_verify"]
 
@@ -150,7 +151,10 @@ class LevelReport:
         aborted = ", ".join(f"{k} {v}" for k, v in sorted(self.aborted.items(), key=lambda kv: -kv[1])) or "-"
         unknown = ", ".join(f"{k} {v}" for k, v in sorted(self.unknown.items())) or "-"
         faults = ", ".join(f"{k} {v}" for k, v in sorted(self.faults.items())) or "none"
-        if self.workers == "threads":
+        if self.workers == "multitable":
+            who = f"{self.processes} processes (writers, readers, a maintainer) x {self.txns_per_process} txns"
+            who += f" (round {self.rounds})" if self.rounds > 1 else ""
+        elif self.workers == "threads":
             who = f"{self.processes} threads sharing one SparkSession x {self.txns_per_process} txns"
             who += f" (round {self.rounds})" if self.rounds > 1 else ""
         else:
@@ -196,6 +200,7 @@ class VerifyReport:
     crash: CrashReport | None = None
     control: LevelReport | None = None
     dataframe_control: LevelReport | None = None  # the Spark workload with read tracking off
+    multitable_controls: list[LevelReport] = field(default_factory=list)  # readers without a cut
     workdir: str | None = None  # kept only when something is invalid
     duration_s: float = 0.0
 
@@ -205,12 +210,13 @@ class VerifyReport:
         parts += [self.crash.valid] if self.crash is not None else []
         parts += [self.control.valid] if self.control is not None else []
         parts += [self.dataframe_control.valid] if self.dataframe_control is not None else []
+        parts += [c.valid for c in self.multitable_controls]
         return all(parts)
 
     @property
     def txns(self) -> int:
         """Transactions run and checked, in every section."""
-        parts = [*self.levels, self.control, self.dataframe_control]
+        parts = [*self.levels, self.control, self.dataframe_control, *self.multitable_controls]
         return sum(lv.txns for lv in parts if lv is not None)
 
     def to_dict(self) -> dict[str, Any]:
@@ -221,6 +227,7 @@ class VerifyReport:
             "levels": [lv.to_dict() for lv in self.levels],
             "control": self.control.to_dict() if self.control else None,
             "dataframe_control": self.dataframe_control.to_dict() if self.dataframe_control else None,
+            "multitable_controls": [c.to_dict() for c in self.multitable_controls],
             "crash": self.crash.to_dict() if self.crash else None,
             "workdir": self.workdir,
         }
@@ -232,6 +239,7 @@ class VerifyReport:
             parts.append(self.control.render())
         if self.dataframe_control is not None:
             parts.append(self.dataframe_control.render())
+        parts += [c.render() for c in self.multitable_controls]
         if self.crash is not None:
             parts.append(self.crash.summary())
         verdict = "VALID" if self.valid else "INVALID"
@@ -335,6 +343,7 @@ def run_verify(
     dataframe_threads: int = 4,
     dataframe_txns: int = 40,
     dataframe_keys: int = 3,
+    multi_table: bool = False,
 ) -> VerifyReport:
     """Run the whole verification; progress lines go to ``out`` (None: silent).
 
@@ -344,7 +353,11 @@ def run_verify(
     live in ``workdir`` (a temporary directory when None, deleted unless a check failed).
     ``dataframes`` adds, per level, the Spark workload (``dataframe_threads`` threads x
     ``dataframe_txns`` txns over ``dataframe_keys`` keys) and with ``control`` its
-    negative control (read tracking off).
+    negative control (read tracking off). ``multi_table`` adds the multi-table workload
+    (``serialake.verify.multitable``: pairs committed in order to two tables, a derived
+    table and its maintainer, readers of all three) with readers at STRICT SERIALIZABLE
+    (checked with real-time edges) and at SERIALIZABLE; with ``control`` also its
+    negative controls (readers refresh each table on its own).
     """
     t0 = time.monotonic()
     base = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="serialake-verify-"))
@@ -375,6 +388,13 @@ def run_verify(
             control_report = rep
         else:
             reports.append(rep)
+    multitable_controls: list[LevelReport] = []
+    if multi_table:
+        mt_txns = max(20, txns // 5)
+        sections = [(True, False), (False, False)] + ([(True, True), (False, True)] if control else [])
+        for i, (strict, negative) in enumerate(sections):
+            rep = _run_multitable(base / f"multitable-{i}", strict, negative, mt_txns, seed + 300 + i, out)
+            (multitable_controls if negative else reports).append(rep)
     crash = None
     if crash_trials > 0:
         _say(out, f"running {crash_trials} crash trials ...")
@@ -392,7 +412,9 @@ def run_verify(
                 seed + 200,
             )
             dataframe_control = _run_dataframes(base, cfg_df, out, negative=True)
-    report = VerifyReport(reports, crash, control_report, dataframe_control, duration_s=time.monotonic() - t0)
+    report = VerifyReport(
+        reports, crash, control_report, dataframe_control, multitable_controls, duration_s=time.monotonic() - t0
+    )
     if report.valid and workdir is None:
         shutil.rmtree(base, ignore_errors=True)
     else:
@@ -439,6 +461,68 @@ def _run_dataframes(base: Path, cfg: DataFrameConfig, out: TextIO | None, *, neg
     return rep
 
 
+def _run_multitable(base: Path, strict: bool, negative: bool, txns: int, seed: int, out: TextIO | None) -> LevelReport:
+    """The multi-table workload, its readers at STRICT SERIALIZABLE or SERIALIZABLE, checked.
+
+    ``negative``: readers refresh each table on its own instead of reading a cut; the
+    checker must find the torn reads.
+    """
+    from serialake.verify.multitable import MultiTableConfig, run_multitable
+
+    level = "STRICT SERIALIZABLE" if strict else "SERIALIZABLE"
+    cfg = MultiTableConfig(txns=txns, strict=strict, control=negative, seed=seed)
+    who = f"{cfg.writers} writers, {cfg.readers} readers, {cfg.maintainers} maintainer"
+    _say(out, f"running multi-table ({level} reads{', control' if negative else ''}): {who} x {txns} txns ...")
+    rounds = DATAFRAME_CONTROL_ROUNDS if negative else 1  # the control's anomalies are likely, not certain
+    for r in range(rounds):
+        rep = _multitable_report(run_multitable(base / f"round-{r}", replace(cfg, seed=seed + r)), level, negative)
+        rep.rounds = r + 1
+        if not negative or rep.violations:
+            break
+    _say(out, rep.render().splitlines()[0])
+    return rep
+
+
+def _multitable_report(result: MultiTableResult, level: str, negative: bool) -> LevelReport:
+    cfg, strict, txns = result.config, result.config.strict, result.config.txns
+    rep = LevelReport(level, cfg.writers + cfg.readers + cfg.maintainers, txns, 0, expect_invalid=negative)
+    aborted: Counter[str] = Counter()
+    unknown: Counter[str] = Counter()
+    for t in result.history:
+        rep.txns += 1
+        if t.outcome == "fail":
+            aborted[error_class(t.error)] += 1
+        elif t.outcome == "info":
+            unknown[error_class(t.error)] += 1
+        elif t.attempts is not None:
+            rep.committed += 1
+            rep.retries += t.attempts - 1
+        else:
+            rep.read_only += 1
+    rep.aborted, rep.unknown = dict(aborted), dict(unknown)
+    rep.wall_s = result.wall_s
+    rep.worker_problems = [c.strip().splitlines()[-1] for c in result.crashed]
+    forbidden = STRICT_SERIALIZABLE_FORBIDDEN if strict else SERIALIZABLE_FORBIDDEN
+    t0 = time.monotonic()
+    report = check(result.history, realtime=strict, forbidden=forbidden)
+    rep.check_s = time.monotonic() - t0
+    rep.anomalies = {k: len(v) for k, v in report.anomalies.items()}
+    rep.violations = report.violations
+    if strict:
+        rep.strict_serializable = not (report.anomaly_types & STRICT_SERIALIZABLE_FORBIDDEN)
+    else:  # not required at SERIALIZABLE: said for information
+        with_rt = check(result.history, realtime=True, forbidden=STRICT_SERIALIZABLE_FORBIDDEN)
+        rep.strict_serializable = not (with_rt.anomaly_types & STRICT_SERIALIZABLE_FORBIDDEN)
+    rep.checker_summary = report.summary(limit=1 if negative else 3)
+    rep.workers = "multitable"
+    rep.title = (
+        f"multi-table negative control ({level}, each table refreshed on its own)"
+        if negative
+        else f"multi-table, {level} reads (pairs in order to a and b, d maintained from a)"
+    )
+    return rep
+
+
 def _say(out: TextIO | None, line: str) -> None:
     if out is not None:
         print(line, file=out, flush=True)
@@ -472,6 +556,10 @@ def build_parser(prog: str = "serialake verify") -> argparse.ArgumentParser:
     ap.add_argument("--df-threads", type=int, default=4, help="threads of the DataFrame workload (default 4)")
     ap.add_argument("--df-txns", type=int, default=40, help="transactions per DataFrame thread (default 40)")
     ap.add_argument("--df-keys", type=int, default=3, help="keys of the DataFrame workload (default 3)")
+    ap.add_argument(
+        "--multi-table", action="store_true",
+        help="add the multi-table workload: pairs in order, a derived table, readers at both read levels",
+    )  # fmt: skip
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--workdir", default=None, help="keep tables and histories here")
     ap.add_argument("--json", action="store_true", help="print the report as JSON")
@@ -497,7 +585,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         control=args.control, key_count=args.keys, seed=args.seed, workdir=args.workdir,
         out=None if args.json else sys.stderr, row_level=not args.no_row_level,
         dataframes=args.dataframes, dataframe_threads=args.df_threads, dataframe_txns=args.df_txns,
-        dataframe_keys=args.df_keys,
+        dataframe_keys=args.df_keys, multi_table=args.multi_table,
     )  # fmt: skip
     print(json.dumps(report.to_dict(), indent=2) if args.json else report.render())
     return 0 if report.valid else 1

@@ -46,6 +46,18 @@ def _p(values: list[float], q: float) -> float:
     return values[min(len(values) - 1, max(0, math.ceil(len(values) * q) - 1))] * 1000
 
 
+def _load(cls: Any, path: str) -> Any:
+    """A delta-rs table object, retried through the same spurious "gap" (up to 30 s)."""
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            return cls(path)
+        except Exception:  # noqa: BLE001
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.001)
+
+
 def _query(n: int) -> str:
     return "SELECT " + " + ".join(f"(SELECT max(k) FROM mtq_t{i})" for i in range(n)) + " AS total"
 
@@ -86,7 +98,7 @@ def _measure(spark: Any, n_tables: int, committers: int, seconds: float) -> dict
                 cuts = cut.CUT_STATS["cuts"] - before["cuts"]
                 retries = (cut.CUT_STATS["attempts"] - before["attempts"] - cuts) / max(cuts, 1)
         serialake.sql(spark, "SET TRANSACTION ISOLATION LEVEL STRICT SERIALIZABLE")
-        kept = [DeltaTable(p) for p in paths]
+        kept = [_load(DeltaTable, p) for p in paths]
         theirs, failed = [], 0
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline or len(theirs) < 5:
@@ -97,7 +109,7 @@ def _measure(spark: Any, n_tables: int, committers: int, seconds: float) -> dict
                     table.update_incremental()
                 except Exception:  # noqa: BLE001 - a spurious "gap" while commits land: load it again
                     failed += 1
-                    kept[i] = table = DeltaTable(paths[i])
+                    kept[i] = table = _load(DeltaTable, paths[i])
                 qb.register(f"mtq_t{i}", table)
             got = qb.execute(sql).read_all().column(0)[0].as_py()
             theirs.append(time.perf_counter() - t)

@@ -178,6 +178,8 @@ class LevelReport:
             "  log audit: " + ("every commit is exactly one txn's" if not self.log_problems else "PROBLEMS"),
             "  cost per txn: " + _render_cost(self.cost_ms()),
         ]
+        if self.workers == "multitable":  # no per-commit stats or log audit: say only what was measured
+            lines = [lines[0], lines[1], lines[2], f"  commit retries {self.retries}", lines[-1]]
         lines += [f"    {p}" for p in self.log_problems[:10]]
         lines += [f"  worker: {p}" for p in self.worker_problems[:5]]
         lines += ["  " + line for line in self.checker_summary.splitlines()]

@@ -9,7 +9,7 @@ from __future__ import annotations
 import io
 import json
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -114,6 +114,7 @@ CHECKPOINT_SCHEMA = pa.schema(
 )
 
 _MAP_FIELDS = {"partitionValues", "tags", "configuration", "options"}
+ADD_TYPE = CHECKPOINT_SCHEMA.field("add").type
 
 
 def _to_arrow_value(obj: Any, key: str | None = None) -> Any:
@@ -141,17 +142,44 @@ def _row(action: Action) -> dict[str, Any]:
     return {key: _to_arrow_value(body)}
 
 
-def write_checkpoint(
-    store: LogStore, log_path: str, version: int, actions: Iterable[Action], num_add_files: int
+def actions_table(actions: Iterable[Action]) -> pa.Table:
+    """Actions as rows of the checkpoint table (one action per row)."""
+    return pa.Table.from_pylist([_row(a) for a in actions], schema=CHECKPOINT_SCHEMA)
+
+
+def adds_rows_table(adds: pa.Table) -> pa.Table | None:
+    """Add rows held in Arrow (``LazyAdds.table``) as checkpoint rows; None when their types do not fit."""
+    arrays = []
+    n = adds.num_rows
+    try:
+        for f in ADD_TYPE:
+            if f.name in adds.column_names:
+                col = adds.column(f.name).combine_chunks()
+                arrays.append(col if col.type == f.type else col.cast(f.type))
+            else:
+                arrays.append(pa.nulls(n, f.type))
+        add = pa.StructArray.from_arrays(arrays, fields=list(ADD_TYPE))
+    except (pa.ArrowException, ValueError, TypeError):
+        return None
+    columns = [
+        add if name == "add" else pa.nulls(n, CHECKPOINT_SCHEMA.field(name).type) for name in CHECKPOINT_SCHEMA.names
+    ]
+    return pa.Table.from_arrays(columns, schema=CHECKPOINT_SCHEMA)
+
+
+def write_checkpoint_table(
+    store: LogStore, log_path: str, version: int, table: pa.Table, num_add_files: int
 ) -> dict[str, Any]:
-    """Write ``<version>.checkpoint.parquet`` then ``_last_checkpoint``; returns the latter's content."""
-    rows = [_row(a) for a in actions]
-    table = pa.Table.from_pylist(rows, schema=CHECKPOINT_SCHEMA)
+    """Write a checkpoint table (``CHECKPOINT_SCHEMA``) as ``<version>.checkpoint.parquet``, then ``_last_checkpoint``.
+
+    Parquet encoding runs in Arrow's C++ code, which releases the interpreter lock: a
+    commit on another thread is not held up by it.
+    """
     buf = io.BytesIO()
     pq.write_table(table, buf, compression="snappy")
     data = buf.getvalue()
     store.write(os.path.join(log_path, checkpoint_name(version)), data)
-    last = {"version": version, "size": len(rows), "sizeInBytes": len(data), "numOfAddFiles": num_add_files}
+    last = {"version": version, "size": table.num_rows, "sizeInBytes": len(data), "numOfAddFiles": num_add_files}
     store.write(os.path.join(log_path, LAST_CHECKPOINT), json.dumps(last).encode())
     return last
 
@@ -162,8 +190,11 @@ _ACTION_COLUMNS = ("protocol", "metaData", "txn", "domainMetadata", "add", "remo
 class LazyAdds:
     """The add rows of a checkpoint, kept columnar; an ``AddFile`` is built only when asked for.
 
-    Loading a 50,000-file table then costs one pass over a few columns instead of
-    50,000 object constructions (most commits never look at most files).
+    Loading a 500,000-file table then costs one pass over a few columns instead of
+    500,000 object constructions (most commits never look at most files). ``table`` holds
+    the rows with the add struct's fields as columns (including ``stats_parsed`` when the
+    writer stored it), for vectorized file skipping; ``key_array`` their keys as strings
+    (``filestate.key_text``), computed when first needed.
     """
 
     def __init__(self, column: pa.ChunkedArray) -> None:
@@ -174,47 +205,84 @@ class LazyAdds:
         check_add_column(arr)
         # Distinct partition values, checked against the schema when the snapshot is built.
         self.partition_pairs = add_column_partition_values(arr)
+        self.table = pa.Table.from_struct_array(arr)
         by_key, _ = AddFile.__dict__.get("_CODEC_INFO") or AddFile._codec_info()
         self._attrs: list[str] = []
-        self._arrays: list[tuple[pa.Array, str]] = []
-        for i in range(arr.type.num_fields):
-            name = arr.type.field(i).name
+        self._names: list[str] = []
+        for name in self.table.column_names:
             attr = by_key.get(name)
             if attr is None:
-                continue  # stats_parsed, partitionValues_parsed, ...: derived, not kept
+                continue  # stats_parsed, partitionValues_parsed, ...: derived, not kept in AddFile
             self._attrs.append(attr)
-            self._arrays.append((arr.field(i), name))
+            self._names.append(name)
         self.n = len(arr)
         self._converted: list[list[Any]] | None = None
-        paths = arr.field("path").to_pylist()
-        if "deletionVector" in arr.type.names and arr.field("deletionVector").null_count < self.n:
-            dvs = _column_values(arr.field("deletionVector"), "deletionVector")
-            self.keys: list[tuple[str, str | None]] = [
-                (p, None if dv is None else _dv_unique_id(dv)) for p, dv in zip(paths, dvs)
-            ]
-        else:
-            self.keys = [(p, None) for p in paths]
+        self._keys: pa.Array | None = None
+
+    @property
+    def key_array(self) -> pa.Array:
+        """Each row's key: its path, then NUL and the deletion vector's id when it has one."""
+        if self._keys is None:
+            import pyarrow.compute as pc
+
+            path = self.table.column("path").combine_chunks()
+            names_here = self.table.column_names
+            if "deletionVector" not in names_here or self.table.column("deletionVector").null_count == self.n:
+                self._keys = path
+            else:
+                dv = self.table.column("deletionVector").combine_chunks().flatten()
+                names = self.table.column("deletionVector").type.names
+                storage = dv[names.index("storageType")]
+                inline = dv[names.index("pathOrInlineDv")]
+                offset = pc.cast(dv[names.index("offset")], pa.string()) if "offset" in names else None
+                dv_id = pc.binary_join_element_wise(storage, inline, "")
+                if offset is not None:
+                    dv_id = pc.if_else(pc.is_null(offset), dv_id, pc.binary_join_element_wise(dv_id, offset, "@"))
+                self._keys = pc.if_else(pc.is_null(dv_id), path, pc.binary_join_element_wise(path, dv_id, "\x00"))
+        return self._keys
 
     @property
     def _cols(self) -> list[list[Any]]:
-        """Python values of every kept column, converted on the first ``build``."""
+        """Python values of every kept column, converted on the first whole build."""
         if self._converted is None:
-            self._converted = [_column_values(a, name) for a, name in self._arrays]
+            self._converted = [_column_values(self.table.column(n).combine_chunks(), n) for n in self._names]
         return self._converted
 
     def build(self, i: int) -> AddFile:
-        plain, factories = AddFile.__dict__.get("_DEFAULTS") or AddFile._defaults()
-        state = dict(plain)
-        for name, factory in factories:
-            state[name] = factory()
-        for attr, col in zip(self._attrs, self._cols):
-            v = col[i]
-            if v is not None:
-                state[attr] = v
-        inst = object.__new__(AddFile)
-        inst.__dict__.update(state)
-        inst.__post_init__()
-        return inst
+        return _new_add(self._attrs, [col[i] for col in self._cols])
+
+    def build_many(self, rows: Sequence[int]) -> list[AddFile]:
+        """The ``AddFile`` of each row position in ``rows``, in that order."""
+        rows = list(rows)
+        if not rows:
+            return []
+        if self._converted is not None or len(rows) * 4 >= self.n:
+            cols = self._cols
+            return [_new_add(self._attrs, [col[i] for col in cols]) for i in rows]
+        picked = self.table.take(pa.array(rows, pa.int64()))
+        cols = [_column_values(picked.column(n).combine_chunks(), n) for n in self._names]
+        return [_new_add(self._attrs, [col[j] for col in cols]) for j in range(len(rows))]
+
+
+def _new_add(attrs: list[str], values: list[Any]) -> AddFile:
+    plain, factories = AddFile.__dict__.get("_DEFAULTS") or AddFile._defaults()
+    state = dict(plain)
+    for name, factory in factories:
+        state[name] = factory()
+    for attr, v in zip(attrs, values, strict=True):
+        if v is not None:
+            state[attr] = v
+    inst = object.__new__(AddFile)
+    inst.__dict__.update(state)
+    inst.__post_init__()
+    return inst
+
+
+def adds_table(files: Sequence[AddFile]) -> pa.Table:
+    """``files`` as a table with the checkpoint's add fields as columns (what ``LazyAdds.table`` holds)."""
+    allowed = set(ADD_TYPE.names)
+    rows = [{k: _to_arrow_value(v, k) for k, v in f.to_dict()["add"].items() if k in allowed} for f in files]
+    return pa.Table.from_struct_array(pa.array(rows, type=ADD_TYPE))
 
 
 def _dv_unique_id(dv: dict[str, Any]) -> str:

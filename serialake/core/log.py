@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from serialake.core import properties as props
 from serialake.core.actions import Action, CommitInfo, now_ms
-from serialake.core.checkpoint import read_checkpoint, write_checkpoint
+from serialake.core.checkpoint import read_checkpoint, write_checkpoint_table
 from serialake.core.logfiles import (
     LOG_DIR,
     LogSegment,
@@ -326,9 +326,9 @@ class DeltaLog:
             snap = self.snapshot(version)
         retention = props.get(snap.configuration, props.DELETED_FILE_RETENTION)
         cutoff = int(time.time() * 1000) - retention
-        actions = snap.checkpoint_actions(cutoff)
+        table = snap.checkpoint_table(cutoff)
         try:
-            return write_checkpoint(self.store, self.log_path, snap.version, actions, snap.num_files)
+            return write_checkpoint_table(self.store, self.log_path, snap.version, table, snap.num_files)
         except OSError as e:
             raise StorageWriteError(
                 f"Table {self.table_path}: writing the checkpoint of version {snap.version} failed "

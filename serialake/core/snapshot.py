@@ -7,13 +7,14 @@ keyed by ``(path, deletion-vector id)`` and its newest add or remove decides.
 
 from __future__ import annotations
 
-import gc
 import json
 import os
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any
+
+import pyarrow as pa
 
 from serialake.core import features
 from serialake.core import properties as props
@@ -30,11 +31,10 @@ from serialake.core.actions import (
     action_from_dict,
 )
 from serialake.core.checkpoint import LazyAdds
+from serialake.core.filestate import FileKey, FileState
 from serialake.core.logfiles import LOG_DIR, LogSegment, commit_name
 from serialake.core.validate import ACTION_CHECKS, InvalidActionError, check_action, check_partition_values
 from serialake.exceptions import CorruptLogError, InvalidTableError
-
-FileKey = tuple[str, "str | None"]
 
 
 def parse_commit(data: bytes, table: str, version: int) -> list[Action]:
@@ -117,8 +117,7 @@ class TableState:
 
     protocol: Protocol | None = None
     metadata: Metadata | None = None
-    files: dict[FileKey, AddFile] = field(default_factory=dict)
-    tombstones: dict[FileKey, RemoveFile] = field(default_factory=dict)
+    file_state: FileState = field(default_factory=FileState)
     txns: dict[str, SetTransaction] = field(default_factory=dict)
     domains: dict[str, DomainMetadata] = field(default_factory=dict)
     # Distinct (key, value) of the partitionValues of adds applied since the partitioning last
@@ -127,20 +126,28 @@ class TableState:
     # Earlier such sets, with the metadata they were written under.
     partition_checks: list[tuple[Metadata, set[tuple[str, str | None]]]] = field(default_factory=list)
 
+    @property
+    def files(self) -> dict[FileKey, AddFile]:
+        """The live files by key ``(path, dv_id)`` (every ``AddFile`` built)."""
+        return self.file_state.keyed()
+
+    @property
+    def tombstones(self) -> dict[FileKey, RemoveFile]:
+        return self.file_state.tombstones
+
+    @tombstones.setter
+    def tombstones(self, value: dict[FileKey, RemoveFile]) -> None:
+        self.file_state.tombstones = dict(value)
+
     def materialize(self) -> None:
-        """Build the ``AddFile`` of every file still held columnar."""
-        files = self.files
-        for key, value in files.items():
-            if type(value) is tuple:
-                block, i = value
-                files[key] = block.build(i)
+        """Build the ``AddFile`` of every file still held columnar (``files`` does it anyway)."""
+        self.file_state.files()
 
     def copy(self) -> TableState:
         return TableState(
             self.protocol,
             self.metadata,
-            dict(self.files),
-            dict(self.tombstones),
+            self.file_state.copy(),
             dict(self.txns),
             dict(self.domains),
             set(self.partition_values),
@@ -149,28 +156,21 @@ class TableState:
 
     def apply(self, actions: Iterable[Any]) -> None:
         """Apply one commit's (or one checkpoint's) actions in order."""
-        files, tombstones = self.files, self.tombstones
+        fs = self.file_state
         meta_before = self.metadata
         pairs: set[tuple[str, str | None]] = set()
         for a in actions:
             t = type(a)
             if t is LazyAdds:
-                # Checkpoint adds stay columnar: the value is (block, row) until materialised.
-                for i, key in enumerate(a.keys):
-                    files[key] = (a, i)  # type: ignore[assignment]
-                    tombstones.pop(key, None)
+                fs.add_block(a)  # checkpoint adds stay columnar
                 pairs.update(a.partition_pairs)
             elif t is AddFile:
-                key = (a.path, a.dv_id)
-                files[key] = a
-                tombstones.pop(key, None)
+                fs.add(a)
                 pv = a.partition_values
                 if pv:
                     pairs.update(pv.items())
             elif t is RemoveFile:
-                key = (a.path, a.dv_id)
-                files.pop(key, None)
-                tombstones[key] = a
+                fs.remove(a)
             elif t is Metadata:
                 self.metadata = a
             elif t is Protocol:
@@ -201,46 +201,6 @@ class TableState:
             self.partition_values |= pairs
 
 
-class _FileIndex(NamedTuple):
-    """Live files and tombstones of a snapshot, never changed once published.
-
-    ``built``: every value is an ``AddFile`` (none left as a columnar checkpoint row).
-    """
-
-    files: dict[FileKey, Any]
-    tombstones: dict[FileKey, RemoveFile]
-    built: bool
-
-
-def _apply_file_actions(
-    files: dict[FileKey, Any], tombstones: dict[FileKey, RemoveFile], actions: list[Action]
-) -> None:
-    for a in actions:
-        key = (a.path, a.dv_id)  # type: ignore[attr-defined]
-        if type(a) is AddFile:
-            files[key] = a
-            tombstones.pop(key, None)
-        else:
-            files.pop(key, None)
-            tombstones[key] = a  # type: ignore[assignment]
-
-
-def _built(files: dict[FileKey, Any]) -> dict[FileKey, AddFile]:
-    """A new dict with an ``AddFile`` for every file still held as a columnar checkpoint row.
-
-    The cyclic garbage collector is paused meanwhile: building 50,000 objects (which form
-    no cycles) would otherwise trigger collections that traverse every live row, about
-    half the cost of the build.
-    """
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        return {k: (v[0].build(v[1]) if type(v) is tuple else v) for k, v in files.items()}
-    finally:
-        if enabled:
-            gc.enable()
-
-
 class Snapshot:
     """The table at one version: protocol, metadata, live files, txns and domains.
 
@@ -266,15 +226,14 @@ class Snapshot:
         features.check_readable(state.protocol, table_path)
         self.table_path = table_path
         self.version = version
-        # Protocol, metadata, txns and domains; the files live in the index only, so that
-        # building ``AddFile`` objects frees the columnar checkpoint rows.
+        # Protocol, metadata, txns and domains; the files live in the published file state only.
         self._state = TableState(state.protocol, state.metadata, txns=state.txns, domains=state.domains)
         self.segment = segment
         self.timestamp = timestamp
         self._schema: Any = None
         self._lock = threading.Lock()
-        # Published file index (None until computed for a snapshot made by ``with_commits``).
-        self._index: _FileIndex | None = _FileIndex(state.files, state.tombstones, False)
+        # Published file state (None until computed for a snapshot made by ``with_commits``).
+        self._index: FileState | None = state.file_state
         # Where the index comes from until it is published: (parent snapshot, file actions after it).
         # Cleared only after ``_index`` is set, so a reader finding it None finds ``_index`` set.
         self._files_from: tuple[Snapshot, list[Action]] | None = None
@@ -324,28 +283,25 @@ class Snapshot:
                 return v, f"{LOG_DIR}/{st.name}", path
         if seg.checkpoint is None:
             return None, None, None
-        index = self._index.files if self._index is not None else {}
-        lazy = (v[0].build(v[1]) if type(v) is tuple else v for v in index.values())
+        files = self._index.files() if self._index is not None else []
         names = ", ".join(f"{LOG_DIR}/{f.name}" for f in seg.checkpoint.files)
-        return seg.checkpoint.version, names, find(lazy)
+        return seg.checkpoint.version, names, find(files)
 
-    def _files_index(self, built: bool = True) -> _FileIndex:
-        """The live files and tombstones (with ``built``, as ``AddFile`` objects), computed once."""
+    def _files_index(self) -> FileState:
+        """The live files and tombstones, computed once and never changed afterwards."""
         idx = self._index
-        if idx is not None and (idx.built or not built):
+        if idx is not None:
             return idx
         with self._lock:
             idx = self._index
             if idx is None:
                 idx = self._replay_files()
-            if built and not idx.built:
-                idx = _FileIndex(_built(idx.files), idx.tombstones, True)
-            self._index = idx
+                self._index = idx
             self._files_from = None  # after publishing: lets the parents be collected
             return idx
 
-    def _replay_files(self) -> _FileIndex:
-        """This snapshot's files: the nearest ancestor's published index plus the file actions since."""
+    def _replay_files(self) -> FileState:
+        """This snapshot's files: the nearest ancestor's published state plus the file actions since."""
         chain: list[list[Action]] = []
         node = self
         while True:
@@ -359,11 +315,10 @@ class Snapshot:
                 break
             chain.append(source[1])
             node = source[0]
-        files = dict(idx.files)
-        tombstones = dict(idx.tombstones)
+        state = idx.copy()
         for actions in reversed(chain):
-            _apply_file_actions(files, tombstones, actions)
-        return _FileIndex(files, tombstones, idx.built)
+            state.apply(actions)
+        return state
 
     # -- state -----------------------------------------------------------------
     @property
@@ -400,15 +355,20 @@ class Snapshot:
     @property
     def all_files(self) -> list[AddFile]:
         """Live data files (one per path; with a DV, its current vector)."""
-        return list(self._files_index().files.values())
+        return list(self._files_index().files())
+
+    @property
+    def file_state(self) -> FileState:
+        """The live files and tombstones (``filestate.FileState``; never changed)."""
+        return self._files_index()
 
     @property
     def num_files(self) -> int:
-        return len(self._files_index(built=False).files)
+        return self._files_index().count()
 
     @property
     def tombstones(self) -> list[RemoveFile]:
-        return list(self._files_index(built=False).tombstones.values())
+        return list(self._files_index().tombstones.values())
 
     @property
     def set_transactions(self) -> dict[str, SetTransaction]:
@@ -424,16 +384,16 @@ class Snapshot:
 
     def file(self, path: str) -> AddFile | None:
         """The live add for ``path`` (any DV), or None."""
-        for (p, _), add in self._files_index().files.items():
-            if p == path:
+        for add in self._files_index().files():
+            if add.path == path:
                 return add
         return None
 
     def files_by_path(self) -> dict[str, AddFile]:
-        return {add.path: add for add in self._files_index().files.values()}
+        return {add.path: add for add in self._files_index().files()}
 
     def size_in_bytes(self) -> int:
-        return sum(a.size or 0 for a in self._files_index().files.values())
+        return self._files_index().total_size()
 
     def checkpoint_actions(self, retention_cutoff_ms: int) -> list[Action]:
         """What a checkpoint of this snapshot holds (removes newer than the cutoff, stats dropped)."""
@@ -441,16 +401,44 @@ class Snapshot:
         out: list[Action] = [self.protocol, self.metadata]
         out.extend(self._state.txns.values())
         out.extend(self._state.domains.values())
-        out.extend(idx.files.values())
-        for r in idx.tombstones.values():
-            if (r.deletion_timestamp or 0) > retention_cutoff_ms:
-                out.append(RemoveFile(**{**r.__dict__, "stats": None}))
+        out.extend(idx.files())
+        out.extend(self._kept_tombstones(retention_cutoff_ms))
         return out
+
+    def _kept_tombstones(self, retention_cutoff_ms: int) -> list[RemoveFile]:
+        return [
+            RemoveFile(**{**r.__dict__, "stats": None})
+            for r in self._files_index().tombstones.values()
+            if (r.deletion_timestamp or 0) > retention_cutoff_ms
+        ]
+
+    def checkpoint_table(self, retention_cutoff_ms: int) -> pa.Table:
+        """``checkpoint_actions`` as the checkpoint's Arrow table, the checkpoint's own rows kept in Arrow.
+
+        Rows loaded from a checkpoint are copied column by column (no ``AddFile`` is built);
+        only the actions of later commits are converted, so writing a checkpoint of a big
+        table costs a few vectorized passes rather than an object per file.
+        """
+        from serialake.core.checkpoint import actions_table, adds_rows_table
+
+        idx = self._files_index()
+        objects: list[Action] = [self.protocol, self.metadata]
+        objects += [*self._state.txns.values(), *self._state.domains.values()]
+        tables = []
+        for segment, build in idx.segments()[: len(idx.blocks)]:
+            rows = adds_rows_table(segment)
+            if rows is None:  # types the checkpoint schema cannot take as they are: go through objects
+                objects.extend(build(range(segment.num_rows)))
+            else:
+                tables.append(rows)
+        objects.extend(idx.extra.values())
+        objects.extend(self._kept_tombstones(retention_cutoff_ms))
+        return pa.concat_tables([actions_table(objects), *tables])
 
     def with_commits(self, commits: list[tuple[int, list[Action], int]]) -> Snapshot:
         """A new snapshot with commits ``(version, actions, timestamp)`` applied in order."""
         st = self._state
-        state = TableState(st.protocol, st.metadata, {}, {}, st.txns, st.domains)
+        state = TableState(st.protocol, st.metadata, FileState(), st.txns, st.domains)
         copied_small = False
         file_actions: list[Action] = []
         version, ts = self.version, self.timestamp

@@ -1,0 +1,218 @@
+"""The live data files and tombstones of a table: checkpoint rows stay in Arrow, the rest are objects.
+
+A checkpoint of a big table holds hundreds of thousands of add rows. Turning each into a
+Python object (and a dict entry keyed by it) is most of the cost, in time and memory, of
+loading such a table, and most operations never look at most files. So a ``FileState`` is:
+
+- ``blocks``: the add rows of the checkpoint the state was loaded from, as Arrow arrays
+  (``checkpoint.LazyAdds``), never changed;
+- ``hidden``: keys ``(path, dv_id)`` of block rows removed (or added again) since then;
+- ``extra``: the adds of the commits after the checkpoint (or of every commit, for a table
+  read without one), as ``AddFile`` objects, in commit order;
+- ``tombstones``: removes, as ``RemoveFile`` objects.
+
+A block row is live when its key is not hidden (one vectorized ``is_in`` per block when
+something was hidden). ``segments()`` gives the live files as Arrow tables, to be filtered
+with vectorized predicates (``arrow_skipping``); an ``AddFile`` is built only for the rows
+a caller selects, or for all of them when a caller asks for ``files()``.
+
+A state is mutable while a log is replayed into it and must not change once a snapshot
+publishes it; ``copy()`` shares the blocks and copies only what commits changed.
+"""
+
+from __future__ import annotations
+
+import gc
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from serialake.core.actions import AddFile, RemoveFile
+
+if TYPE_CHECKING:
+    from serialake.core.checkpoint import LazyAdds
+
+__all__ = ["FileKey", "FileState", "Segment", "key_text"]
+
+FileKey = tuple[str, str | None]
+#: Live files of one part of a state: their rows as an Arrow table (the checkpoint's add
+#: fields) and how to build the ``AddFile`` of given row positions of that table.
+Segment = tuple[pa.Table, Callable[[Sequence[int]], list[AddFile]]]
+
+
+def key_text(key: FileKey) -> str:
+    """A file key as the string ``LazyAdds.key_array`` holds: the path, then NUL and the DV id if any."""
+    path, dv = key
+    return path if dv is None else f"{path}\x00{dv}"
+
+
+class FileState:
+    """Live files and tombstones (see the module docstring)."""
+
+    __slots__ = ("_arrow_extra", "_count", "_files", "_lock", "_masks", "blocks", "extra", "hidden", "tombstones")
+
+    def __init__(
+        self,
+        blocks: list[LazyAdds] | None = None,
+        hidden: set[FileKey] | None = None,
+        extra: dict[FileKey, AddFile] | None = None,
+        tombstones: dict[FileKey, RemoveFile] | None = None,
+    ) -> None:
+        self.blocks: list[LazyAdds] = blocks if blocks is not None else []
+        self.hidden: set[FileKey] = hidden if hidden is not None else set()
+        self.extra: dict[FileKey, AddFile] = extra if extra is not None else {}
+        self.tombstones: dict[FileKey, RemoveFile] = tombstones if tombstones is not None else {}
+        self._lock = threading.Lock()
+        self._reset()
+
+    def _reset(self) -> None:
+        self._masks: list[pa.BooleanArray | None] | None = None
+        self._files: list[AddFile] | None = None
+        self._count: int | None = None
+        self._arrow_extra: pa.Table | None = None
+
+    # -- building (while a log is replayed) ---------------------------------------------
+    def copy(self) -> FileState:
+        """A new state with the same files: blocks shared (immutable), the rest copied."""
+        return FileState(list(self.blocks), set(self.hidden), dict(self.extra), dict(self.tombstones))
+
+    def add_block(self, block: LazyAdds) -> None:
+        self.blocks.append(block)
+        self._reset()
+
+    def add(self, a: AddFile) -> None:
+        key = (a.path, a.dv_id)
+        self.extra[key] = a
+        self.tombstones.pop(key, None)
+        if self.blocks:
+            self.hidden.add(key)  # a block row with this key is replaced
+        self._reset()
+
+    def remove(self, r: RemoveFile) -> None:
+        key = (r.path, r.dv_id)
+        self.extra.pop(key, None)
+        self.tombstones[key] = r
+        if self.blocks:
+            self.hidden.add(key)
+        self._reset()
+
+    def apply(self, actions: Iterable[Any]) -> None:
+        """Apply add and remove actions in order (other actions are ignored)."""
+        for a in actions:
+            t = type(a)
+            if t is AddFile:
+                self.add(a)
+            elif t is RemoveFile:
+                self.remove(a)
+
+    # -- reading (once published) -------------------------------------------------------
+    def _block_masks(self) -> list[pa.BooleanArray | None]:
+        """Per block, which rows are live (None: all of them)."""
+        masks = self._masks
+        if masks is not None:
+            return masks
+        with self._lock:
+            if self._masks is None:
+                if not self.hidden or not self.blocks:
+                    self._masks = [None] * len(self.blocks)
+                else:
+                    hidden = pa.array([key_text(k) for k in self.hidden], pa.string())
+                    self._masks = [pc.invert(pc.is_in(b.key_array, value_set=hidden)) for b in self.blocks]
+            return self._masks
+
+    def count(self) -> int:
+        """How many files are live (no object is built)."""
+        if self._count is None:
+            n = len(self.extra)
+            for block, mask in zip(self.blocks, self._block_masks(), strict=True):
+                n += block.n if mask is None else pc.sum(mask).as_py() or 0
+            self._count = n
+        return self._count
+
+    def files(self) -> list[AddFile]:
+        """Every live file as an ``AddFile`` (built once, then shared)."""
+        files = self._files
+        if files is not None:
+            return files
+        masks = self._block_masks()
+        with self._lock:
+            if self._files is None:
+                enabled = gc.isenabled()
+                gc.disable()  # many objects, no cycles: collections would only traverse them
+                try:
+                    out: list[AddFile] = []
+                    for block, mask in zip(self.blocks, masks, strict=True):
+                        out.extend(block.build_many(range(block.n) if mask is None else _positions(mask)))
+                    out.extend(self.extra.values())
+                finally:
+                    if enabled:
+                        gc.enable()
+                self._files = out
+            return self._files
+
+    def keyed(self) -> dict[FileKey, AddFile]:
+        """The live files by key ``(path, dv_id)``."""
+        return {(f.path, f.dv_id): f for f in self.files()}
+
+    def segments(self) -> list[Segment]:
+        """The live files as Arrow tables, each with a builder of ``AddFile`` by row position."""
+        from serialake.core.checkpoint import adds_table
+
+        out: list[Segment] = []
+        for block, mask in zip(self.blocks, self._block_masks(), strict=True):
+            table = block.table if mask is None else block.table.filter(mask)
+            if mask is None:
+                out.append((table, block.build_many))
+            else:
+                out.append((table, _Picker(block, _positions(mask))))
+        if self.extra:
+            extra = list(self.extra.values())
+            if self._arrow_extra is None:
+                self._arrow_extra = adds_table(extra)
+            out.append((self._arrow_extra, lambda rows: [extra[i] for i in rows]))
+        return out
+
+    def select(self, matcher: Callable[[pa.Table], Any]) -> list[AddFile]:
+        """The live files whose rows ``matcher`` (table -> boolean mask) keeps, in ``files()`` order.
+
+        Only the selected files are built, unless every file was built already.
+        """
+        built = self._files
+        out: list[AddFile] = []
+        offset = 0
+        for table, build in self.segments():
+            mask = matcher(table)
+            rows = pc.indices_nonzero(mask).to_pylist() if isinstance(mask, (pa.Array, pa.ChunkedArray)) else [
+                i for i, keep in enumerate(mask) if keep
+            ]
+            out.extend([built[offset + i] for i in rows] if built is not None else build(rows))
+            offset += table.num_rows
+        return out
+
+    def total_size(self) -> int:
+        """Sum of the live files' sizes in bytes."""
+        total = sum(a.size or 0 for a in self.extra.values())
+        for block, mask in zip(self.blocks, self._block_masks(), strict=True):
+            sizes = block.table.column("size")
+            if mask is not None:
+                sizes = sizes.filter(mask)
+            total += pc.sum(sizes).as_py() or 0
+        return total
+
+
+class _Picker:
+    """Builds the ``AddFile`` of rows of a filtered block, by their position after filtering."""
+
+    def __init__(self, block: LazyAdds, positions: list[int]) -> None:
+        self.block, self.positions = block, positions
+
+    def __call__(self, rows: Sequence[int]) -> list[AddFile]:
+        return self.block.build_many([self.positions[i] for i in rows])
+
+
+def _positions(mask: pa.BooleanArray) -> list[int]:
+    """Row positions where ``mask`` is true."""
+    return pc.indices_nonzero(mask).to_pylist()

@@ -99,6 +99,7 @@ _optional("dml", "Copy-on-write DML and OPTIMIZE (Spark start-up excluded)", "be
 _optional("dv", "Deletion-vector DELETE and false-conflict rate", "bench.dv")
 _optional("cut", "Consistent multi-table reads under concurrent commits", "bench.consistent_reads")
 _optional("queries", "Queries over several tables at STRICT SERIALIZABLE and SERIALIZABLE", "bench.multi_table_queries")
+_optional("scale", "Planning at scale: big checkpointed tables", "bench.scale")
 
 
 def update_readme(name: str, title: str, rows: list[dict[str, Any]]) -> None:

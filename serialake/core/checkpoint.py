@@ -197,15 +197,22 @@ class LazyAdds:
     (``filestate.key_text``), computed when first needed.
     """
 
-    def __init__(self, column: pa.ChunkedArray) -> None:
-        import pyarrow.compute as pc
-
-        arr = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
-        arr = arr.filter(pc.is_valid(arr))
-        check_add_column(arr)
+    def __init__(self, column: pa.ChunkedArray | pa.StructArray) -> None:
+        chunks = column.chunks if isinstance(column, pa.ChunkedArray) else [column]
+        batches = []
         # Distinct partition values, checked against the schema when the snapshot is built.
-        self.partition_pairs = add_column_partition_values(arr)
-        self.table = pa.Table.from_struct_array(arr)
+        self.partition_pairs: set[tuple[str, str]] = set()
+        for chunk in chunks:
+            rows = _valid_rows(chunk)  # no copy when the add rows are contiguous, as writers lay them out
+            if len(rows) == 0:
+                continue
+            check_add_column(rows)
+            self.partition_pairs |= add_column_partition_values(rows)
+            batches.append(pa.RecordBatch.from_struct_array(rows))
+        if not batches:
+            batches = [pa.RecordBatch.from_struct_array(chunks[0].slice(0, 0))]
+        self.table = pa.Table.from_batches(batches)
+        arr = self.table
         by_key, _ = AddFile.__dict__.get("_CODEC_INFO") or AddFile._codec_info()
         self._attrs: list[str] = []
         self._names: list[str] = []
@@ -215,7 +222,7 @@ class LazyAdds:
                 continue  # stats_parsed, partitionValues_parsed, ...: derived, not kept in AddFile
             self._attrs.append(attr)
             self._names.append(name)
-        self.n = len(arr)
+        self.n = arr.num_rows
         self._converted: list[list[Any]] | None = None
         self._keys: pa.Array | None = None
 
@@ -225,12 +232,13 @@ class LazyAdds:
         if self._keys is None:
             import pyarrow.compute as pc
 
-            path = self.table.column("path").combine_chunks()
+            path = self.table.column("path")
             names_here = self.table.column_names
             if "deletionVector" not in names_here or self.table.column("deletionVector").null_count == self.n:
                 self._keys = path
             else:
                 dv = self.table.column("deletionVector").combine_chunks().flatten()
+                path = path.combine_chunks()
                 names = self.table.column("deletionVector").type.names
                 storage = dv[names.index("storageType")]
                 inline = dv[names.index("pathOrInlineDv")]
@@ -262,6 +270,23 @@ class LazyAdds:
         picked = self.table.take(pa.array(rows, pa.int64()))
         cols = [_column_values(picked.column(n).combine_chunks(), n) for n in self._names]
         return [_new_add(self._attrs, [col[j] for col in cols]) for j in range(len(rows))]
+
+
+def _valid_rows(chunk: pa.StructArray) -> pa.StructArray:
+    """The non-null rows of a checkpoint column chunk: a zero-copy slice when they are contiguous."""
+    import pyarrow.compute as pc
+
+    nulls = chunk.null_count
+    if nulls == 0:
+        return chunk
+    if nulls == len(chunk):
+        return chunk.slice(0, 0)
+    valid = pc.is_valid(chunk)
+    positions = pc.indices_nonzero(valid)
+    first, last = positions[0].as_py(), positions[-1].as_py()
+    if last - first + 1 == len(positions):
+        return chunk.slice(first, len(positions))
+    return chunk.filter(valid)
 
 
 def _new_add(attrs: list[str], values: list[Any]) -> AddFile:
@@ -304,15 +329,17 @@ def _parquet_actions(data: bytes, name: str) -> Iterator[Action]:
     try:
         pf = pq.ParquetFile(io.BytesIO(data))
         present = [c for c in _ACTION_COLUMNS if c in pf.schema_arrow.names]
-        table = pf.read(columns=present)
     except (pa.ArrowException, OSError) as e:
         raise CorruptLogError(f"Cannot read checkpoint file {name}: {e}") from e
     for col in present:
-        arr = table.column(col)
+        try:  # one column at a time: each is as long as the file, most of it other actions' nulls
+            arr = pf.read(columns=[col]).column(0)
+        except (pa.ArrowException, OSError) as e:
+            raise CorruptLogError(f"Cannot read checkpoint file {name}: {e}") from e
         if col == "add" and arr.null_count < len(arr):
             yield LazyAdds(arr)  # type: ignore[misc]
             continue
-        for value in arr.to_pylist():
+        for value in _valid_column(arr).to_pylist():
             if value is None:
                 continue
             body = _from_arrow_value(value)
@@ -322,6 +349,13 @@ def _parquet_actions(data: bytes, name: str) -> Iterator[Action]:
             action = action_from_dict({col: body})
             if action is not None:
                 yield action
+
+
+def _valid_column(column: pa.ChunkedArray) -> pa.ChunkedArray:
+    """The non-null rows of a checkpoint column (most rows of a column are other actions)."""
+    import pyarrow.compute as pc
+
+    return column if column.null_count == 0 else column.filter(pc.is_valid(column))
 
 
 def _json_actions(data: bytes, name: str) -> Iterator[dict[str, Any]]:

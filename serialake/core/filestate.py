@@ -175,21 +175,35 @@ class FileState:
             out.append((self._arrow_extra, lambda rows: [extra[i] for i in rows]))
         return out
 
-    def select(self, matcher: Callable[[pa.Table], Any]) -> list[AddFile]:
-        """The live files whose rows ``matcher`` (table -> boolean mask) keeps, in ``files()`` order.
+    def select(
+        self, matcher: Callable[[pa.Table], Any], per_file: Callable[[AddFile], bool] | None = None
+    ) -> list[AddFile]:
+        """The live files ``matcher`` (Arrow table -> boolean mask) keeps, in ``files()`` order.
 
-        Only the selected files are built, unless every file was built already.
+        Checkpoint rows are matched in Arrow and only the selected ones are built. The adds
+        of later commits are objects already: with ``per_file`` (the same predicate, one file
+        at a time) a few of them are matched directly rather than converted to Arrow first.
         """
         built = self._files
         out: list[AddFile] = []
         offset = 0
-        for table, build in self.segments():
-            mask = matcher(table)
-            rows = pc.indices_nonzero(mask).to_pylist() if isinstance(mask, (pa.Array, pa.ChunkedArray)) else [
-                i for i, keep in enumerate(mask) if keep
-            ]
-            out.extend([built[offset + i] for i in rows] if built is not None else build(rows))
+        for block, mask in zip(self.blocks, self._block_masks(), strict=True):
+            table = block.table if mask is None else block.table.filter(mask)
+            rows = _true_rows(matcher(table))
+            if built is not None:
+                out.extend(built[offset + i] for i in rows)
+            else:
+                if mask is not None:
+                    positions = _positions(mask)
+                    rows = [positions[i] for i in rows]
+                out.extend(block.build_many(rows))
             offset += table.num_rows
+        if self.extra:
+            if per_file is not None and len(self.extra) <= _PER_FILE_LIMIT:
+                out.extend(f for f in self.extra.values() if per_file(f))
+            else:
+                table, build = self.segments()[-1]
+                out.extend(build(_true_rows(matcher(table))))
         return out
 
     def total_size(self) -> int:
@@ -211,6 +225,19 @@ class _Picker:
 
     def __call__(self, rows: Sequence[int]) -> list[AddFile]:
         return self.block.build_many([self.positions[i] for i in rows])
+
+
+#: Up to this many adds of later commits are matched one by one instead of converted to Arrow.
+_PER_FILE_LIMIT = 2000
+
+
+def _true_rows(mask: Any) -> list[int]:
+    """Positions where a boolean mask (Arrow or NumPy) is true."""
+    if isinstance(mask, (pa.Array, pa.ChunkedArray)):
+        return pc.indices_nonzero(mask).to_pylist()
+    import numpy as np
+
+    return np.flatnonzero(np.asarray(mask)).tolist()
 
 
 def _positions(mask: pa.BooleanArray) -> list[int]:

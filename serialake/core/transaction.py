@@ -704,7 +704,16 @@ def _planned_read(
     part_expr = E.partition_filter(exprs, part_cols)
     match_part = compile_predicate(part_expr, snapshot.schema, part_cols)
     match_full = compile_predicate(full, snapshot.schema, part_cols)
-    files = [f for f in snapshot.all_files if match_full(f.partition_values or {}, f.parsed_stats())]
+    if _is_true(full):
+        files = snapshot.all_files
+    else:  # vectorized over the checkpoint's rows; only the files selected are built
+        from serialake.core.arrow_skipping import compile_arrow
+
+        files = snapshot.file_state.select(
+            # A checkpoint's stats_parsed holds the same stats as the JSON, already typed: no parse.
+            compile_arrow(full, snapshot.schema, part_cols, stats_parsed="prefer"),
+            lambda f: match_full(f.partition_values or {}, f.parsed_stats()),
+        )
     pred = ReadPredicate(
         E.to_sql(part_expr),
         lambda pv: match_part(pv, None),

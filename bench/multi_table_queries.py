@@ -47,15 +47,13 @@ def _p(values: list[float], q: float) -> float:
 
 
 def _load(cls: Any, path: str) -> Any:
-    """A delta-rs table object, retried through the same spurious "gap" (up to 30 s)."""
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            return cls(path)
-        except Exception:  # noqa: BLE001
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.001)
+    """A delta-rs table object, retried through its spurious log "gap" (``consistent_reads``)."""
+    from bench.consistent_reads import _load_until_ok
+
+    table = _load_until_ok(cls, path)
+    if table is None:
+        raise RuntimeError(f"delta-rs could not load {path} within 10 s while commits landed")
+    return table
 
 
 def _query(n: int) -> str:

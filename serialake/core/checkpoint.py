@@ -256,9 +256,6 @@ class LazyAdds:
             self._converted = [_column_values(self.table.column(n).combine_chunks(), n) for n in self._names]
         return self._converted
 
-    def build(self, i: int) -> AddFile:
-        return _new_add(self._attrs, [col[i] for col in self._cols])
-
     def build_many(self, rows: Sequence[int]) -> list[AddFile]:
         """The ``AddFile`` of each row position in ``rows``, in that order."""
         rows = list(rows)

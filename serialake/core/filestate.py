@@ -159,21 +159,28 @@ class FileState:
 
     def segments(self) -> list[Segment]:
         """The live files as Arrow tables, each with a builder of ``AddFile`` by row position."""
-        from serialake.core.checkpoint import adds_table
+        extra = self._extra_segment()
+        return self.block_segments() + ([extra] if extra is not None else [])
 
+    def block_segments(self) -> list[Segment]:
+        """``segments()`` of the checkpoint's rows only (no conversion of later commits' adds)."""
         out: list[Segment] = []
         for block, mask in zip(self.blocks, self._block_masks(), strict=True):
-            table = block.table if mask is None else block.table.filter(mask)
             if mask is None:
-                out.append((table, block.build_many))
+                out.append((block.table, block.build_many))
             else:
-                out.append((table, _Picker(block, _positions(mask))))
-        if self.extra:
-            extra = list(self.extra.values())
-            if self._arrow_extra is None:
-                self._arrow_extra = adds_table(extra)
-            out.append((self._arrow_extra, lambda rows: [extra[i] for i in rows]))
+                out.append((block.table.filter(mask), _Picker(block, _positions(mask))))
         return out
+
+    def _extra_segment(self) -> Segment | None:
+        if not self.extra:
+            return None
+        from serialake.core.checkpoint import adds_table
+
+        extra = list(self.extra.values())
+        if self._arrow_extra is None:
+            self._arrow_extra = adds_table(extra)
+        return (self._arrow_extra, lambda rows: [extra[i] for i in rows])
 
     def select(
         self, matcher: Callable[[pa.Table], Any], per_file: Callable[[AddFile], bool] | None = None
@@ -187,23 +194,15 @@ class FileState:
         built = self._files
         out: list[AddFile] = []
         offset = 0
-        for block, mask in zip(self.blocks, self._block_masks(), strict=True):
-            table = block.table if mask is None else block.table.filter(mask)
+        for table, build in self.block_segments():
             rows = _true_rows(matcher(table))
-            if built is not None:
-                out.extend(built[offset + i] for i in rows)
-            else:
-                if mask is not None:
-                    positions = _positions(mask)
-                    rows = [positions[i] for i in rows]
-                out.extend(block.build_many(rows))
+            out.extend([built[offset + i] for i in rows] if built is not None else build(rows))
             offset += table.num_rows
-        if self.extra:
-            if per_file is not None and len(self.extra) <= _PER_FILE_LIMIT:
-                out.extend(f for f in self.extra.values() if per_file(f))
-            else:
-                table, build = self.segments()[-1]
-                out.extend(build(_true_rows(matcher(table))))
+        if per_file is not None and len(self.extra) <= _PER_FILE_LIMIT:
+            out.extend(f for f in self.extra.values() if per_file(f))
+        elif (segment := self._extra_segment()) is not None:
+            table, build = segment
+            out.extend(build(_true_rows(matcher(table))))
         return out
 
     def total_size(self) -> int:

@@ -425,7 +425,7 @@ class Snapshot:
         objects: list[Action] = [self.protocol, self.metadata]
         objects += [*self._state.txns.values(), *self._state.domains.values()]
         tables = []
-        for segment, build in idx.segments()[: len(idx.blocks)]:
+        for segment, build in idx.block_segments():
             rows = adds_rows_table(segment)
             if rows is None:  # types the checkpoint schema cannot take as they are: go through objects
                 objects.extend(build(range(segment.num_rows)))

@@ -32,6 +32,7 @@ from serialake.verify.checker import (
     SERIALIZABLE_FORBIDDEN,
     STRICT_SERIALIZABLE_FORBIDDEN,
     WRITE_SERIALIZABLE_FORBIDDEN,
+    Report,
     check,
 )
 from serialake.verify.crash import CrashReport, run_crash_trials
@@ -260,16 +261,10 @@ def _level_report(
     """Count, check and audit one run (``audit`` checks the log against the history)."""
     cfg = result.config
     rep = LevelReport(cfg.isolation_level, cfg.processes, cfg.txns, cfg.faulty_processes, expect_invalid=expect_invalid)
-    _count_outcomes(rep, result)
+    _count_outcomes(rep, result.history)
     _merge_stats(rep, result)
-    t0 = time.monotonic()
-    report = check(result.history, realtime=True, process=True, forbidden=forbidden)
-    rep.check_s = time.monotonic() - t0
-    rep.anomalies = {k: len(v) for k, v in report.anomalies.items()}
-    rep.violations = report.violations
+    report = _check_into(rep, result.history, forbidden, realtime=True, process=True)
     rep.strict_serializable = not (report.anomaly_types & STRICT_SERIALIZABLE_FORBIDDEN)
-    rep.unknown_committed = report.stats.get("info_committed", 0)
-    rep.checker_summary = report.summary(limit=1 if expect_invalid else 3)
     if not expect_invalid:
         t0 = time.monotonic()
         rep.log_problems = audit(result.table_path, result.history)
@@ -277,10 +272,24 @@ def _level_report(
     return rep
 
 
-def _count_outcomes(rep: LevelReport, result: WorkloadResult) -> None:
+def _check_into(
+    rep: LevelReport, history: History, forbidden: frozenset[str], *, realtime: bool, process: bool = False
+) -> Report:
+    """Check ``history`` and put what the report shows of it into ``rep``; the checker's report."""
+    t0 = time.monotonic()
+    report = check(history, realtime=realtime, process=process, forbidden=forbidden)
+    rep.check_s = time.monotonic() - t0
+    rep.anomalies = {k: len(v) for k, v in report.anomalies.items()}
+    rep.violations = report.violations
+    rep.unknown_committed = report.stats.get("info_committed", 0)
+    rep.checker_summary = report.summary(limit=1 if rep.expect_invalid else 3)
+    return report
+
+
+def _count_outcomes(rep: LevelReport, history: History) -> None:
     aborted: Counter[str] = Counter()
     unknown: Counter[str] = Counter()
-    for t in result.history:
+    for t in history:
         rep.txns += 1
         if t.outcome == "fail":
             aborted[error_class(t.error)] += 1
@@ -488,34 +497,17 @@ def _run_multitable(base: Path, strict: bool, negative: bool, txns: int, seed: i
 def _multitable_report(result: MultiTableResult, level: str, negative: bool) -> LevelReport:
     cfg, strict, txns = result.config, result.config.strict, result.config.txns
     rep = LevelReport(level, cfg.writers + cfg.readers + cfg.maintainers, txns, 0, expect_invalid=negative)
-    aborted: Counter[str] = Counter()
-    unknown: Counter[str] = Counter()
-    for t in result.history:
-        rep.txns += 1
-        if t.outcome == "fail":
-            aborted[error_class(t.error)] += 1
-        elif t.outcome == "info":
-            unknown[error_class(t.error)] += 1
-        elif t.attempts is not None:
-            rep.committed += 1
-            rep.retries += t.attempts - 1
-        else:
-            rep.read_only += 1
-    rep.aborted, rep.unknown = dict(aborted), dict(unknown)
+    _count_outcomes(rep, result.history)
+    rep.retries = sum(t.attempts - 1 for t in result.history if t.outcome == "ok" and t.attempts is not None)
     rep.wall_s = result.wall_s
     rep.worker_problems = [c.strip().splitlines()[-1] for c in result.crashed]
     forbidden = STRICT_SERIALIZABLE_FORBIDDEN if strict else SERIALIZABLE_FORBIDDEN
-    t0 = time.monotonic()
-    report = check(result.history, realtime=strict, forbidden=forbidden)
-    rep.check_s = time.monotonic() - t0
-    rep.anomalies = {k: len(v) for k, v in report.anomalies.items()}
-    rep.violations = report.violations
+    report = _check_into(rep, result.history, forbidden, realtime=strict)
     if strict:
         rep.strict_serializable = not (report.anomaly_types & STRICT_SERIALIZABLE_FORBIDDEN)
     else:  # not required at SERIALIZABLE: said for information
         with_rt = check(result.history, realtime=True, forbidden=STRICT_SERIALIZABLE_FORBIDDEN)
         rep.strict_serializable = not (with_rt.anomaly_types & STRICT_SERIALIZABLE_FORBIDDEN)
-    rep.checker_summary = report.summary(limit=1 if negative else 3)
     rep.workers = "multitable"
     rep.title = (
         f"multi-table negative control ({level}, each table refreshed on its own)"

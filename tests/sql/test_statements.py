@@ -220,27 +220,11 @@ def test_optimize_history_detail_restore_vacuum(spark: SparkSession, tmp_path: P
     assert rows(spark, "SELECT count(*) FROM events") == [(3,)]
 
 
-_COPY_ONE_FILE = r"""
-import json, shutil, sys, uuid
-from dataclasses import replace
-from serialake.core import DeltaLog
-log = DeltaLog.for_table(sys.argv[1])
-source = log.update().all_files[0]
-folder, _, _ = source.path.rpartition("/")
-name = (folder + "/" if folder else "") + f"part-{uuid.uuid4().hex}.parquet"
-shutil.copy(f"{sys.argv[1]}/{source.path}", f"{sys.argv[1]}/{name}")
-log.start_transaction().commit([replace(source, path=name)], "WRITE")
-print(json.loads(source.stats)["numRecords"])
-"""
-
-
 def _commit_from_another_process(location: str) -> int:
     """Commit a copy of one data file from another process; the rows it adds."""
-    import subprocess
-    import sys
+    from serialake.demo_reads import copy_rows_from_another_process
 
-    done = subprocess.run([sys.executable, "-c", _COPY_ONE_FILE, location], capture_output=True, text=True, check=True)
-    return int(done.stdout.strip())
+    return copy_rows_from_another_process(location)[0]
 
 
 def test_set_transaction_isolation(spark: SparkSession, tmp_path: Path) -> None:

@@ -36,8 +36,11 @@ How, and where it falls back to the per-file matcher (correctness first):
   read directly when rows use it (see ``compile_arrow``'s ``stats_parsed``).
 - Comparisons between two columns where one is a stats column, and literals of unexpected
   Python types, are evaluated per file for that leaf only. Anything the per-file code raises
-  for (e.g. a decimal column against ``CAST('NaN' AS DOUBLE)``) is redone per file for the
-  whole table, so it raises exactly when the per-file loop raises.
+  for is redone per file for the whole table, so it raises exactly when the per-file loop
+  raises. A NaN constant compares with no bound (Spark orders NaN above every number): both
+  evaluators give TRUE or FALSE for a file with values, whatever its bounds.
+- A ``SkipCache`` passed with an immutable table (a checkpoint's rows) keeps the partition
+  value codes and stats bounds one predicate computed, for the next predicate over the table.
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ import datetime as dt
 import json
 import math
 import sys
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from decimal import ROUND_CEILING, ROUND_FLOOR, Context, Decimal, localcontext
@@ -59,7 +63,7 @@ import pyarrow.json as pa_json
 
 from serialake.core import skipping as S
 from serialake.core.actions import AddFile
-from serialake.core.checkpoint import CHECKPOINT_SCHEMA
+from serialake.core.checkpoint import CHECKPOINT_SCHEMA, release_memory
 from serialake.core.expressions import (
     And,
     Column,
@@ -77,6 +81,8 @@ from serialake.core.types import type_family
 __all__ = [
     "STATS_PARSED_MODES",
     "ArrowMatcher",
+    "SkipCache",
+    "cached_matcher",
     "compile_arrow",
     "files_table",
     "reference_inputs",
@@ -556,7 +562,7 @@ def _read_lines(strings: pa.Array, schema: pa.Schema) -> pa.Table:
     data = joined.buffers()[2].slice(int(offsets[0]), int(offsets[-1] - offsets[0]))
     return pa_json.read_json(
         pa.BufferReader(data),
-        read_options=pa_json.ReadOptions(block_size=1 << 24),
+        read_options=pa_json.ReadOptions(block_size=1 << 20),
         parse_options=pa_json.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore"),
     )
 
@@ -583,10 +589,14 @@ def _read_json(strings: pa.Array, schema: pa.Schema) -> tuple[pa.Table, np.ndarr
         attempt(start, mid)
         attempt(mid, stop)
 
-    if n:
-        attempt(0, n)
+    for start in range(0, n, _JSON_ROWS):  # in slices: the joined text of all rows is never held at once
+        attempt(start, min(n, start + _JSON_ROWS))
     table = pa.concat_tables(pieces) if pieces else schema.empty_table()
     return table, failed
+
+
+#: Stats strings parsed per ``pyarrow.json`` call.
+_JSON_ROWS = 1 << 17
 
 
 # ---------------------------------------------------------------------------------------------
@@ -597,10 +607,13 @@ def _read_json(strings: pa.Array, schema: pa.Schema) -> tuple[pa.Table, np.ndarr
 class _Ctx:
     """What a plan reads from one table: partition value codes, stats bounds, rows done per file."""
 
-    def __init__(self, matcher: ArrowMatcher, table: pa.Table, parsed: pa.Array | None) -> None:
+    def __init__(
+        self, matcher: ArrowMatcher, table: pa.Table, parsed: pa.Array | None, cache: SkipCache | None = None
+    ) -> None:
         self.m = matcher
         self.table = table
         self.parsed = parsed  # normalized stats_parsed when this table's rows use it, else None
+        self.cache = cache
         self.n = table.num_rows
         self.fallback = np.zeros(self.n, dtype=bool)  # rows evaluated entirely per file
         self.zero = np.zeros(self.n, dtype=bool)  # rows whose stats say numRecords == 0
@@ -610,6 +623,18 @@ class _Ctx:
         self._stats: pa.Array | None = None
 
     # -- per-file inputs ------------------------------------------------------------------
+
+    def inputs_at(self, rows: np.ndarray) -> list[tuple[dict[str, Any], Any]]:
+        """``inputs()`` of the given rows (a few rows are converted alone)."""
+        if self._inputs is not None or rows.size * 8 >= self.n:
+            inputs = self.inputs()
+            return [inputs[i] for i in rows]
+        index = pa.array(rows, type=pa.int64())
+        names = [c for c in ("partitionValues",) if c in self.table.column_names]
+        pvs = _partition_dicts(self.table.select(names).take(index))
+        if self.parsed is not None:
+            return list(zip(pvs, (_naive_utc(v) for v in self.parsed.take(index).to_pylist())))
+        return list(zip(pvs, (_parsed_stats(s) for s in self.stats().take(index).to_pylist())))
 
     def inputs(self) -> list[tuple[dict[str, Any], Any]]:
         if self._inputs is None:
@@ -632,6 +657,14 @@ class _Ctx:
         got = self.parts.get(col.name)
         if got is not None:
             return got
+        key = ("partition", col.name, col.names)
+        cached = self.cache.get(key) if self.cache is not None else None
+        if cached is not None:
+            if cached[2] is not None:
+                self.fallback |= cached[2]
+            got = (cached[0], cached[1])
+            self.parts[col.name] = got
+            return got
         n = self.n
         if "partitionValues" not in self.table.column_names or n == 0:
             got = (np.zeros(n, dtype=np.int64), [None])
@@ -652,7 +685,8 @@ class _Ctx:
         entries = np.nonzero(hit)[0]
         owners = parents[entries]
         counts = np.bincount(owners, minlength=n)
-        self.fallback |= counts > 1  # two keys match the column: the per-file lookup's order decides
+        doubled = counts > 1  # two keys match the column: the per-file lookup's order decides
+        self.fallback |= doubled
         row_entry = np.full(n, -1, dtype=np.int64)
         row_entry[owners] = entries
         raw = _take(items if items.type == pa.string() else items.cast(pa.string()), row_entry)
@@ -661,15 +695,38 @@ class _Ctx:
         codes = np.asarray(enc.indices.fill_null(len(values) - 1).to_numpy(zero_copy_only=False), dtype=np.int64)
         got = (codes, values)
         self.parts[col.name] = got
+        if self.cache is not None:
+            self.cache.put(key, (codes, values, doubled if doubled.any() else None))
         return got
 
     # -- stats ------------------------------------------------------------------------------
 
+    def stats_key(self, cols: Sequence[_StatsCol]) -> tuple[Any, ...]:
+        source = "stats_parsed" if self.parsed is not None else "stats"
+        return ("stats", source, tuple(sorted((c.name, c.names, c.family) for c in cols)))
+
     def prepare_stats(self, cols: Sequence[_StatsCol]) -> None:
-        if self.parsed is not None:
-            self._parsed_bounds(cols)
-        else:
-            self._json_bounds(cols)
+        """Bounds of ``cols`` for every row (kept in the cache, with the rows they send per file)."""
+        key = self.stats_key(cols)
+        cached = self.cache.get(key) if self.cache is not None else None
+        if cached is None:
+            outer_fallback, outer_zero = self.fallback, self.zero
+            self.fallback, self.zero = np.zeros(self.n, dtype=bool), np.zeros(self.n, dtype=bool)
+            try:
+                if self.parsed is not None:
+                    self._parsed_bounds(cols)
+                else:
+                    self._json_bounds(cols)
+                cached = ({c.name: self.bounds[c.name] for c in cols}, self.fallback, self.zero)
+            finally:
+                self.fallback, self.zero = outer_fallback, outer_zero
+            release_memory()  # the stats text parsed: much freed, little kept
+            if self.cache is not None:
+                self.cache.put(key, cached)
+        bounds, fallback, zero = cached
+        self.bounds.update(bounds)
+        self.fallback |= fallback
+        self.zero |= zero
 
     def _json_bounds(self, cols: Sequence[_StatsCol]) -> None:
         n = self.n
@@ -885,10 +942,15 @@ class _Ctx:
             self.zero |= _np(pc.equal(records, 0))
             return
         stats = self.stats()
-        if rows.size * 4 < self.n:  # few candidates: scan only their text
+        whole = self.cache.get(("maybe_empty",)) if self.cache is not None else None
+        if whole is None and rows.size * 4 < self.n:  # few candidates: scan only their text
             self.fallback[rows[_maybe_empty(stats.take(pa.array(rows, type=pa.int64())))]] = True
-        else:
-            self.fallback |= candidates & _maybe_empty(stats)
+            return
+        if whole is None:
+            whole = _maybe_empty(stats)
+            if self.cache is not None:
+                self.cache.put(("maybe_empty",), whole)
+        self.fallback |= candidates & whole
 
 
 # ---------------------------------------------------------------------------------------------
@@ -965,10 +1027,10 @@ class _PerFile(_Node):
 
     def eval(self, ctx: _Ctx) -> np.ndarray:
         out = np.zeros(ctx.n, dtype=np.uint8)
-        inputs = ctx.inputs()
+        rows = np.nonzero(~ctx.fallback & ~ctx.zero)[0]
         try:
-            for i in np.nonzero(~ctx.fallback & ~ctx.zero)[0]:
-                out[i] = self.node(*inputs[i])
+            for i, args in zip(rows, ctx.inputs_at(rows), strict=True):
+                out[i] = self.node(*args)
         except _REFERENCE_ERRORS as e:
             raise _Fallback from e
         return out
@@ -1000,6 +1062,17 @@ class _NullCompareNode(_Node):
         if self.op == "<=>":
             return _flags(ctx.bounds[self.col.name], _T, _F)
         return np.full(ctx.n, _N, dtype=np.uint8)
+
+
+class _UnknownConstNode(_Node):
+    """A stats column against a non-null constant no bound can be compared with (NaN)."""
+
+    def __init__(self, col: _StatsCol, op: str) -> None:
+        self.col = col
+        self.op = op
+
+    def eval(self, ctx: _Ctx) -> np.ndarray:
+        return _flags(ctx.bounds[self.col.name], _F if self.op == "<=>" else _N, _T | _F)
 
 
 class _TruthNode(_Node):
@@ -1235,6 +1308,46 @@ def _plain_constant(col: _StatsCol, value: Any, date_vs_ts: bool) -> bool:
     return False
 
 
+class SkipCache:
+    """What predicates computed over one immutable table of files, for the next predicate over it.
+
+    Kept per entry: the stats source of each ``stats_parsed`` mode, the value codes of a
+    partition column, the bounds of a set of stats columns (with the rows they send per file),
+    and which rows may have no records. At most ``limit`` column sets are kept (least recently
+    used dropped). Safe to share between threads: at worst two threads compute an entry.
+    """
+
+    def __init__(self, limit: int = 16) -> None:
+        self.limit = limit
+        self._entries: dict[tuple[Any, ...], Any] = {}
+        self._lock = threading.Lock()
+
+    def get(self, key: tuple[Any, ...]) -> Any:
+        with self._lock:
+            value = self._entries.pop(key, None)
+            if value is not None:
+                self._entries[key] = value  # most recently used last
+            return value
+
+    def put(self, key: tuple[Any, ...], value: Any) -> None:
+        with self._lock:
+            self._entries.pop(key, None)
+            self._entries[key] = value
+            while len(self._entries) > self.limit:
+                del self._entries[next(iter(self._entries))]
+
+    def sources(self, table: pa.Table, mode: str) -> tuple[np.ndarray, pa.Array | None]:
+        key = ("sources", mode)
+        got = self.get(key)
+        if got is None:
+            got = _stats_sources(table, mode)
+            self.put(key, got)
+        return got
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
 class ArrowMatcher:
     """A compiled predicate: ``matcher(table) -> pa.BooleanArray`` (see ``compile_arrow``).
 
@@ -1356,29 +1469,41 @@ class ArrowMatcher:
                 value = converted[0]
             else:
                 return _Const(_ALL)
+        if value is None:  # a constant whose value no bound models (NaN): any result but NULL is possible
+            return _UnknownConstNode(self._use(col), op)
         if not _plain_constant(col, value, date_vs_ts):
             return self._per_file(reference)
         return _CompareNode(self._use(col), op if col is lref else _MIRROR[op], value, date_vs_ts)
 
     # -- evaluating -------------------------------------------------------------------------
 
-    def __call__(self, table: pa.Table) -> pa.BooleanArray:
-        """Per row of ``table``: whether the file may hold a matching row (see ``compile_arrow``)."""
-        use, parsed = _stats_sources(table, self.stats_parsed)
+    def __call__(self, table: pa.Table, cache: SkipCache | None = None) -> pa.BooleanArray:
+        """Per row of ``table``: whether the file may hold a matching row (see ``compile_arrow``).
+
+        ``cache``: a ``SkipCache`` kept with ``table`` (an immutable table: a checkpoint's
+        rows), so that the next predicate over it reuses the partition codes and parsed stats
+        bounds this one computed.
+        """
+        if cache is not None:
+            use, parsed = cache.sources(table, self.stats_parsed)
+        else:
+            use, parsed = _stats_sources(table, self.stats_parsed)
         if parsed is None or not use.any():
-            return pa.array(self._evaluate(table, None), type=pa.bool_())
+            return pa.array(self._evaluate(table, None, cache), type=pa.bool_())
         if use.all():
-            return pa.array(self._evaluate(table, parsed), type=pa.bool_())
+            return pa.array(self._evaluate(table, parsed, cache), type=pa.bool_())
         out = np.zeros(table.num_rows, dtype=bool)
         for rows, source in ((np.nonzero(~use)[0], None), (np.nonzero(use)[0], parsed)):
             index = pa.array(rows, type=pa.int64())
             out[rows] = self._evaluate(table.take(index), None if source is None else source.take(index))
         return pa.array(out, type=pa.bool_())
 
-    def _evaluate(self, table: pa.Table, parsed: pa.Array | None) -> np.ndarray:
-        ctx = _Ctx(self, table, parsed)
+    def _evaluate(self, table: pa.Table, parsed: pa.Array | None, cache: SkipCache | None = None) -> np.ndarray:
+        ctx = _Ctx(self, table, parsed, cache)
         if ctx.n == 0:
             return np.zeros(0, dtype=bool)
+        if cache is not None and cache.get(ctx.stats_key(list(self.stats_columns.values()))) is not None:
+            return self._evaluate_all(ctx)  # every bound is at hand: nothing to save by narrowing
         narrowed = self._narrow(ctx)
         if narrowed is not None:
             rows, result = narrowed
@@ -1413,8 +1538,7 @@ class ArrowMatcher:
         result = np.zeros(ctx.n, dtype=bool)
         rows = np.nonzero(ctx.fallback)[0]  # partition values the lookup cannot read vectorized
         if rows.size:
-            inputs = ctx.inputs()
-            result[rows] = [self.reference(*inputs[i]) for i in rows]
+            result[rows] = [self.reference(*args) for args in ctx.inputs_at(rows)]
         return np.nonzero(alive & ~ctx.fallback)[0], result
 
     def _evaluate_all(self, ctx: _Ctx) -> np.ndarray:
@@ -1430,8 +1554,7 @@ class ArrowMatcher:
             result &= ~ctx.zero
             rows = np.nonzero(ctx.fallback)[0]
             if rows.size:
-                inputs = ctx.inputs()
-                result[rows] = [self.reference(*inputs[i]) for i in rows]
+                result[rows] = [self.reference(*args) for args in ctx.inputs_at(rows)]
         except _Fallback:
             result = np.array([self.reference(pv, st) for pv, st in ctx.inputs()], dtype=bool)
         return result
@@ -1493,12 +1616,18 @@ def table_may_match(
     stats_parsed: str = "fill",
 ) -> pa.BooleanArray:
     """``compile_arrow(...)(table)`` with the compiled matcher cached (like ``skipping.file_may_match``)."""
+    return cached_matcher(expr, schema, partition_columns, stats_parsed=stats_parsed)(table)
+
+
+def cached_matcher(
+    expr: Expr, schema: StructType, partition_columns: Sequence[str], *, stats_parsed: str = "fill"
+) -> ArrowMatcher:
+    """``compile_arrow`` with the compiled matcher kept for the same predicate and schema."""
     columns = tuple(partition_columns)
     try:
-        matcher = _compiled_cached(expr, schema, columns, stats_parsed)
+        return _compiled_cached(expr, schema, columns, stats_parsed)
     except TypeError:  # unhashable parts (e.g. a literal holding a list)
-        matcher = compile_arrow(expr, schema, columns, stats_parsed=stats_parsed)
-    return matcher(table)
+        return compile_arrow(expr, schema, columns, stats_parsed=stats_parsed)
 
 
 @lru_cache(maxsize=256)

@@ -211,7 +211,11 @@ class LazyAdds:
             batches.append(pa.RecordBatch.from_struct_array(rows))
         if not batches:
             batches = [pa.RecordBatch.from_struct_array(chunks[0].slice(0, 0))]
-        self.table = pa.Table.from_batches(batches)
+        table = pa.Table.from_batches(batches)
+        # Columns no row fills (row ids, tags, DVs, ... on most tables) are dropped: an absent
+        # column reads as null everywhere, and holding nulls for every file costs memory.
+        empty = [n for n in table.column_names if n != "path" and table.column(n).null_count == table.num_rows]
+        self.table = table.drop_columns(empty) if empty else table
         arr = self.table
         by_key, _ = AddFile.__dict__.get("_CODEC_INFO") or AddFile._codec_info()
         self._attrs: list[str] = []
@@ -225,6 +229,9 @@ class LazyAdds:
         self.n = arr.num_rows
         self._converted: list[list[Any]] | None = None
         self._keys: pa.Array | None = None
+        #: What file skipping computed over ``table`` (``arrow_skipping.SkipCache``, set by the
+        #: first filter): kept with the rows, so every snapshot sharing them reuses it.
+        self.skip_cache: Any = None
 
     @property
     def key_array(self) -> pa.Array:
@@ -322,20 +329,28 @@ def _column_values(child: pa.Array, name: str) -> list[Any]:
     return values
 
 
-def _parquet_actions(data: bytes, name: str) -> Iterator[Action]:
+def _parquet_actions(source: Any, name: str, *, sidecars: list[str] | None = None) -> Iterator[Action]:
+    """The actions of a checkpoint Parquet file (``source``: a seekable binary file).
+
+    Only the action columns are read, one at a time: each is as long as the file, most of it
+    other actions' nulls. With ``sidecars``, the paths of a v2 checkpoint's sidecars are
+    appended to it.
+    """
     try:
-        pf = pq.ParquetFile(io.BytesIO(data))
+        pf = pq.ParquetFile(source, pre_buffer=False, buffer_size=1 << 20)  # page by page
         present = [c for c in _ACTION_COLUMNS if c in pf.schema_arrow.names]
     except (pa.ArrowException, OSError) as e:
         raise CorruptLogError(f"Cannot read checkpoint file {name}: {e}") from e
     for col in present:
-        try:  # one column at a time: each is as long as the file, most of it other actions' nulls
+        if col == "add":
+            yield from _add_blocks(pf, name)  # type: ignore[misc]
+            continue
+        if _all_null(pf, col):
+            continue  # no such action in this file (its statistics say so): nothing to decode
+        try:
             arr = pf.read(columns=[col]).column(0)
         except (pa.ArrowException, OSError) as e:
             raise CorruptLogError(f"Cannot read checkpoint file {name}: {e}") from e
-        if col == "add" and arr.null_count < len(arr):
-            yield LazyAdds(arr)  # type: ignore[misc]
-            continue
         for value in _valid_column(arr).to_pylist():
             if value is None:
                 continue
@@ -346,6 +361,64 @@ def _parquet_actions(data: bytes, name: str) -> Iterator[Action]:
             action = action_from_dict({col: body})
             if action is not None:
                 yield action
+    if sidecars is not None and "sidecar" in pf.schema_arrow.names:
+        try:
+            values = pf.read(columns=["sidecar"]).column("sidecar").to_pylist()
+        except (pa.ArrowException, OSError) as e:
+            raise CorruptLogError(f"Cannot read checkpoint file {name}: {e}") from e
+        sidecars.extend(v["path"] for v in values if v)
+
+
+#: Add rows per ``LazyAdds`` block: a big checkpoint is decoded a slice at a time (a bounded
+#: peak of memory), each block one contiguous Arrow chunk.
+ADD_BLOCK_ROWS = 1 << 17
+#: Fields of ``add`` every row has (read even when a file's statistics say they are all null).
+_REQUIRED_ADD_FIELDS = ("path", "partitionValues", "size", "modificationTime", "dataChange")
+
+
+def _add_blocks(pf: pq.ParquetFile, name: str) -> Iterator[LazyAdds]:
+    """The add rows of a checkpoint file as ``LazyAdds`` blocks of up to ``ADD_BLOCK_ROWS`` rows.
+
+    Optional fields the file's statistics show to be null in every row (row ids, tags, DVs,
+    ... on most tables) are not read at all.
+    """
+    try:
+        fields = _add_fields(pf)
+        batches = pf.iter_batches(batch_size=ADD_BLOCK_ROWS, columns=[f"add.{f}" for f in fields])
+        for batch in batches:
+            arr = batch.column(0)
+            if arr.null_count < len(arr):
+                yield LazyAdds(arr)
+    except (pa.ArrowException, OSError) as e:
+        raise CorruptLogError(f"Cannot read checkpoint file {name}: {e}") from e
+
+
+def _add_fields(pf: pq.ParquetFile) -> list[str]:
+    """The fields of ``add`` in the file, less optional ones null in every row by the file's statistics."""
+    add_type = pf.schema_arrow.field("add").type
+    names = [add_type.field(i).name for i in range(add_type.num_fields)]
+    kept = [n for n in names if n in _REQUIRED_ADD_FIELDS or not _all_null(pf, "add", n)]
+    return kept if kept else names[:1]
+
+
+def _all_null(pf: pq.ParquetFile, *path: str) -> bool:
+    """Whether every leaf column under ``path`` is null in every row, by the file's statistics.
+
+    False when a row group lacks the statistics to say so.
+    """
+    md = pf.metadata
+    found = False
+    for g in range(md.num_row_groups):
+        rg = md.row_group(g)
+        for i in range(rg.num_columns):
+            c = rg.column(i)
+            if tuple(c.path_in_schema.split(".")[: len(path)]) != path:
+                continue
+            found = True
+            st = c.statistics
+            if st is None or not st.has_null_count or not st.null_count == c.num_values == rg.num_rows:
+                return False
+    return found
 
 
 def _valid_column(column: pa.ChunkedArray) -> pa.ChunkedArray:
@@ -377,10 +450,9 @@ def read_checkpoint(store: LogStore, log_path: str, ref: CheckpointRef) -> list[
         for st in ref.files:
             name = f"{LOG_DIR}/{st.name}"
             path = os.path.join(log_path, st.name)
-            data = store.read(path)
+            sidecars: list[str] = []
             if ref.kind == "v2" and st.name.endswith(".json"):
-                sidecars: list[str] = []
-                for obj in _json_actions(data, st.name):
+                for obj in _json_actions(store.read(path), st.name):
                     if "sidecar" in obj:
                         sidecars.append(obj["sidecar"]["path"])
                         continue
@@ -389,28 +461,32 @@ def read_checkpoint(store: LogStore, log_path: str, ref: CheckpointRef) -> list[
                     if action is not None:
                         out.append(action)
             else:
-                out.extend(_parquet_actions(data, st.name))
-                sidecars = _sidecar_paths(data) if ref.kind == "v2" else []
+                with store.open_input(path) as source:
+                    out.extend(_parquet_actions(source, st.name, sidecars=sidecars if ref.kind == "v2" else None))
             for sc in sidecars:
                 if escapes_table(sc):  # sidecars live in _delta_log/_sidecars
                     raise InvalidActionError("sidecar.path", f"relative path {sc!r} leaves the _sidecars directory")
                 sc_path = sc if os.path.isabs(sc) else os.path.join(log_path, "_sidecars", sc)
                 name = f"{LOG_DIR}/_sidecars/{os.path.basename(sc_path)}"
                 try:
-                    sc_data = store.read(sc_path)
+                    sc_source = store.open_input(sc_path)
                 except FileNotFoundError:
                     raise CorruptLogError(f"Checkpoint {st.name} refers to missing sidecar {sc_path}") from None
-                out.extend(_parquet_actions(sc_data, os.path.basename(sc_path)))
+                with sc_source:
+                    out.extend(_parquet_actions(sc_source, os.path.basename(sc_path)))
     except InvalidActionError as e:
         raise InvalidTableError(
             e.reason, table=os.path.dirname(log_path), field=e.field, version=ref.version, file=name,
             data_file=e.data_file,
         ) from None
+    release_memory()
     return out
 
 
-def _sidecar_paths(data: bytes) -> list[str]:
-    pf = pq.ParquetFile(io.BytesIO(data))
-    if "sidecar" not in pf.schema_arrow.names:
-        return []
-    return [v["path"] for v in pf.read(columns=["sidecar"]).column("sidecar").to_pylist() if v]
+def release_memory() -> None:
+    """Give memory Arrow's allocator kept from freed buffers back to the system.
+
+    Decoding a big checkpoint or parsing every file's stats frees much more than it keeps;
+    the allocator holds on to the freed pages unless asked (a millisecond or two).
+    """
+    pa.default_memory_pool().release_unused()

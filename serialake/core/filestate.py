@@ -27,6 +27,7 @@ import threading
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -183,27 +184,53 @@ class FileState:
         return (self._arrow_extra, lambda rows: [extra[i] for i in rows])
 
     def select(
-        self, matcher: Callable[[pa.Table], Any], per_file: Callable[[AddFile], bool] | None = None
+        self, matcher: Callable[..., Any], per_file: Callable[[AddFile], bool] | None = None
     ) -> list[AddFile]:
-        """The live files ``matcher`` (Arrow table -> boolean mask) keeps, in ``files()`` order.
+        """The live files ``matcher`` keeps, in ``files()`` order.
 
-        Checkpoint rows are matched in Arrow and only the selected ones are built. The adds
-        of later commits are objects already: with ``per_file`` (the same predicate, one file
-        at a time) a few of them are matched directly rather than converted to Arrow first.
+        ``matcher(table, cache)`` gives a boolean mask over an Arrow table of files
+        (``arrow_skipping.ArrowMatcher``). Checkpoint rows are matched in Arrow, a block at
+        a time with the block's ``SkipCache`` (shared by every state holding the block, so a
+        repeated filter reuses the parsed stats), and only the selected ones are built. The
+        adds of later commits are objects already: with ``per_file`` (the same predicate, one
+        file at a time) a few of them are matched directly rather than converted to Arrow first.
         """
         built = self._files
         out: list[AddFile] = []
         offset = 0
-        for table, build in self.block_segments():
-            rows = _true_rows(matcher(table))
-            out.extend([built[offset + i] for i in rows] if built is not None else build(rows))
-            offset += table.num_rows
+        for block, mask in zip(self.blocks, self._block_masks(), strict=True):
+            hit = _np_bool(matcher(block.table, self._skip_cache(block)))
+            if mask is None:
+                rows = np.flatnonzero(hit)
+                live = rows
+                offset_next = offset + block.n
+            else:
+                keep = _np_bool(mask)
+                rows = np.flatnonzero(hit & keep)
+                live = np.cumsum(keep)[rows] - 1  # positions among the block's live rows
+                offset_next = offset + int(keep.sum())
+            if built is not None:
+                out.extend([built[offset + i] for i in live.tolist()])
+            else:
+                out.extend(block.build_many(rows.tolist()))
+            offset = offset_next
         if per_file is not None and len(self.extra) <= _PER_FILE_LIMIT:
             out.extend(f for f in self.extra.values() if per_file(f))
         elif (segment := self._extra_segment()) is not None:
             table, build = segment
             out.extend(build(_true_rows(matcher(table))))
         return out
+
+    def _skip_cache(self, block: LazyAdds) -> Any:
+        cache = block.skip_cache
+        if cache is None:
+            from serialake.core.arrow_skipping import SkipCache
+
+            with self._lock:
+                if block.skip_cache is None:
+                    block.skip_cache = SkipCache()
+                cache = block.skip_cache
+        return cache
 
     def total_size(self) -> int:
         """Sum of the live files' sizes in bytes."""
@@ -237,6 +264,15 @@ def _true_rows(mask: Any) -> list[int]:
     import numpy as np
 
     return np.flatnonzero(np.asarray(mask)).tolist()
+
+
+def _np_bool(mask: Any) -> np.ndarray:
+    """A boolean mask (Arrow, nulls as false, or NumPy) as a NumPy array."""
+    if isinstance(mask, (pa.Array, pa.ChunkedArray)):
+        if mask.null_count:
+            mask = mask.fill_null(False)
+        return np.asarray(mask.to_numpy(zero_copy_only=False), dtype=bool)
+    return np.asarray(mask, dtype=bool)
 
 
 def _positions(mask: pa.BooleanArray) -> list[int]:

@@ -361,6 +361,10 @@ class _Compiler:
         if isinstance(e, Literal):
             if e.value is None:
                 return _NULL_OPERAND
+            if isinstance(e.value, float) and math.isnan(e.value):
+                # Spark orders NaN above every number and NaN = NaN; Python compares nothing with
+                # it. A value no bound can be compared with: any result but NULL is possible.
+                return _constant_operand(_KIND_OF_LITERAL.get(e.type_hint), (None, None, False, True))
             return _constant_operand(_KIND_OF_LITERAL.get(e.type_hint), (e.value, e.value, False, True))
         if not isinstance(e, Column) or e.qualifier is not None:
             return _UNKNOWN_OPERAND

@@ -707,11 +707,11 @@ def _planned_read(
     if _is_true(full):
         files = snapshot.all_files
     else:  # vectorized over the checkpoint's rows; only the files selected are built
-        from serialake.core.arrow_skipping import compile_arrow
+        from serialake.core.arrow_skipping import cached_matcher
 
         files = snapshot.file_state.select(
             # A checkpoint's stats_parsed holds the same stats as the JSON, already typed: no parse.
-            compile_arrow(full, snapshot.schema, part_cols, stats_parsed="prefer"),
+            cached_matcher(full, snapshot.schema, part_cols, stats_parsed="prefer"),
             lambda f: match_full(f.partition_values or {}, f.parsed_stats()),
         )
     pred = ReadPredicate(

@@ -8,9 +8,11 @@ Listing is sorted by name; a reader never sees a partially written log file.
 from __future__ import annotations
 
 import errno as _errno
+import io
 import os
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
+from typing import Any
 
 
 class WriteNotDoneError(OSError):
@@ -109,6 +111,15 @@ class LogStore(ABC):
     @abstractmethod
     def read(self, path: str) -> bytes:
         """The whole content of ``path``; ``FileNotFoundError`` if absent."""
+
+    def open_input(self, path: str) -> Any:
+        """``path`` as a seekable binary file, for readers that take only the parts they need.
+
+        A checkpoint's Parquet reader reads the columns it wants from it, so a big checkpoint
+        is never held whole in memory. The default reads the file (``read``); a store that can
+        give a native file does. ``FileNotFoundError`` if absent.
+        """
+        return io.BytesIO(self.read(path))
 
     @abstractmethod
     def list_from(self, directory: str, start_name: str = "") -> list[FileStatus]:

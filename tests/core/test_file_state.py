@@ -1,0 +1,114 @@
+"""The columnar file state of a big table: checkpoint rows read in blocks, null fields left unread,
+skipping caches shared by the snapshots that share the rows."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from serialake.core import DeltaLog, checkpoint
+from serialake.core.actions import AddFile
+from serialake.storage import LocalLogStore
+from serialake.storage.faulty import LogStoreWrapper
+from tests.core.conftest import add_file
+
+
+def _files(snap) -> dict[str, dict]:
+    return {f.path: f.to_dict() for f in snap.all_files}
+
+
+def _replayed(log: DeltaLog):
+    """The table's state read from its JSON commits only (checkpoints hidden)."""
+    from serialake.core.logfiles import build_segment
+
+    listing = [s for s in log.store.list_from(log.log_path) if s.name.endswith(".json")]
+    seg = build_segment(log.store, log.table_path, log.log_path, None, listing=listing)
+    return DeltaLog(log.table_path)._load(seg)
+
+
+def _big_table(make_table, n: int = 60) -> DeltaLog:
+    log = make_table(files=[], props={"delta.checkpointInterval": "1000"})
+    adds = [add_file(i % 4, min={"x": i}, max={"x": i + 1}) for i in range(n)]
+    adds[5] = AddFile(**{**adds[5].__dict__, "tags": {"owner": "gdpr"}})
+    log.start_transaction().commit(adds)
+    log.checkpoint()
+    return log
+
+
+def test_checkpoint_rows_read_in_blocks_equal_the_replayed_log(make_table, monkeypatch):
+    log = _big_table(make_table)
+    whole = DeltaLog(log.table_path)
+    assert len(whole.update().file_state.blocks) == 1
+    monkeypatch.setattr(checkpoint, "ADD_BLOCK_ROWS", 7)
+    blocked = DeltaLog(log.table_path)
+    assert len(blocked.update().file_state.blocks) == 9  # 60 add rows after the protocol and metadata rows
+    assert _files(blocked.update()) == _files(whole.update()) == _files(_replayed(log))
+    tagged = next(f for f in blocked.update().all_files if f.tags)
+    assert tagged.tags == {"owner": "gdpr"}
+    for pred in (["p = 1"], ["x > 40"], ["p = 2", "x <= 30"], ["x IS NULL"], ["p = 3 OR x < 5"]):
+        got = [f.path for f in blocked.start_transaction().filter_files(pred)]
+        assert got == [f.path for f in whole.start_transaction().filter_files(pred)], pred
+        if pred == ["p = 1"]:
+            assert len(got) == 15
+
+
+def test_removes_after_the_checkpoint_hide_rows_of_any_block(make_table, monkeypatch):
+    log = _big_table(make_table)
+    monkeypatch.setattr(checkpoint, "ADD_BLOCK_ROWS", 7)
+    fresh = DeltaLog(log.table_path)
+    txn = fresh.start_transaction()
+    victims = txn.filter_files(["x >= 50"])  # rows of the last blocks
+    assert len(victims) == 11  # file i holds x in [i, i + 1]
+    txn.commit([f.remove() for f in victims])
+    snap = DeltaLog(log.table_path).update()
+    assert len(snap.file_state.blocks) == 9 and snap.num_files == 49
+    assert DeltaLog(log.table_path).start_transaction().filter_files(["x >= 50"]) == []
+    assert {f.path for f in DeltaLog(log.table_path).start_transaction().filter_files(["x >= 45"])} == {
+        f.path for f in _replayed(log).all_files if json.loads(f.stats)["minValues"]["x"] >= 44
+    }
+    # Once every file is built, a filter returns those objects, found past the hidden rows.
+    reader = DeltaLog(log.table_path)
+    built = {f.path: f for f in reader.update().all_files}
+    picked = reader.start_transaction().filter_files(["x >= 45"])
+    fresh_pick = DeltaLog(log.table_path).start_transaction().filter_files(["x >= 45"])
+    assert [f.path for f in picked] == [f.path for f in fresh_pick]
+    assert len(picked) == 5 and all(built[f.path] is f for f in picked)
+
+
+def test_fields_null_in_every_row_are_not_read(make_table):
+    log = _big_table(make_table)
+    (block,) = DeltaLog(log.table_path).update().file_state.blocks
+    names = set(block.table.column_names)
+    assert {"path", "partitionValues", "size", "modificationTime", "dataChange", "stats", "tags"} <= names
+    assert not names & {"deletionVector", "baseRowId", "defaultRowCommitVersion", "clusteringProvider"}
+
+
+def test_skip_caches_live_with_the_rows_and_serve_later_snapshots(make_table):
+    log = _big_table(make_table)
+    reader = DeltaLog(log.table_path)
+    first = reader.start_transaction().filter_files(["x > 50"])
+    (block,) = reader.update().file_state.blocks
+    assert block.skip_cache is not None and len(block.skip_cache) >= 1
+    cached = len(block.skip_cache)
+    reader.start_transaction().commit([add_file(1, min={"x": 100}, max={"x": 101})])
+    snap = reader.update()
+    assert snap.file_state.blocks[0] is block  # shared by the new snapshot, with its cache
+    again = reader.start_transaction().filter_files(["x > 50"])
+    assert len(block.skip_cache) == cached  # served from the cache
+    assert {f.path for f in again} == {f.path for f in first} | {
+        f.path for f in snap.all_files if json.loads(f.stats)["minValues"]["x"] == 100
+    }
+
+
+def test_stores_open_files_for_column_reads(tmp_path):
+    path = tmp_path / "f.bin"
+    path.write_bytes(b"0123456789")
+    local = LocalLogStore()
+    with local.open_input(str(path)) as f:
+        assert f.read() == b"0123456789"
+    with LogStoreWrapper(local).open_input(str(path)) as f:  # the default: the file read whole
+        f.seek(4)
+        assert f.read() == b"456789"
+    with pytest.raises(FileNotFoundError):
+        local.open_input(str(tmp_path / "missing"))

@@ -394,25 +394,41 @@ def _add_blocks(pf: pq.ParquetFile, name: str) -> Iterator[LazyAdds]:
 
 
 def _add_fields(pf: pq.ParquetFile) -> list[str]:
-    """The fields of ``add`` in the file, less optional ones null in every row by the file's statistics."""
+    """The fields of ``add`` in the file, less optional plain ones null in every row by the file's statistics.
+
+    Only fields of one plain value (row ids, stats, ...): the statistics of a map or struct
+    field count an empty map, or a struct of nulls, as null, and those must be kept as read
+    (all-null nested columns are dropped after reading, by ``LazyAdds``).
+    """
     add_type = pf.schema_arrow.field("add").type
     names = [add_type.field(i).name for i in range(add_type.num_fields)]
-    kept = [n for n in names if n in _REQUIRED_ADD_FIELDS or not _all_null(pf, "add", n)]
+    kept = [
+        n for n in names
+        if n in _REQUIRED_ADD_FIELDS or _is_nested(add_type.field(n).type) or not _all_null(pf, "add", n)
+    ]
     return kept if kept else names[:1]
 
 
-def _all_null(pf: pq.ParquetFile, *path: str) -> bool:
-    """Whether every leaf column under ``path`` is null in every row, by the file's statistics.
+def _is_nested(t: pa.DataType) -> bool:
+    return bool(pa.types.is_struct(t) or pa.types.is_map(t) or pa.types.is_list(t) or pa.types.is_large_list(t))
 
+
+def _all_null(pf: pq.ParquetFile, *path: str) -> bool:
+    """Whether every plain leaf column under ``path`` is null in every row, by the file's statistics.
+
+    Leaves inside a map or list are not looked at (their statistics count an empty map as
+    null): every action the protocol allows has a plain field that is never null (a path,
+    an id, a version), so an action column whose plain leaves are all null holds no action.
     False when a row group lacks the statistics to say so.
     """
     md = pf.metadata
+    schema = pf.schema
     found = False
     for g in range(md.num_row_groups):
         rg = md.row_group(g)
         for i in range(rg.num_columns):
             c = rg.column(i)
-            if tuple(c.path_in_schema.split(".")[: len(path)]) != path:
+            if tuple(c.path_in_schema.split(".")[: len(path)]) != path or schema.column(i).max_repetition_level:
                 continue
             found = True
             st = c.statistics

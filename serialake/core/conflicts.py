@@ -21,7 +21,7 @@ when the commit fails (``discard_rebase_dvs``, called by ``OptimisticTransaction
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
@@ -64,45 +64,79 @@ FEATURE_ENABLEMENT_KEYS = {
 
 @dataclass(frozen=True)
 class WinnerSummary:
-    """What conflict checking needs to know about one winning commit."""
+    """What conflict checking needs to know about one winning commit.
+
+    Its adds are ``AddFile`` objects, or, for a commit read from the log, their checked JSON
+    objects (``log.CommitEntry.items``): rules read paths, partition values and flags through
+    ``add_fields`` and build the ``AddFile`` of a file they look at closely with ``add_at``,
+    so checking a winner of many files builds no object per file.
+    """
 
     version: int
     commit_info: CommitInfo | None
     protocol: Protocol | None
     metadata: Metadata | None
-    adds: tuple[AddFile, ...]
+    add_rows: tuple[Any, ...]  # each add: an AddFile or its checked JSON object (a dict)
     removes: tuple[RemoveFile, ...]
     txns: tuple[SetTransaction, ...]
     domains: tuple[DomainMetadata, ...]
 
     @classmethod
-    def of(cls, version: int, actions: tuple[Action, ...] | list[Action]) -> WinnerSummary:
+    def of(cls, version: int, actions: Sequence[Any]) -> WinnerSummary:
+        """The summary of a commit's actions (``CommitEntry.items``: adds may be JSON objects)."""
         ci = proto = meta = None
-        adds: list[AddFile] = []
+        adds: list[Any] = []
         removes: list[RemoveFile] = []
         txns: list[SetTransaction] = []
         domains: list[DomainMetadata] = []
         for a in actions:
             t = type(a)
-            if t is AddFile:
-                adds.append(a)  # type: ignore[arg-type]
+            if t is AddFile or t is dict:
+                adds.append(a)
             elif t is RemoveFile:
-                removes.append(a)  # type: ignore[arg-type]
+                removes.append(a)
             elif t is CommitInfo:
                 ci = a
             elif t is SetTransaction:
-                txns.append(a)  # type: ignore[arg-type]
+                txns.append(a)
             elif t is DomainMetadata:
-                domains.append(a)  # type: ignore[arg-type]
+                domains.append(a)
             elif t is Metadata:
                 meta = a
             elif t is Protocol:
                 proto = a
-        return cls(version, ci, proto, meta, tuple(adds), tuple(removes), tuple(txns), tuple(domains))  # type: ignore[arg-type]
+        return cls(version, ci, proto, meta, tuple(adds), tuple(removes), tuple(txns), tuple(domains))
 
     @property
     def operation(self) -> str | None:
         return self.commit_info.operation if self.commit_info else None
+
+    @cached_property
+    def adds(self) -> tuple[AddFile, ...]:
+        """Every add as an ``AddFile``."""
+        return tuple(self.add_at(i) for i in range(len(self.add_rows)))
+
+    @cached_property
+    def _built(self) -> dict[int, AddFile]:
+        return {}
+
+    def add_at(self, i: int) -> AddFile:
+        """The ``AddFile`` of the i-th add (built once)."""
+        row = self.add_rows[i]
+        if type(row) is not dict:
+            return row
+        built = self._built.get(i)
+        if built is None:
+            built = self._built[i] = AddFile._from_obj(row)
+        return built
+
+    def add_fields(self) -> Iterator[tuple[int, str, dict[str, str | None] | None, bool]]:
+        """``(index, path, partition values, dataChange)`` of each add, no object built."""
+        for i, row in enumerate(self.add_rows):
+            if type(row) is dict:
+                yield i, row["path"], row["partitionValues"], row["dataChange"]
+            else:
+                yield i, row.path, row.partition_values, row.data_change
 
     @cached_property
     def removed_paths(self) -> frozenset[str]:
@@ -111,7 +145,11 @@ class WinnerSummary:
     @cached_property
     def dv_updates(self) -> dict[str, tuple[RemoveFile, AddFile]]:
         """Files this winner changed through deletion vectors: path -> (old remove, new add)."""
-        return RL.dv_update_pairs({r.path: r for r in self.removes}, self.adds) if self.removes else {}
+        if not self.removes:
+            return {}
+        removed = self.removed_paths
+        same_path = [self.add_at(i) for i, path, _, _ in self.add_fields() if path in removed]
+        return RL.dv_update_pairs({r.path: r for r in self.removes}, same_path)
 
     @property
     def is_blind_append(self) -> bool:
@@ -388,25 +426,30 @@ def _check_app_ids(info: TransactionInfo, w: WinnerSummary) -> None:
 
 def append_candidates(info: TransactionInfo, w: WinnerSummary) -> list[AddFile]:
     """The winner's adds that count as new rows for this transaction's isolation level."""
+    return [w.add_at(i) for i, _, _ in _append_rows(info, w)]
+
+
+def _append_rows(info: TransactionInfo, w: WinnerSummary) -> list[tuple[int, str, dict[str, str | None] | None]]:
+    """``append_candidates`` as ``(index, path, partition values)``, no object built."""
     level = info.isolation_level
     if level == props.SNAPSHOT_ISOLATION:
         return []
     if level == props.WRITE_SERIALIZABLE and w.is_blind_append and info.metadata is None:
         return []
     removed = w.removed_paths
-    return [a for a in w.adds if a.data_change and a.path not in removed]
+    return [(i, path, pv) for i, path, pv, data_change in w.add_fields() if data_change and path not in removed]
 
 
 def _check_appends(info: TransactionInfo, w: WinnerSummary) -> None:
     if info.is_blind_append or not info.read_predicates:
         return
-    candidates = append_candidates(info, w)
+    candidates = _append_rows(info, w)
     if not candidates:
         return
     for pred in info.read_predicates:
         seen: dict[tuple[tuple[str, str | None], ...], bool] = {}
-        for add in candidates:
-            pv = add.partition_values or {}
+        for i, path, values in candidates:
+            pv = values or {}
             if pred.whole_table:
                 hit = True
             else:
@@ -415,10 +458,10 @@ def _check_appends(info: TransactionInfo, w: WinnerSummary) -> None:
                 hit = seen.get(key)  # type: ignore[assignment]
                 if hit is None:
                     hit = seen[key] = pred.matches(pv)
-            if hit and info.row_level and not _rows_may_match(info, pred, add):
+            if hit and info.row_level and not _rows_may_match(info, pred, w.add_at(i)):
                 continue
             if hit:
-                partition = dict(add.partition_values) if add.partition_values else None
+                partition = dict(pv) if pv else None
                 read = "the whole table" if pred.whole_table else f"'{pred.text}'"
                 _raise(
                     _fail(
@@ -428,7 +471,7 @@ def _check_appends(info: TransactionInfo, w: WinnerSummary) -> None:
                         info,
                         w,
                         partition=partition,
-                        file=add.path,
+                        file=path,
                         detail=f"read predicate: {read}",
                         help=_append_help(info, w, pred),
                     )

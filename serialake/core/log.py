@@ -13,12 +13,12 @@ import os
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from serialake.core import properties as props
-from serialake.core.actions import Action, CommitInfo, now_ms
+from serialake.core.actions import Action, AddFile, CommitInfo, now_ms
 from serialake.core.checkpoint import read_checkpoint, write_checkpoint_table
 from serialake.core.logfiles import (
     LOG_DIR,
@@ -28,7 +28,7 @@ from serialake.core.logfiles import (
     list_log,
     version_of,
 )
-from serialake.core.snapshot import Snapshot, TableState, commit_timestamp, parse_commit
+from serialake.core.snapshot import Snapshot, TableState, commit_timestamp, parse_commit, parse_commit_items
 from serialake.exceptions import (
     CorruptLogError,
     DeltaIllegalArgumentException,
@@ -44,20 +44,56 @@ if TYPE_CHECKING:
 log = logging.getLogger("serialake")
 
 
-@dataclass(frozen=True)
 class CommitEntry:
-    """One commit as read from the log: its actions and timestamp."""
+    """One commit as read from the log: its actions and timestamp.
 
-    version: int
-    actions: tuple[Action, ...]
-    timestamp: int
+    Read from the log, a commit keeps its adds as their checked JSON objects until its
+    ``actions`` are first asked for: a conflict check against a winning commit reads the
+    paths, partition values and flags it needs from ``items`` and builds an ``AddFile`` only
+    for a file a rule looks at closely, so validating against many winners builds no object
+    per file.
+    """
+
+    __slots__ = ("_actions", "_items", "timestamp", "version")
+
+    def __init__(self, version: int, items: Sequence[Any], timestamp: int) -> None:
+        self.version = version
+        self.timestamp = timestamp
+        self._items: tuple[Any, ...] | None = tuple(items)
+        self._actions: tuple[Action, ...] | None = None
+        if not any(type(x) is dict for x in self._items):
+            self._actions, self._items = self._items, None
+
+    @property
+    def actions(self) -> tuple[Action, ...]:
+        """Every action, as objects (built on first use, then kept)."""
+        actions = self._actions
+        if actions is None:
+            with _BUILD_LOCK:
+                if self._actions is None:
+                    items = self._items or ()
+                    self._actions = tuple(AddFile._from_obj(x) if type(x) is dict else x for x in items)
+                    self._items = None
+                actions = self._actions
+        return actions
+
+    @property
+    def items(self) -> tuple[Any, ...]:
+        """The actions, adds as their checked JSON objects (dicts) while ``actions`` is not built."""
+        items = self._items
+        if items is None:
+            return self.actions
+        return items
 
     @property
     def commit_info(self) -> CommitInfo | None:
-        for a in self.actions:
-            if isinstance(a, CommitInfo):
+        for a in self.items:
+            if type(a) is CommitInfo:
                 return a
         return None
+
+
+_BUILD_LOCK = threading.Lock()
 
 
 class DeltaLog:
@@ -120,12 +156,12 @@ class DeltaLog:
             return entry
         path = self.commit_path(version)
         data = self._read_with_retry(path)
-        actions = parse_commit(data, self.table_path, version)
+        items = parse_commit_items(data, self.table_path, version)
         try:
             mtime = int(os.stat(path).st_mtime * 1000)
         except OSError:
             mtime = 0
-        entry = CommitEntry(version, tuple(actions), commit_timestamp(actions, mtime))
+        entry = CommitEntry(version, items, commit_timestamp(items, mtime))
         self._remember(entry)
         return entry
 
@@ -144,7 +180,7 @@ class DeltaLog:
 
     def remember_commit(self, version: int, actions: list[Action]) -> None:
         """Cache a commit this process just wrote, so refreshing does not read it back."""
-        self._remember(CommitEntry(version, tuple(actions), commit_timestamp(actions, now_ms())))
+        self._remember(CommitEntry(version, actions, commit_timestamp(actions, now_ms())))
 
     def _remember(self, entry: CommitEntry) -> None:
         with self._commits_lock:
@@ -199,7 +235,7 @@ class DeltaLog:
                 f"Table {self.table_path}: commit version {version} disappeared while loading"
             ) from None
         actions = parse_commit(data, self.table_path, version)
-        entry = CommitEntry(version, tuple(actions), commit_timestamp(actions, mtime))
+        entry = CommitEntry(version, actions, commit_timestamp(actions, mtime))
         self._remember(entry)
         return entry
 

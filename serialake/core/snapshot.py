@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import os
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,7 +43,16 @@ def parse_commit(data: bytes, table: str, version: int) -> list[Action]:
     ``CorruptLogError`` names the version and line of a file that is not JSON lines;
     ``InvalidTableError`` the version, line and field of an action the protocol forbids.
     """
-    out: list[Action] = []
+    return [AddFile._from_obj(x) if type(x) is dict else x for x in parse_commit_items(data, table, version)]
+
+
+def parse_commit_items(data: bytes, table: str, version: int) -> list[Any]:
+    """``parse_commit``, with each add left as its checked JSON object (a dict) and no ``AddFile`` built.
+
+    Conflict checks read a winner's adds from these (``log.CommitEntry``); the objects are
+    built only when someone asks for the commit's actions.
+    """
+    out: list[Any] = []
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
@@ -60,7 +69,7 @@ def parse_commit(data: bytes, table: str, version: int) -> list[Action]:
                 check = checks.get(key)
                 if check is not None and body is not None:
                     check(body)
-                    out.append(classes[key]._from_obj(body))
+                    out.append(body if key == "add" else classes[key]._from_obj(body))
                     break
         return out
     except InvalidActionError as e:
@@ -466,10 +475,10 @@ class Snapshot:
         return f"Snapshot({self.table_path!r}, version={self.version}, files={self.num_files})"
 
 
-def commit_timestamp(actions: list[Action], file_mtime: int) -> int:
+def commit_timestamp(actions: Sequence[Any], file_mtime: int) -> int:
     """In-commit timestamp if the commit has one, else the commit file's modification time."""
     for a in actions:
-        if isinstance(a, CommitInfo):
+        if type(a) is CommitInfo:
             ict = a.values.get("inCommitTimestamp")
             if ict is not None:
                 return int(ict)

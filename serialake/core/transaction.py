@@ -505,7 +505,7 @@ class OptimisticTransaction:
                 rebase_dvs=[],
             )
             try:
-                check_winner(view, WinnerSummary.of(entry.version, entry.actions))
+                check_winner(view, WinnerSummary.of(entry.version, entry.items))
             finally:
                 discard_rebase_dvs(view)  # a view is only checked: its rebased actions are never committed
 
@@ -595,7 +595,7 @@ class OptimisticTransaction:
                 log_read = False
             for entry in winners:
                 self._check_winner_is_valid(entry)
-                summary = WinnerSummary.of(entry.version, entry.actions)
+                summary = WinnerSummary.of(entry.version, entry.items)
                 if summary.txn_id == info.txn_id:
                     self.committed_actions = list(entry.actions)
                     return CommitResult(entry.version, attempts, checked, time.monotonic() - started)
@@ -672,15 +672,22 @@ class OptimisticTransaction:
         from serialake.core.snapshot import _invalid
         from serialake.core.validate import InvalidActionError, check_partition_values
 
-        meta = next((a for a in entry.actions if isinstance(a, Metadata)), None) or self.metadata
+        items = entry.items
+        meta = next((a for a in items if type(a) is Metadata), None) or self.metadata
         if meta is None or not meta.partition_columns:
             return
-        for a in entry.actions:
-            if isinstance(a, AddFile) and a.partition_values:
+        for a in items:
+            if type(a) is dict:
+                path, values = a["path"], a["partitionValues"]
+            elif type(a) is AddFile:
+                path, values = a.path, a.partition_values
+            else:
+                continue
+            if values:
                 try:
-                    check_partition_values(meta, a.partition_values.items())
+                    check_partition_values(meta, values.items())
                 except InvalidActionError as e:
-                    e.data_file = a.path
+                    e.data_file = path
                     raise _invalid(e, self.table_path, entry.version) from None
 
     # -- context manager: ``with log.start_transaction() as txn`` --------------------

@@ -408,3 +408,50 @@ def test_no_conflict_retries_over_many_winners(make_table):
         log.start_transaction().commit([add_file(2)])
     assert t.commit([add_file(1)]) == 31
     assert t.committed.winners_checked == 30
+
+
+# -- winners read lean ------------------------------------------------------------
+def _count_add_builds(monkeypatch) -> list[int]:
+    from serialake.core.actions import AddFile
+
+    built = [0]
+    original = AddFile._from_obj.__func__
+
+    def counting(cls, obj):
+        if cls is AddFile:
+            built[0] += 1
+        return original(cls, obj)
+
+    monkeypatch.setattr(AddFile, "_from_obj", classmethod(counting))
+    return built
+
+
+def test_checking_winners_builds_no_object_per_file(make_table, monkeypatch):
+    from serialake.core import DeltaLog
+
+    log = make_table(level="Serializable")
+    loser = log.start_transaction()
+    loser.filter_files(["p = 7"])
+    writer = DeltaLog(log.table_path)  # another process's view: the loser reads these commits from disk
+    for c in range(5):
+        writer.start_transaction().commit([add_file(c % 3) for _ in range(40)])
+    built = _count_add_builds(monkeypatch)
+    assert loser.commit([add_file(7)]) == 6 and loser.committed.winners_checked == 5
+    assert built[0] == 0  # 200 adds in other partitions: read as their JSON, none built
+
+
+def test_a_winner_add_a_rule_looks_at_is_built_alone_and_named(make_table, monkeypatch):
+    from serialake.core import DeltaLog
+
+    # Row-level resolution (deletion vectors on, unpartitioned): each add's stats are checked.
+    log = make_table(partitioned=False, level="Serializable", props={"delta.enableDeletionVectors": "true"})
+    loser = log.start_transaction()
+    loser.filter_files(["x > 100"])
+    writer = DeltaLog(log.table_path)
+    hit = add_file(None, min={"x": 150}, max={"x": 160}, name="hit.parquet")
+    writer.start_transaction().commit([add_file(None, min={"x": 1}, max={"x": 5}) for _ in range(30)] + [hit])
+    built = _count_add_builds(monkeypatch)
+    with pytest.raises(ConcurrentAppendException) as e:
+        loser.commit([add_file(None)])
+    assert e.value.file == "hit.parquet"
+    assert built[0] == 31  # each add the read may cover, built to read its stats; none twice

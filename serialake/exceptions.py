@@ -24,6 +24,7 @@ __all__ = [
     "DeltaIllegalArgumentException",
     "DeltaProtocolError",
     "DeltaTableNotFoundError",
+    "CheckpointError",
     "CorruptLogError",
     "FileAlreadyExistsError",
     "InvalidTableError",
@@ -74,6 +75,11 @@ class SchemaMismatchError(DeltaAnalysisException):
 
 class CorruptLogError(DeltaError, IOError):
     """A log file cannot be parsed or the log has gaps."""
+
+
+class CheckpointError(DeltaError):
+    """A background checkpoint failed (logged and kept in ``DeltaLog.last_checkpoint_error``, never
+    raised into a commit): the table is intact, readers replay the commits instead."""
 
 
 class StagingMismatchError(DeltaError, IOError):

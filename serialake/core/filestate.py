@@ -124,6 +124,10 @@ class FileState:
                     self._masks = [pc.invert(pc.is_in(b.key_array, value_set=hidden)) for b in self.blocks]
             return self._masks
 
+    def rows_held(self) -> int:
+        """Checkpoint rows plus later adds: at least ``count()``, and known without any work."""
+        return sum(block.n for block in self.blocks) + len(self.extra)
+
     def count(self) -> int:
         """How many files are live (no object is built)."""
         if self._count is None:

@@ -30,12 +30,13 @@ from serialake.core.logfiles import (
 )
 from serialake.core.snapshot import Snapshot, TableState, commit_timestamp, parse_commit, parse_commit_items
 from serialake.exceptions import (
+    CheckpointError,
     CorruptLogError,
     DeltaIllegalArgumentException,
     DeltaTableNotFoundError,
     StorageWriteError,
 )
-from serialake.storage import LogStore, normalize_table_path, store_for
+from serialake.storage import LocalLogStore, LogStore, normalize_table_path, store_for
 from serialake.storage.base import errno_text, os_error_advice
 
 if TYPE_CHECKING:
@@ -102,6 +103,12 @@ class DeltaLog:
     _instances: dict[tuple[str, int], DeltaLog] = {}
     _instances_lock = threading.Lock()
     _COMMIT_CACHE = 512
+    #: Background checkpoints of tables with at least this many live files run in a child
+    #: process (``core/checkpoint_worker.py``): building and encoding them here would hold
+    #: the interpreter lock in slices, each delaying this process's commits by up to the
+    #: lock's 5 ms switch interval. ``SERIALAKE_CHECKPOINT_PROCESS`` = ``always`` / ``never``
+    #: overrides (``auto`` by default); only tables on the default local store qualify.
+    CHILD_CHECKPOINT_FILES = 100_000
 
     def __init__(self, table_path: str, store: LogStore | None = None) -> None:
         self.table_path = normalize_table_path(table_path)
@@ -407,10 +414,54 @@ class DeltaLog:
             cached = self._snapshot
             if cached is not None and cached.version <= version and (base is None or cached.version > base.version):
                 base = cached
-            self.checkpoint(version, base=base)
+            if self._checkpoint_in_child(base):
+                self.checkpoint_in_child(version)
+            else:
+                self.checkpoint(version, base=base)
         except BaseException as e:  # noqa: BLE001 - a checkpoint must never fail a commit
             self.last_checkpoint_error = e
             log.warning("checkpoint of %s at version %d failed: %s", self.table_path, version, e)
+
+    def _checkpoint_in_child(self, base: Snapshot | None) -> bool:
+        """Whether a background checkpoint runs in a child process (see ``CHILD_CHECKPOINT_FILES``)."""
+        mode = os.environ.get("SERIALAKE_CHECKPOINT_PROCESS", "auto").strip().lower()
+        if mode not in ("auto", "always"):
+            return False  # "never"
+        store = self.store
+        # The child rebuilds the store from the path: only the default local store, as it is.
+        if type(store) is not LocalLogStore or store.fault_hook is not None:
+            return False
+        # Rows held, not live files: counting live files could compute the live masks here.
+        return mode == "always" or (base is not None and base.file_state.rows_held() >= self.CHILD_CHECKPOINT_FILES)
+
+    def checkpoint_in_child(self, version: int) -> dict[str, Any]:
+        """``checkpoint(version)`` run by ``python -m serialake.core.checkpoint_worker`` (local tables).
+
+        The commit path never waits for it; this thread only waits for the child. A failed
+        child raises ``CheckpointError`` with the child's error.
+        """
+        import json as _json
+        import subprocess
+        import sys
+
+        import serialake
+
+        store = self.store
+        fsync = getattr(store, "fsync", True)
+        cmd = [sys.executable, "-m", "serialake.core.checkpoint_worker", self.table_path, str(version)]
+        if not fsync:
+            cmd.append("--no-fsync")
+        env = dict(os.environ)
+        package_root = os.path.dirname(os.path.dirname(os.path.abspath(serialake.__file__)))
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
+        done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=3600, check=False)
+        if done.returncode != 0:
+            reason = (done.stderr.strip().splitlines() or [f"exit code {done.returncode}"])[-1]
+            raise CheckpointError(
+                f"Table {self.table_path}: the checkpoint of version {version} (written by a child process) "
+                f"failed: {reason}. The table is intact: readers replay the commits instead."
+            )
+        return _json.loads(done.stdout.strip().splitlines()[-1])
 
     def wait_for_checkpoints(self) -> None:
         """Block until a scheduled checkpoint finished (tests and short-lived tools)."""

@@ -112,3 +112,13 @@ def test_stores_open_files_for_column_reads(tmp_path):
         assert f.read() == b"456789"
     with pytest.raises(FileNotFoundError):
         local.open_input(str(tmp_path / "missing"))
+
+
+def test_big_files_are_written_whole_in_flushed_slices(tmp_path):
+    import os
+
+    data = os.urandom(3 * (256 << 10) + 17)  # a checkpoint-sized file: flushed a slice at a time
+    path = str(tmp_path / "_delta_log" / "00000000000000000010.checkpoint.parquet")
+    LocalLogStore().write(path, data)
+    assert open(path, "rb").read() == data
+    assert os.listdir(tmp_path / "_delta_log") == ["00000000000000000010.checkpoint.parquet"]

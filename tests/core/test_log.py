@@ -312,3 +312,34 @@ def test_unknown_outcome_is_reported_as_unknown(make_table):
     assert e.value.txn_id == txn.txn_id
     landed = DeltaLog(log.table_path).read_commit(1).commit_info.txn_id
     assert landed == txn.txn_id  # it did land: the error must not claim otherwise
+
+
+def test_big_table_checkpoints_run_in_a_child_process(make_table, monkeypatch):
+    """A child process writes the same checkpoint the committing process would."""
+    log = make_table(props={"delta.checkpointInterval": "5"})
+    for i in range(4):
+        log.start_transaction().commit([add_file(i % 3)])
+    monkeypatch.setenv("SERIALAKE_CHECKPOINT_PROCESS", "always")
+    assert log._checkpoint_in_child(log.update())
+    log.start_transaction().commit([add_file(1)])  # version 5: a checkpoint is due
+    log.wait_for_checkpoints()
+    assert log.last_checkpoint_error is None
+    names = os.listdir(log.log_path)
+    assert "00000000000000000005.checkpoint.parquet" in names
+    from_cp = DeltaLog(log.table_path).update()
+    assert from_cp.segment.checkpoint.version == 5
+    assert {f.path for f in from_cp.all_files} == {f.path for f in _replay_without_checkpoints(log).all_files}
+    monkeypatch.setenv("SERIALAKE_CHECKPOINT_PROCESS", "never")
+    assert not log._checkpoint_in_child(log.update())
+    monkeypatch.setenv("SERIALAKE_CHECKPOINT_PROCESS", "auto")
+    assert not log._checkpoint_in_child(log.update())  # small tables: in this process
+
+
+def test_a_failed_child_checkpoint_names_the_table_and_version(make_table):
+    from serialake.exceptions import CheckpointError
+
+    log = make_table()
+    with pytest.raises(CheckpointError) as e:
+        log.checkpoint_in_child(99)  # no such version
+    assert log.table_path in str(e.value) and "version 99" in str(e.value)
+    assert "checkpoint.parquet" not in " ".join(os.listdir(log.log_path))

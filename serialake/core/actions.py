@@ -103,14 +103,21 @@ class _Codec:
                 kwargs[attr] = value
         if has_extra:
             kwargs["extra"] = extra
-        # Build without the frozen __init__ (one object.__setattr__ per field is the
-        # bottleneck when replaying 100k-file logs); __post_init__ still normalises.
+        return cls._from_attrs(kwargs)
+
+    @classmethod
+    def _from_attrs(cls, attrs: dict[str, Any]) -> Any:
+        """An instance with these attribute values and the defaults for the rest.
+
+        Built without the frozen __init__ (one object.__setattr__ per field is the
+        bottleneck when replaying 100k-file logs); __post_init__ still normalises.
+        """
         plain, factories = cls.__dict__.get("_DEFAULTS") or cls._defaults()
         state = dict(plain)
         for name, factory in factories:
-            if name not in kwargs:
+            if name not in attrs:
                 state[name] = factory()
-        state.update(kwargs)
+        state.update(attrs)
         inst = object.__new__(cls)
         inst.__dict__.update(state)
         post = getattr(inst, "__post_init__", None)

@@ -222,6 +222,17 @@ def _stats_sources(table: pa.Table, mode: str) -> tuple[np.ndarray, pa.Array | N
     return use, _normalized_stats_parsed(parsed)
 
 
+def _per_file_inputs(
+    table: pa.Table, *, parsed: pa.Array | None = None, stats: pa.Array | None = None
+) -> list[tuple[dict[str, Any], Any]]:
+    """``(partition values, stats)`` per row: stats from ``parsed`` (stats_parsed) or the ``stats`` strings."""
+    pvs = _partition_dicts(table)
+    if parsed is not None:
+        return list(zip(pvs, (_naive_utc(v) for v in parsed.to_pylist())))
+    assert stats is not None
+    return list(zip(pvs, (_parsed_stats(s) for s in stats.to_pylist())))
+
+
 def _partition_dicts(table: pa.Table) -> list[dict[str, Any]]:
     if "partitionValues" not in table.column_names:
         return [{} for _ in range(table.num_rows)]
@@ -631,18 +642,16 @@ class _Ctx:
             return [inputs[i] for i in rows]
         index = pa.array(rows, type=pa.int64())
         names = [c for c in ("partitionValues",) if c in self.table.column_names]
-        pvs = _partition_dicts(self.table.select(names).take(index))
         if self.parsed is not None:
-            return list(zip(pvs, (_naive_utc(v) for v in self.parsed.take(index).to_pylist())))
-        return list(zip(pvs, (_parsed_stats(s) for s in self.stats().take(index).to_pylist())))
+            return _per_file_inputs(self.table.select(names).take(index), parsed=self.parsed.take(index))
+        return _per_file_inputs(self.table.select(names).take(index), stats=self.stats().take(index))
 
     def inputs(self) -> list[tuple[dict[str, Any], Any]]:
         if self._inputs is None:
-            pvs = _partition_dicts(self.table)
             if self.parsed is not None:
-                self._inputs = list(zip(pvs, (_naive_utc(v) for v in self.parsed.to_pylist())))
+                self._inputs = _per_file_inputs(self.table, parsed=self.parsed)
             else:
-                self._inputs = list(zip(pvs, (_parsed_stats(s) for s in self.stats().to_pylist())))
+                self._inputs = _per_file_inputs(self.table, stats=self.stats())
         return self._inputs
 
     def stats(self) -> pa.Array:

@@ -294,30 +294,7 @@ def _valid_rows(chunk: pa.StructArray) -> pa.StructArray:
 
 
 def _new_add(attrs: list[str], values: list[Any]) -> AddFile:
-    plain, factories = AddFile.__dict__.get("_DEFAULTS") or AddFile._defaults()
-    state = dict(plain)
-    for name, factory in factories:
-        state[name] = factory()
-    for attr, v in zip(attrs, values, strict=True):
-        if v is not None:
-            state[attr] = v
-    inst = object.__new__(AddFile)
-    inst.__dict__.update(state)
-    inst.__post_init__()
-    return inst
-
-
-def adds_table(files: Sequence[AddFile]) -> pa.Table:
-    """``files`` as a table with the checkpoint's add fields as columns (what ``LazyAdds.table`` holds)."""
-    allowed = set(ADD_TYPE.names)
-    rows = [{k: _to_arrow_value(v, k) for k, v in f.to_dict()["add"].items() if k in allowed} for f in files]
-    return pa.Table.from_struct_array(pa.array(rows, type=ADD_TYPE))
-
-
-def _dv_unique_id(dv: dict[str, Any]) -> str:
-    base = f"{dv.get('storageType')}{dv.get('pathOrInlineDv')}"
-    off = dv.get("offset")
-    return f"{base}@{off}" if off is not None else base
+    return AddFile._from_attrs({a: v for a, v in zip(attrs, values, strict=True) if v is not None})
 
 
 def _column_values(child: pa.Array, name: str) -> list[Any]:
@@ -341,11 +318,12 @@ def _parquet_actions(source: Any, name: str, *, sidecars: list[str] | None = Non
         present = [c for c in _ACTION_COLUMNS if c in pf.schema_arrow.names]
     except (pa.ArrowException, OSError) as e:
         raise CorruptLogError(f"Cannot read checkpoint file {name}: {e}") from e
+    nulls = _plain_leaf_nulls(pf)
     for col in present:
         if col == "add":
-            yield from _add_blocks(pf, name)  # type: ignore[misc]
+            yield from _add_blocks(pf, name, nulls)  # type: ignore[misc]
             continue
-        if _all_null(pf, col):
+        if _all_null(nulls, col):
             continue  # no such action in this file (its statistics say so): nothing to decode
         try:
             arr = pf.read(columns=[col]).column(0)
@@ -376,14 +354,14 @@ ADD_BLOCK_ROWS = 1 << 17
 _REQUIRED_ADD_FIELDS = ("path", "partitionValues", "size", "modificationTime", "dataChange")
 
 
-def _add_blocks(pf: pq.ParquetFile, name: str) -> Iterator[LazyAdds]:
+def _add_blocks(pf: pq.ParquetFile, name: str, nulls: dict[tuple[str, ...], bool]) -> Iterator[LazyAdds]:
     """The add rows of a checkpoint file as ``LazyAdds`` blocks of up to ``ADD_BLOCK_ROWS`` rows.
 
     Optional fields the file's statistics show to be null in every row (row ids, tags, DVs,
     ... on most tables) are not read at all.
     """
     try:
-        fields = _add_fields(pf)
+        fields = _add_fields(pf, nulls)
         batches = pf.iter_batches(batch_size=ADD_BLOCK_ROWS, columns=[f"add.{f}" for f in fields])
         for batch in batches:
             arr = batch.column(0)
@@ -393,7 +371,7 @@ def _add_blocks(pf: pq.ParquetFile, name: str) -> Iterator[LazyAdds]:
         raise CorruptLogError(f"Cannot read checkpoint file {name}: {e}") from e
 
 
-def _add_fields(pf: pq.ParquetFile) -> list[str]:
+def _add_fields(pf: pq.ParquetFile, nulls: dict[tuple[str, ...], bool]) -> list[str]:
     """The fields of ``add`` in the file, less optional plain ones null in every row by the file's statistics.
 
     Only fields of one plain value (row ids, stats, ...): the statistics of a map or struct
@@ -404,7 +382,7 @@ def _add_fields(pf: pq.ParquetFile) -> list[str]:
     names = [add_type.field(i).name for i in range(add_type.num_fields)]
     kept = [
         n for n in names
-        if n in _REQUIRED_ADD_FIELDS or _is_nested(add_type.field(n).type) or not _all_null(pf, "add", n)
+        if n in _REQUIRED_ADD_FIELDS or _is_nested(add_type.field(n).type) or not _all_null(nulls, "add", n)
     ]
     return kept if kept else names[:1]
 
@@ -413,28 +391,36 @@ def _is_nested(t: pa.DataType) -> bool:
     return bool(pa.types.is_struct(t) or pa.types.is_map(t) or pa.types.is_list(t) or pa.types.is_large_list(t))
 
 
-def _all_null(pf: pq.ParquetFile, *path: str) -> bool:
-    """Whether every plain leaf column under ``path`` is null in every row, by the file's statistics.
+def _plain_leaf_nulls(pf: pq.ParquetFile) -> dict[tuple[str, ...], bool]:
+    """Per plain leaf column (its path), whether the file's statistics show it null in every row.
 
-    Leaves inside a map or list are not looked at (their statistics count an empty map as
-    null): every action the protocol allows has a plain field that is never null (a path,
-    an id, a version), so an action column whose plain leaves are all null holds no action.
-    False when a row group lacks the statistics to say so.
+    Leaves inside a map or list are left out (their statistics count an empty map as null).
+    A leaf some row group has no null count for is not all null.
     """
     md = pf.metadata
     schema = pf.schema
-    found = False
+    out: dict[tuple[str, ...], bool] = {}
     for g in range(md.num_row_groups):
         rg = md.row_group(g)
         for i in range(rg.num_columns):
-            c = rg.column(i)
-            if tuple(c.path_in_schema.split(".")[: len(path)]) != path or schema.column(i).max_repetition_level:
+            if schema.column(i).max_repetition_level:
                 continue
-            found = True
+            c = rg.column(i)
             st = c.statistics
-            if st is None or not st.has_null_count or not st.null_count == c.num_values == rg.num_rows:
-                return False
-    return found
+            null = st is not None and st.has_null_count and st.null_count == c.num_values == rg.num_rows
+            key = tuple(c.path_in_schema.split("."))
+            out[key] = out.get(key, True) and bool(null)
+    return out
+
+
+def _all_null(nulls: dict[tuple[str, ...], bool], *path: str) -> bool:
+    """Whether every plain leaf under ``path`` is null in every row (``_plain_leaf_nulls``).
+
+    Every action the protocol allows has a plain field that is never null (a path, an id, a
+    version), so an action column whose plain leaves are all null holds no action.
+    """
+    under = [null for leaf, null in nulls.items() if leaf[: len(path)] == path]
+    return bool(under) and all(under)
 
 
 def _valid_column(column: pa.ChunkedArray) -> pa.ChunkedArray:

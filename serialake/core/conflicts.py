@@ -424,13 +424,11 @@ def _check_app_ids(info: TransactionInfo, w: WinnerSummary) -> None:
             )
 
 
-def append_candidates(info: TransactionInfo, w: WinnerSummary) -> list[AddFile]:
-    """The winner's adds that count as new rows for this transaction's isolation level."""
-    return [w.add_at(i) for i, _, _ in _append_rows(info, w)]
-
-
 def _append_rows(info: TransactionInfo, w: WinnerSummary) -> list[tuple[int, str, dict[str, str | None] | None]]:
-    """``append_candidates`` as ``(index, path, partition values)``, no object built."""
+    """The winner's adds that count as new rows for this transaction's isolation level.
+
+    As ``(index, path, partition values)``: no object is built (``w.add_at(index)`` does).
+    """
     level = info.isolation_level
     if level == props.SNAPSHOT_ISOLATION:
         return []

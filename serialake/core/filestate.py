@@ -12,9 +12,9 @@ loading such a table, and most operations never look at most files. So a ``FileS
 - ``tombstones``: removes, as ``RemoveFile`` objects.
 
 A block row is live when its key is not hidden (one vectorized ``is_in`` per block when
-something was hidden). ``segments()`` gives the live files as Arrow tables, to be filtered
-with vectorized predicates (``arrow_skipping``); an ``AddFile`` is built only for the rows
-a caller selects, or for all of them when a caller asks for ``files()``.
+something was hidden). ``select`` filters the live files with vectorized predicates
+(``arrow_skipping``); an ``AddFile`` is built only for the rows a caller selects, or for
+all of them when a caller asks for ``files()``.
 
 A state is mutable while a log is replayed into it and must not change once a snapshot
 publishes it; ``copy()`` shares the blocks and copies only what commits changed.
@@ -162,13 +162,8 @@ class FileState:
         """The live files by key ``(path, dv_id)``."""
         return {(f.path, f.dv_id): f for f in self.files()}
 
-    def segments(self) -> list[Segment]:
-        """The live files as Arrow tables, each with a builder of ``AddFile`` by row position."""
-        extra = self._extra_segment()
-        return self.block_segments() + ([extra] if extra is not None else [])
-
     def block_segments(self) -> list[Segment]:
-        """``segments()`` of the checkpoint's rows only (no conversion of later commits' adds)."""
+        """The checkpoint's live rows as Arrow tables, each with a builder of ``AddFile`` by row position."""
         out: list[Segment] = []
         for block, mask in zip(self.blocks, self._block_masks(), strict=True):
             if mask is None:
@@ -180,11 +175,11 @@ class FileState:
     def _extra_segment(self) -> Segment | None:
         if not self.extra:
             return None
-        from serialake.core.checkpoint import adds_table
+        from serialake.core.arrow_skipping import files_table
 
         extra = list(self.extra.values())
         if self._arrow_extra is None:
-            self._arrow_extra = adds_table(extra)
+            self._arrow_extra = files_table(extra)
         return (self._arrow_extra, lambda rows: [extra[i] for i in rows])
 
     def select(
@@ -263,11 +258,7 @@ _PER_FILE_LIMIT = 2000
 
 def _true_rows(mask: Any) -> list[int]:
     """Positions where a boolean mask (Arrow or NumPy) is true."""
-    if isinstance(mask, (pa.Array, pa.ChunkedArray)):
-        return pc.indices_nonzero(mask).to_pylist()
-    import numpy as np
-
-    return np.flatnonzero(np.asarray(mask)).tolist()
+    return np.flatnonzero(_np_bool(mask)).tolist()
 
 
 def _np_bool(mask: Any) -> np.ndarray:

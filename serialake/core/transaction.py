@@ -594,8 +594,8 @@ class OptimisticTransaction:
                 winners = []  # a failed read of the log: back off and try again
                 log_read = False
             for entry in winners:
-                self._check_winner_is_valid(entry)
                 summary = WinnerSummary.of(entry.version, entry.items)
+                self._check_winner_is_valid(summary)
                 if summary.txn_id == info.txn_id:
                     self.committed_actions = list(entry.actions)
                     return CommitResult(entry.version, attempts, checked, time.monotonic() - started)
@@ -664,7 +664,7 @@ class OptimisticTransaction:
             version=version,
         )
 
-    def _check_winner_is_valid(self, entry: Any) -> None:
+    def _check_winner_is_valid(self, winner: WinnerSummary) -> None:
         """A winner's partition values parse as their columns' types (the rest was checked when it was parsed).
 
         Nothing is committed on top of a commit no Delta reader may accept.
@@ -672,23 +672,16 @@ class OptimisticTransaction:
         from serialake.core.snapshot import _invalid
         from serialake.core.validate import InvalidActionError, check_partition_values
 
-        items = entry.items
-        meta = next((a for a in items if type(a) is Metadata), None) or self.metadata
+        meta = winner.metadata or self.metadata
         if meta is None or not meta.partition_columns:
             return
-        for a in items:
-            if type(a) is dict:
-                path, values = a["path"], a["partitionValues"]
-            elif type(a) is AddFile:
-                path, values = a.path, a.partition_values
-            else:
-                continue
+        for _, path, values, _ in winner.add_fields():
             if values:
                 try:
                     check_partition_values(meta, values.items())
                 except InvalidActionError as e:
                     e.data_file = path
-                    raise _invalid(e, self.table_path, entry.version) from None
+                    raise _invalid(e, self.table_path, winner.version) from None
 
     # -- context manager: ``with log.start_transaction() as txn`` --------------------
     def __enter__(self) -> OptimisticTransaction:

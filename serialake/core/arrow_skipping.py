@@ -63,7 +63,8 @@ import pyarrow.json as pa_json
 
 from serialake.core import skipping as S
 from serialake.core.actions import AddFile
-from serialake.core.checkpoint import CHECKPOINT_SCHEMA, release_memory
+from serialake.core.arrow_memory import log_pool, release_memory
+from serialake.core.checkpoint import CHECKPOINT_SCHEMA
 from serialake.core.expressions import (
     And,
     Column,
@@ -568,13 +569,15 @@ def _maybe_empty(stats: pa.Array) -> np.ndarray:
 
 
 def _read_lines(strings: pa.Array, schema: pa.Schema) -> pa.Table:
-    joined = pc.binary_join_element_wise(strings, "", "\n")
+    pool = log_pool()
+    joined = pc.binary_join_element_wise(strings, "", "\n", memory_pool=pool)
     offsets = np.frombuffer(joined.buffers()[1], dtype=np.int32, count=len(joined) + 1, offset=joined.offset * 4)
     data = joined.buffers()[2].slice(int(offsets[0]), int(offsets[-1] - offsets[0]))
     return pa_json.read_json(
         pa.BufferReader(data),
         read_options=pa_json.ReadOptions(block_size=1 << 20),
         parse_options=pa_json.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore"),
+        memory_pool=pool,
     )
 
 
@@ -605,6 +608,10 @@ def _read_json(strings: pa.Array, schema: pa.Schema) -> tuple[pa.Table, np.ndarr
     table = pa.concat_tables(pieces) if pieces else schema.empty_table()
     return table, failed
 
+
+#: Blocks of at least this many rows give freed temporaries back once their partition
+#: codes are computed (``release_memory``): smaller ones are not worth the call.
+_RELEASE_ROWS = 1 << 16
 
 #: Stats strings parsed per ``pyarrow.json`` call.
 _JSON_ROWS = 1 << 17
@@ -704,6 +711,8 @@ class _Ctx:
         codes = np.asarray(enc.indices.fill_null(len(values) - 1).to_numpy(zero_copy_only=False), dtype=np.int64)
         got = (codes, values)
         self.parts[col.name] = got
+        if n >= _RELEASE_ROWS:
+            release_memory()  # a few MB of temporaries per block, kept by the allocators unless asked
         if self.cache is not None:
             self.cache.put(key, (codes, values, doubled if doubled.any() else None))
         return got

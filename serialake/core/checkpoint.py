@@ -20,6 +20,7 @@ from serialake.core.actions import (
     AddFile,
     action_from_dict,
 )
+from serialake.core.arrow_memory import log_pool, release_memory
 from serialake.core.logfiles import LAST_CHECKPOINT, LOG_DIR, CheckpointRef, checkpoint_name
 from serialake.core.validate import (
     InvalidActionError,
@@ -309,42 +310,39 @@ def _column_values(child: pa.Array, name: str) -> list[Any]:
 def _parquet_actions(source: Any, name: str, *, sidecars: list[str] | None = None) -> Iterator[Action]:
     """The actions of a checkpoint Parquet file (``source``: a seekable binary file).
 
-    Only the action columns are read, one at a time: each is as long as the file, most of it
-    other actions' nulls. With ``sidecars``, the paths of a v2 checkpoint's sidecars are
-    appended to it.
+    Only the action columns are read, one at a time and ``ADD_BLOCK_ROWS`` rows at a time:
+    each is as long as the file, most of it other actions' nulls. Arrow allocates what it
+    decodes from the log pool (``arrow_memory``). With ``sidecars``, the paths of a v2
+    checkpoint's sidecars are appended to it.
     """
     try:
         pf = pq.ParquetFile(source, pre_buffer=False, buffer_size=1 << 20)  # page by page
         present = [c for c in _ACTION_COLUMNS if c in pf.schema_arrow.names]
+        reader = pq.ParquetReader(memory_pool=log_pool())
+        reader.open(source, metadata=pf.metadata, pre_buffer=False, buffer_size=1 << 20)
     except (pa.ArrowException, OSError) as e:
         raise CorruptLogError(f"Cannot read checkpoint file {name}: {e}") from e
     nulls = _plain_leaf_nulls(pf)
     for col in present:
         if col == "add":
-            yield from _add_blocks(pf, name, nulls)  # type: ignore[misc]
+            yield from _add_blocks(pf, reader, name, nulls)  # type: ignore[misc]
             continue
         if _all_null(nulls, col):
             continue  # no such action in this file (its statistics say so): nothing to decode
-        try:
-            arr = pf.read(columns=[col]).column(0)
-        except (pa.ArrowException, OSError) as e:
-            raise CorruptLogError(f"Cannot read checkpoint file {name}: {e}") from e
-        for value in _valid_column(arr).to_pylist():
-            if value is None:
-                continue
-            body = _from_arrow_value(value)
-            if not body:
-                continue  # a struct with every field null: no action
-            check_action({col: body})
-            action = action_from_dict({col: body})
-            if action is not None:
-                yield action
+        for arr in _batches(pf, reader, name, col, None):
+            for value in _valid_column(arr).to_pylist():
+                if value is None:
+                    continue
+                body = _from_arrow_value(value)
+                if not body:
+                    continue  # a struct with every field null: no action
+                check_action({col: body})
+                action = action_from_dict({col: body})
+                if action is not None:
+                    yield action
     if sidecars is not None and "sidecar" in pf.schema_arrow.names:
-        try:
-            values = pf.read(columns=["sidecar"]).column("sidecar").to_pylist()
-        except (pa.ArrowException, OSError) as e:
-            raise CorruptLogError(f"Cannot read checkpoint file {name}: {e}") from e
-        sidecars.extend(v["path"] for v in values if v)
+        for arr in _batches(pf, reader, name, "sidecar", None):
+            sidecars.extend(v["path"] for v in _valid_column(arr).to_pylist() if v)
 
 
 #: Add rows per ``LazyAdds`` block: a big checkpoint is decoded a slice at a time (a bounded
@@ -354,21 +352,35 @@ ADD_BLOCK_ROWS = 1 << 17
 _REQUIRED_ADD_FIELDS = ("path", "partitionValues", "size", "modificationTime", "dataChange")
 
 
-def _add_blocks(pf: pq.ParquetFile, name: str, nulls: dict[tuple[str, ...], bool]) -> Iterator[LazyAdds]:
+def _batches(
+    pf: pq.ParquetFile, reader: Any, name: str, column: str, fields: set[str] | None
+) -> Iterator[pa.Array]:
+    """Column ``column`` of the file (only its ``fields`` when given), ``ADD_BLOCK_ROWS`` rows at a time."""
+    schema = pf.schema
+    leaves = []
+    for i in range(len(schema)):
+        parts = schema.column(i).path.split(".", 2)
+        if parts[0] == column and (fields is None or (len(parts) > 1 and parts[1] in fields)):
+            leaves.append(i)
+    try:
+        batches = reader.iter_batches(
+            ADD_BLOCK_ROWS, row_groups=range(pf.metadata.num_row_groups), column_indices=leaves, use_threads=True
+        )
+        for batch in batches:
+            yield batch.column(0)
+    except (pa.ArrowException, OSError) as e:
+        raise CorruptLogError(f"Cannot read checkpoint file {name}: {e}") from e
+
+
+def _add_blocks(pf: pq.ParquetFile, reader: Any, name: str, nulls: dict[tuple[str, ...], bool]) -> Iterator[LazyAdds]:
     """The add rows of a checkpoint file as ``LazyAdds`` blocks of up to ``ADD_BLOCK_ROWS`` rows.
 
     Optional fields the file's statistics show to be null in every row (row ids, tags, DVs,
     ... on most tables) are not read at all.
     """
-    try:
-        fields = _add_fields(pf, nulls)
-        batches = pf.iter_batches(batch_size=ADD_BLOCK_ROWS, columns=[f"add.{f}" for f in fields])
-        for batch in batches:
-            arr = batch.column(0)
-            if arr.null_count < len(arr):
-                yield LazyAdds(arr)
-    except (pa.ArrowException, OSError) as e:
-        raise CorruptLogError(f"Cannot read checkpoint file {name}: {e}") from e
+    for arr in _batches(pf, reader, name, "add", set(_add_fields(pf, nulls))):
+        if arr.null_count < len(arr):
+            yield LazyAdds(arr)
 
 
 def _add_fields(pf: pq.ParquetFile, nulls: dict[tuple[str, ...], bool]) -> list[str]:
@@ -483,12 +495,3 @@ def read_checkpoint(store: LogStore, log_path: str, ref: CheckpointRef) -> list[
         ) from None
     release_memory()
     return out
-
-
-def release_memory() -> None:
-    """Give memory Arrow's allocator kept from freed buffers back to the system.
-
-    Decoding a big checkpoint or parsing every file's stats frees much more than it keeps;
-    the allocator holds on to the freed pages unless asked (a millisecond or two).
-    """
-    pa.default_memory_pool().release_unused()

@@ -122,3 +122,34 @@ def test_big_files_are_written_whole_in_flushed_slices(tmp_path):
     LocalLogStore().write(path, data)
     assert open(path, "rb").read() == data
     assert os.listdir(tmp_path / "_delta_log") == ["00000000000000000010.checkpoint.parquet"]
+
+
+def test_checkpoint_rows_are_allocated_from_the_log_pool(make_table):
+    """The rows a snapshot keeps come from the log pool (jemalloc or the system allocator), not
+    pyarrow's default one, which kept most of what a big decode freed (``arrow_memory``)."""
+    import pyarrow as pa
+
+    from serialake.core.arrow_memory import log_pool
+
+    log = _big_table(make_table, n=2000)
+    pool = log_pool()
+    before = pool.bytes_allocated()
+    snap = DeltaLog(log.table_path).update()
+    held = sum(b.table.nbytes for b in snap.file_state.blocks)
+    assert held > 0
+    if pool is not pa.default_memory_pool():
+        assert pool.bytes_allocated() - before >= 0.9 * held  # (nbytes counts shared parts twice)
+    assert len(snap.all_files) == 2000
+
+
+def test_a_process_that_chose_its_arrow_pool_keeps_it():
+    import subprocess
+    import sys
+
+    code = (
+        "import pyarrow as pa; from serialake.core.arrow_memory import log_pool; "
+        "print(log_pool().backend_name, pa.default_memory_pool().backend_name)"
+    )
+    env = {**__import__("os").environ, "ARROW_DEFAULT_MEMORY_POOL": "system"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["system", "system"]

@@ -343,3 +343,25 @@ def test_a_failed_child_checkpoint_names_the_table_and_version(make_table):
         log.checkpoint_in_child(99)  # no such version
     assert log.table_path in str(e.value) and "version 99" in str(e.value)
     assert "checkpoint.parquet" not in " ".join(os.listdir(log.log_path))
+
+
+@pytest.mark.skipif(not hasattr(os, "SCHED_IDLE"), reason="Linux scheduling classes")
+def test_a_checkpoint_child_runs_at_idle_priority_off_the_committers_cpu():
+    """The child is made idle-class (and kept off this process's CPU where there are two or
+    more) by the parent, before its interpreter runs any of its own code."""
+    import subprocess
+    import sys
+
+    from serialake.core.log import _quiet_child
+
+    child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    try:
+        _quiet_child(child.pid)
+        assert os.sched_getscheduler(child.pid) == os.SCHED_IDLE
+        cpus = os.sched_getaffinity(0)
+        child_cpus = os.sched_getaffinity(child.pid)
+        assert child_cpus <= cpus
+        if len(cpus) >= 2:
+            assert len(child_cpus) == len(cpus) - 1
+    finally:
+        child.communicate(b"")

@@ -22,9 +22,11 @@ __version__ = "0.1.0"
 
 _LAZY: dict[str, tuple[str, str | None]] = {
     "spark_session": ("serialake.spark.session", "spark_session"),
+    "configure": ("serialake.spark.dropin", "configure"),
     "write": ("serialake.spark.write", "write"),
     "read": ("serialake.spark.read", "read"),
     "DeltaTable": ("serialake.spark.table", "DeltaTable"),
+    "IdentityGenerator": ("serialake.spark.table", "IdentityGenerator"),
     "sql": ("serialake.sql", None),  # the callable module: serialake.sql(...) and serialake.sql.register
     "register": ("serialake.sql", "register"),
     "snapshot": ("serialake.sql.snapshot", "snapshot"),

@@ -33,14 +33,18 @@ def spark_session(app_name: str = "serialake", *, master: str | None = None, **c
 
     ``conf`` keys are Spark settings (pass dotted keys as ``**{"spark.x": "y"}``). When a
     session is already active it is reused and only runtime-settable ``conf`` is applied.
-    Executors run this Python (``spark.pyspark.python``) unless ``conf`` or ``PYSPARK_PYTHON``
-    names another: on a standalone cluster their Python must match the driver's.
+    The session is configured for delta-spark's idioms (``serialake.configure``:
+    ``format("delta")``, ``spark.sql``, tables by name). Executors run this Python
+    (``spark.pyspark.python``) unless ``conf`` or ``PYSPARK_PYTHON`` names another: on a
+    standalone cluster their Python must match the driver's.
     """
+    from serialake.spark.dropin import configure
+
     active = SparkSession.getActiveSession()
     if active is not None:
         for key, value in conf.items():
             active.conf.set(key, str(value))
-        return active
+        return configure(active)
     builder = SparkSession.builder.appName(app_name).master(master or DEFAULT_MASTER)
     defaults = dict(DEFAULT_CONF)
     if not os.environ.get("PYSPARK_PYTHON"):
@@ -50,7 +54,7 @@ def spark_session(app_name: str = "serialake", *, master: str | None = None, **c
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     _silence_task_failure_logs(spark)
-    return spark
+    return configure(spark)
 
 
 # Loggers that print a failed task's stack trace before the driver re-raises it as an exception.

@@ -17,7 +17,7 @@ from typing import Any
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import types as T
 
-from serialake.core import DeltaLog, features
+from serialake.core import DeltaLog, catalog, features
 from serialake.core import properties as props
 from serialake.core.actions import FileAction, Metadata, Protocol, now_ms
 from serialake.core.deletion_vectors import dv_referenced_files
@@ -33,7 +33,7 @@ from serialake.exceptions import (
 from serialake.spark import dml, io, scans
 from serialake.spark.write import add_schema_features
 
-__all__ = ["DeltaTable", "DeltaTableBuilder"]
+__all__ = ["DeltaTable", "DeltaTableBuilder", "IdentityGenerator"]
 
 RETENTION_CHECK_CONF = "spark.databricks.delta.retentionDurationCheck.enabled"
 _PROTOCOL_KEYS = {props.MIN_READER_VERSION.lower(), props.MIN_WRITER_VERSION.lower()}
@@ -98,11 +98,33 @@ class DeltaTable:
 
     # -- construction -------------------------------------------------------------
     @classmethod
-    def forPath(cls, sparkSession: SparkSession, path: str) -> DeltaTable:  # noqa: N802, N803
-        """The table at ``path``; ``DeltaTableNotFoundError`` if it is not a Delta table."""
+    def forPath(  # noqa: N802
+        cls, sparkSession: SparkSession, path: str, hadoopConf: dict[str, str] | None = None  # noqa: N803
+    ) -> DeltaTable:
+        """The table at ``path``; ``DeltaTableNotFoundError`` if it is not a Delta table.
+
+        ``hadoopConf`` (file-system settings, as delta-spark takes them) is accepted and
+        checked to be a dict of strings; the local file system needs none.
+        """
+        if not isinstance(path, str):
+            raise TypeError(f"path must be a str, not {type(path).__name__}")
+        if hadoopConf is not None and (
+            not isinstance(hadoopConf, dict) or not all(isinstance(k, str) for k in hadoopConf)
+        ):
+            raise TypeError("hadoopConf must be a dict of str keys")
         if not DeltaLog.for_table(path).table_exists():
             raise DeltaTableNotFoundError(f"{DeltaLog.for_table(path).table_path} is not a Delta table.")
         return cls(sparkSession, path)
+
+    @classmethod
+    def forName(cls, sparkSession: SparkSession, tableOrViewName: str) -> DeltaTable:  # noqa: N802, N803
+        """The table registered under ``tableOrViewName`` (``CREATE TABLE``, ``saveAsTable``, ...)."""
+        if not isinstance(tableOrViewName, str):
+            raise TypeError(f"tableOrViewName must be a str, not {type(tableOrViewName).__name__}")
+        location = catalog.lookup(tableOrViewName)
+        if location is None or not DeltaLog.for_table(location).table_exists():
+            raise DeltaTableNotFoundError(f"[DELTA_MISSING_DELTA_TABLE] {tableOrViewName} is not a Delta table.")
+        return cls(sparkSession, location)
 
     @classmethod
     def isDeltaTable(cls, sparkSession: SparkSession, identifier: str) -> bool:  # noqa: N802, N803
@@ -336,6 +358,35 @@ class DeltaTable:
         return dml.unset_properties(self.path, keys, if_exists=ifExists)
 
 
+class IdentityGenerator:
+    """delta-spark's identity column generator: ``IdentityGenerator(start=1, step=1)``.
+
+    ``DeltaTableBuilder.addColumn`` takes it (``generatedAlwaysAs`` / ``generatedByDefaultAs``)
+    and refuses it until serialake writes identity columns.
+    """
+
+    __slots__ = ("start", "step")
+
+    def __init__(self, start: int = 1, step: int = 1) -> None:
+        if not isinstance(start, int) or isinstance(start, bool):
+            raise TypeError(f"start should be int, found {type(start).__name__}")
+        if not isinstance(step, int) or isinstance(step, bool):
+            raise TypeError(f"step should be int, found {type(step).__name__}")
+        if step == 0:
+            raise DeltaIllegalArgumentException("IdentityGenerator step cannot be 0")
+        self.start = start
+        self.step = step
+
+    def __repr__(self) -> str:
+        return f"IdentityGenerator(start={self.start}, step={self.step})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, IdentityGenerator) and (self.start, self.step) == (other.start, other.step)
+
+    def __hash__(self) -> int:
+        return hash((self.start, self.step))
+
+
 class DeltaTableBuilder:
     """Fluent builder behind ``DeltaTable.create`` / ``createIfNotExists`` / ``replace`` / ``createOrReplace``."""
 
@@ -376,9 +427,37 @@ class DeltaTableBuilder:
         colName: str,  # noqa: N803
         dataType: str | T.DataType,  # noqa: N803
         nullable: bool = True,
+        generatedAlwaysAs: str | IdentityGenerator | None = None,  # noqa: N803
+        generatedByDefaultAs: IdentityGenerator | None = None,  # noqa: N803
         comment: str | None = None,
     ) -> DeltaTableBuilder:
-        """Add a column; ``dataType`` is a SQL type (``"BIGINT"``, ``"array<string>"``) or a Spark type."""
+        """Add a column; ``dataType`` is a SQL type (``"BIGINT"``, ``"array<string>"``) or a Spark type.
+
+        The arguments are delta-spark's, in its order. Generated and identity columns
+        (``generatedAlwaysAs``, ``generatedByDefaultAs``) are refused with
+        ``UnsupportedFeatureError`` until serialake writes them.
+        """
+        if not isinstance(colName, str):
+            raise TypeError(f"Column name should be str, found {type(colName).__name__}")
+        if not isinstance(dataType, (str, T.DataType)):
+            raise TypeError(f"Column data type should be str or DataType, found {type(dataType).__name__}")
+        if not isinstance(nullable, bool):
+            raise TypeError(f"Column nullable should be bool, found {type(nullable).__name__}")
+        if generatedAlwaysAs is not None and not isinstance(generatedAlwaysAs, (str, IdentityGenerator)):
+            raise TypeError(
+                f"generatedAlwaysAs should be str or IdentityGenerator, found {type(generatedAlwaysAs).__name__}"
+            )
+        if generatedByDefaultAs is not None and not isinstance(generatedByDefaultAs, IdentityGenerator):
+            raise TypeError(
+                f"generatedByDefaultAs should be IdentityGenerator, found {type(generatedByDefaultAs).__name__}"
+            )
+        if comment is not None and not isinstance(comment, str):
+            raise TypeError(f"Column comment should be str, found {type(comment).__name__}")
+        if generatedAlwaysAs is not None or generatedByDefaultAs is not None:
+            kind = "generated columns" if isinstance(generatedAlwaysAs, str) else "identity columns"
+            raise UnsupportedFeatureError(
+                f"Column {colName}: {kind} are not supported by serialake yet; the table is not created"
+            )
         if isinstance(dataType, str):
             data_type = StructType.from_ddl(f"{io.quote_name(colName)} {dataType}").fields[0].data_type
         else:

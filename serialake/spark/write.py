@@ -23,7 +23,7 @@ from serialake.core import properties as props
 from serialake.core.actions import Action, AddFile, Metadata, RemoveFile, SetTransaction, now_ms
 from serialake.core.schema import ArrayType, MapType, StructType
 from serialake.core.transaction import OptimisticTransaction
-from serialake.core.written import commit_or_clean_up
+from serialake.core.written import commit_or_clean_up, remove_written
 from serialake.exceptions import (
     DeltaAnalysisException,
     DeltaIllegalArgumentException,
@@ -68,6 +68,7 @@ def write(
     txnAppId: str | None = None,
     txnVersion: int | None = None,
     maxRecordsPerFile: int | None = None,
+    partitionOverwriteMode: str | None = None,
     *,
     table_operation: str | None = None,
 ) -> int | None:
@@ -80,11 +81,15 @@ def write(
     ``overwrite``) replaces schema and partitioning. ``properties`` are table properties
     (set at creation, or changed in this commit). ``txnAppId``/``txnVersion`` make the write
     idempotent: it is skipped when that application already committed that version.
+    ``partitionOverwriteMode="dynamic"`` (with ``overwrite``) replaces only the partitions
+    the written rows fall in, as Spark's dynamic partition overwrite does; ``static`` (the
+    default) replaces the whole table.
     ``table_operation`` (``CREATE TABLE AS SELECT``, ``CREATE OR REPLACE TABLE AS SELECT``,
     ...) commits the write as a creation or replacement of the whole table: a concurrent
     one fails with ``ProtocolChangedException``.
     """
     mode_key = _check_arguments(mode, replaceWhere, overwriteSchema, txnAppId, txnVersion)
+    dynamic = _dynamic_overwrite(mode_key, partitionOverwriteMode, replaceWhere, overwriteSchema)
     parts = [partitionBy] if isinstance(partitionBy, str) else list(partitionBy or [])
     _check_unique_columns(df.schema, path)
 
@@ -134,7 +139,9 @@ def write(
     params: dict[str, Any] = {"mode": MODES[mode_key], "partitionBy": _json_list(part_cols)}
     if replaceWhere is not None:
         params["predicate"] = _json_list([replaceWhere])
-    if mode_key == "overwrite":
+    if dynamic:
+        params["dynamicPartitionOverwrite"] = "true"
+    if mode_key == "overwrite" and not dynamic:
         if replaceWhere is None:
             removed = txn.read_whole_table()
         else:
@@ -145,12 +152,75 @@ def write(
     adds = write_checked_files(
         data, table, part_cols, max_records_per_file=maxRecordsPerFile, configuration=final_meta.configuration
     )
+    if dynamic and snap is not None:
+        try:
+            removed = _partitions_written(txn, adds, schema, part_cols)
+        except BaseException:
+            remove_written(table, adds)
+            raise
+        stamp = now_ms()
+        removes = [f.remove(timestamp=stamp) for f in removed]
     actions: list[Action] = [*removes, *adds]
     if txnAppId is not None:
         actions.append(SetTransaction(app_id=txnAppId, version=int(txnVersion), last_updated=now_ms()))  # type: ignore[arg-type]
     metrics = _metrics(adds, removes)
     operation = table_operation or "WRITE"
     return commit_or_clean_up(txn, actions, operation, params, metrics, new_files=adds, user_metadata=userMetadata)
+
+
+def _dynamic_overwrite(mode_key: str, setting: str | None, replace_where: str | None, overwrite_schema: bool) -> bool:
+    """Whether an overwrite replaces only the partitions it writes (``partitionOverwriteMode``)."""
+    if setting is None:
+        return False
+    kind = setting.strip().lower()
+    if kind not in ("static", "dynamic"):
+        raise DeltaIllegalArgumentException(f"partitionOverwriteMode must be 'static' or 'dynamic', not {setting!r}")
+    if kind == "static" or mode_key != "overwrite":
+        return False
+    if replace_where is not None:
+        raise DeltaIllegalArgumentException(
+            "replaceWhere and partitionOverwriteMode='dynamic' cannot both be set: replaceWhere names the rows "
+            "to replace, dynamic overwrite the partitions written"
+        )
+    if overwrite_schema:
+        raise DeltaIllegalArgumentException(
+            "overwriteSchema cannot be used with partitionOverwriteMode='dynamic': "
+            "a new schema replaces the whole table"
+        )
+    return True
+
+
+def _partitions_written(
+    txn: OptimisticTransaction, adds: Sequence[AddFile], schema: StructType, part_cols: Sequence[str]
+) -> list[AddFile]:
+    """The table's files in the partitions ``adds`` fall in (every file for an unpartitioned table).
+
+    The files are chosen by a predicate over the partition columns, which the transaction
+    records as read: a concurrent write into one of those partitions conflicts, one into
+    another partition does not.
+    """
+    if not part_cols:
+        return txn.read_whole_table()
+    if not adds:
+        return []
+    from serialake.core.partition_values import parse_partition_value
+
+    types = {c: schema.field(c).data_type for c in part_cols}  # type: ignore[union-attr]
+    seen: set[tuple[tuple[str, str | None], ...]] = set()
+    terms: list[P.Expr] = []
+    for add in adds:
+        values = {k.lower(): v for k, v in (add.partition_values or {}).items()}
+        key = tuple((c, values.get(c.lower())) for c in part_cols)
+        if key in seen:
+            continue
+        seen.add(key)
+        parts: list[P.Expr] = []
+        for c, raw in key:
+            value = parse_partition_value(raw, types[c])
+            column = P.Column(c)
+            parts.append(P.IsNull(column) if value is None else P.Comparison("=", column, P.Literal(value)))
+        terms.append(P.conjunction(parts))
+    return txn.filter_files([P.disjunction(terms)])
 
 
 def _check_arguments(

@@ -1,0 +1,194 @@
+"""delta-spark's own Python tests, run against serialake with only their imports redirected.
+
+``python -m bench.delta_spark_tests --delta-repo PATH`` (or ``DELTA_REPO=PATH``): PATH is a
+checkout of delta-io/delta, or its bare git directory (the files are read with ``git show``).
+The test files (``python/delta/tests/test_deltatable.py``, ``test_sql.py``) are copied into a
+temporary directory for the run, never into this repository, beside a ``delta`` package of
+three small modules that redirect delta-spark's imports:
+
+- ``delta.tables``: serialake's ``DeltaTable`` and builders (``from serialake import ...``);
+- ``delta.testing.utils``: ``DeltaTestCase`` on a session set up by ``serialake.configure``
+  instead of ``spark.sql.extensions`` / ``spark.sql.catalog.spark_catalog`` (the only change
+  a delta-spark user makes);
+- ``delta.exceptions``: serialake's exception classes under delta-spark's names.
+
+Each test's outcome comes from pytest's JUnit XML; the report lists every test that did not
+pass with the first line of its error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import xml.etree.ElementTree as ET
+from typing import Any
+
+TEST_FILES = ("python/delta/tests/test_deltatable.py", "python/delta/tests/test_sql.py")
+
+_TABLES = '''"""delta-spark's ``delta.tables``, redirected to serialake."""
+from serialake.spark.table import *  # noqa: F401,F403
+from serialake.spark.table import DeltaTable, DeltaTableBuilder  # noqa: F401
+from serialake.spark.dml import DeltaMergeBuilder, DeltaOptimizeBuilder  # noqa: F401
+try:
+    from serialake.spark.table import IdentityGenerator  # noqa: F401
+except ImportError:  # not in this serialake: tests importing it fail, as they should
+    pass
+'''
+
+_UTILS = '''"""delta-spark's ``delta.testing.utils``, with serialake's session set-up."""
+import os
+import shutil
+import sys
+import tempfile
+from contextlib import contextmanager
+
+from pyspark import SparkConf
+from pyspark.testing.sqlutils import ReusedSQLTestCase
+
+import serialake
+
+
+class DeltaTestCase(ReusedSQLTestCase):
+    @classmethod
+    def conf(cls) -> SparkConf:
+        conf = super().conf()
+        conf.set("spark.app.name", cls.__name__)
+        conf.set("spark.master", "local[2]")
+        conf.set("spark.ui.enabled", "false")
+        conf.set("spark.sql.shuffle.partitions", "5")
+        conf.set("spark.sql.session.timeZone", "UTC")
+        conf.set("spark.pyspark.python", sys.executable)
+        return conf
+
+    @classmethod
+    def setUpClass(cls) -> None:
+        super().setUpClass()
+        serialake.configure(cls.spark)
+
+    def setUp(self) -> None:
+        super().setUp()
+        self.tempPath = tempfile.mkdtemp()
+        self.tempFile = os.path.join(self.tempPath, "tempFile")
+
+    def tearDown(self) -> None:
+        super().tearDown()
+        shutil.rmtree(self.tempPath, ignore_errors=True)
+
+    @contextmanager
+    def tempTable(self):
+        name = "table_" + os.urandom(4).hex()
+        try:
+            yield name
+        finally:
+            self.spark.sql(f"DROP TABLE IF EXISTS {name}")
+'''
+
+_EXCEPTIONS = '''"""delta-spark's ``delta.exceptions``, redirected to serialake."""
+from serialake.exceptions import *  # noqa: F401,F403
+'''
+
+
+def _read(repo: str, rel: str) -> str:
+    direct = os.path.join(repo, rel)
+    if os.path.exists(direct):
+        with open(direct) as f:
+            return f.read()
+    out = subprocess.run(["git", f"--git-dir={repo}", "show", f"HEAD:{rel}"], capture_output=True, text=True,
+                         check=True)  # fmt: skip
+    return out.stdout
+
+
+def _revision(repo: str) -> str:
+    git_dir = repo if not os.path.isdir(os.path.join(repo, ".git")) else os.path.join(repo, ".git")
+    out = subprocess.run(["git", f"--git-dir={git_dir}", "rev-parse", "--short", "HEAD"], capture_output=True,
+                         text=True, check=False)  # fmt: skip
+    return out.stdout.strip() or "unknown"
+
+
+def run(repo: str, timeout: int = 1800) -> dict[str, Any]:
+    work = tempfile.mkdtemp(prefix="delta-spark-tests-")
+    try:
+        pkg = os.path.join(work, "delta")
+        os.makedirs(os.path.join(pkg, "testing"))
+        os.makedirs(os.path.join(pkg, "tests"))
+        shims = {"__init__.py": "", "tables.py": _TABLES, "exceptions.py": _EXCEPTIONS,
+                 "testing/__init__.py": "", "testing/utils.py": _UTILS, "tests/__init__.py": ""}  # fmt: skip
+        for rel, text in shims.items():
+            with open(os.path.join(pkg, rel), "w") as f:
+                f.write(text)
+        files = []
+        for rel in TEST_FILES:
+            target = os.path.join(pkg, "tests", os.path.basename(rel))
+            with open(target, "w") as f:
+                f.write(_read(repo, rel))
+            files.append(target)
+        report = os.path.join(work, "junit.xml")
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([work, os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep),
+               "SERIALAKE_CATALOG": os.path.join(work, "catalog")}  # fmt: skip
+        cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=",
+               "--continue-on-collection-errors", f"--junitxml={report}", *files]  # fmt: skip
+        subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True, timeout=timeout, check=False)
+        return _outcomes(report) | {"revision": _revision(repo)}
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _outcomes(report: str) -> dict[str, Any]:
+    tests: list[dict[str, str]] = []
+    for case in ET.parse(report).getroot().iter("testcase"):
+        name = f"{case.get('classname', '').rsplit('.', 1)[-1]}.{case.get('name')}"
+        outcome, detail = "passed", ""
+        for tag in ("failure", "error", "skipped"):
+            node = case.find(tag)
+            if node is not None:
+                outcome = "skipped" if tag == "skipped" else "failed"
+                detail = (node.get("message") or node.text or "").strip().splitlines()[0][:200] if (
+                    node.get("message") or node.text) else ""  # fmt: skip
+                break
+        tests.append({"test": name, "outcome": outcome, "detail": detail})
+    return {"tests": tests}
+
+
+def bench_rows(quick: bool) -> list[dict[str, Any]]:
+    repo = os.environ.get("DELTA_REPO")
+    if not repo:
+        return [{"file": "-", "tests": 0, "passed": 0,
+                 "pass rate": "not run: set DELTA_REPO to a delta-io/delta checkout"}]  # fmt: skip
+    result = run(repo)
+    rows = []
+    for rel in TEST_FILES:
+        stem = os.path.basename(rel)[: -len(".py")]
+        mine = [t for t in result["tests"] if t["test"].split(".")[0] and _in_file(t["test"], stem)]
+        passed = sum(t["outcome"] == "passed" for t in mine)
+        rows.append({"file": f"{rel} @ {result['revision']}", "tests": len(mine), "passed": passed,
+                     "pass rate": f"{passed / len(mine):.0%}" if mine else "-"})  # fmt: skip
+    print(json.dumps([t for t in result["tests"] if t["outcome"] != "passed"], indent=1), file=sys.stderr)
+    return rows
+
+
+def _in_file(test: str, stem: str) -> bool:
+    cls = test.split(".")[0]
+    return (stem == "test_sql") == cls.startswith("DeltaSql")
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--delta-repo", default=os.environ.get("DELTA_REPO"))
+    args = ap.parse_args(argv)
+    if not args.delta_repo:
+        ap.error("give --delta-repo (a delta-io/delta checkout or its git directory) or set DELTA_REPO")
+    result = run(args.delta_repo)
+    tests = result["tests"]
+    passed = sum(t["outcome"] == "passed" for t in tests)
+    for t in tests:
+        print(f"{t['outcome']:8} {t['test']}  {t['detail']}")
+    print(f"\n{passed} of {len(tests)} passed (delta-io/delta {result['revision']})")
+
+
+if __name__ == "__main__":
+    main()

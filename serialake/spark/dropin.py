@@ -1,0 +1,467 @@
+"""delta-spark's entry points in a plain SparkSession: ``format("delta")``, ``spark.sql``, tables by name.
+
+``serialake.configure(spark)`` is serialake's analogue of delta-spark's session extension
+(``spark.sql.extensions`` / ``configure_spark_with_delta_pip``): after it, in that session,
+
+- ``df.write.format("delta")`` ... ``save(path)`` / ``saveAsTable(name)`` / ``insertInto(name)``
+  and ``df.writeTo(name).using("delta")`` ... ``create()`` / ``append()`` / ``overwrite(cond)`` /
+  ``replace()`` / ``createOrReplace()`` / ``overwritePartitions()`` commit through
+  ``serialake.write``, with Spark's save modes (``errorifexists`` by default) and Delta's
+  writer options;
+- ``spark.read.format("delta").load(path)`` and ``spark.read.table(name)`` / ``spark.table(name)``
+  read through ``serialake.read`` (``versionAsOf``, ``timestampAsOf``);
+- ``spark.sql(statement)`` runs what ``serialake.sql`` runs (Delta's statements, and queries
+  over serialake tables by name or ``delta.`path```) and hands every statement serialake's
+  parser does not know to Spark unchanged;
+- ``spark.catalog.tableExists`` / ``listTables`` include the tables of serialake's catalog.
+
+How: the Python classes of classic PySpark (``DataFrameWriter``, ``DataFrameWriterV2``,
+``DataFrameReader``, ``SparkSession``, ``Catalog``) are wrapped once per process. The wrappers
+record the format and options a call chain sets (PySpark keeps them in the JVM only) and
+take over only when the format is ``delta`` (or the table is one of serialake's) *and* the
+session was configured (a runtime setting, ``spark.serialake.enabled``): other sessions,
+other formats and other tables run PySpark's own code, untouched. serialake's own calls to
+Spark inside an operation reach the original methods.
+
+Not covered: Spark Connect sessions (their classes are others: use ``serialake.write`` /
+``serialake.read`` / ``serialake.sql`` there), and SQL that reaches Spark without going
+through Python (a JDBC/Thrift server, Scala code): those need a JVM extension.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.catalog import Catalog
+from pyspark.sql.readwriter import DataFrameReader, DataFrameWriter, DataFrameWriterV2
+
+from serialake.core import catalog
+from serialake.exceptions import DeltaAnalysisException, DeltaIllegalArgumentException
+from serialake.spark import dropin_write
+from serialake.spark.dropin_write import _option
+
+__all__ = ["ENABLED_CONF", "configure", "is_configured", "serialake_calls"]
+
+#: The runtime setting that marks a configured session.
+ENABLED_CONF = "spark.serialake.enabled"
+
+_install_lock = threading.Lock()
+_installed = False
+_local = threading.local()
+
+
+def configure(spark: SparkSession) -> SparkSession:
+    """Make ``spark`` a serialake session (see the module docstring); returns it."""
+    _install()
+    spark.conf.set(ENABLED_CONF, "true")
+    spark.__dict__["_serialake_enabled"] = True
+    return spark
+
+
+def is_configured(spark: SparkSession | None) -> bool:
+    """Whether ``spark`` was configured with ``configure`` (any Python handle of that session)."""
+    if spark is None or getattr(_local, "depth", 0) > 0:
+        return False  # serialake's own calls inside an operation reach Spark's methods
+    if spark.__dict__.get("_serialake_enabled"):
+        return True
+    try:
+        return str(spark.conf.get(ENABLED_CONF, "false")).lower() == "true"
+    except Exception:  # noqa: BLE001 - a stopped session, or one without runtime conf
+        return False
+
+
+@contextmanager
+def serialake_calls() -> Iterator[None]:
+    """Inside, Spark calls on this thread run PySpark's own code (serialake's operations use it)."""
+    _local.depth = getattr(_local, "depth", 0) + 1
+    try:
+        yield
+    finally:
+        _local.depth -= 1
+
+
+# ---------------------------------------------------------------------------------------------
+# Recorded state of a reader or writer
+# ---------------------------------------------------------------------------------------------
+
+
+def _state(obj: Any) -> dict[str, Any]:
+    st = obj.__dict__.get("_serialake_state")
+    if st is None:
+        st = {"format": None, "mode": None, "options": {}, "partitionBy": None, "clusterBy": None,
+              "schema": None, "properties": {}, "provider": None}  # fmt: skip
+        obj.__dict__["_serialake_state"] = st
+    return st
+
+
+def _text(value: Any) -> str | None:
+    """An option value as Spark keeps it (booleans as ``true``/``false``)."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def _columns(cols: tuple[Any, ...]) -> list[str]:
+    if len(cols) == 1 and isinstance(cols[0], (list, tuple)):
+        cols = tuple(cols[0])
+    return [str(c) for c in cols]
+
+
+def _wrap(cls: type, name: str, make: Callable[[Callable[..., Any]], Callable[..., Any]]) -> None:
+    original = getattr(cls, name)
+    if getattr(original, "_serialake_original", None) is not None:
+        return
+    wrapped = functools.wraps(original)(make(original))
+    wrapped._serialake_original = original  # type: ignore[attr-defined]
+    setattr(cls, name, wrapped)
+
+
+# ---------------------------------------------------------------------------------------------
+# Installing the wrappers (once per process)
+# ---------------------------------------------------------------------------------------------
+
+
+def _install() -> None:
+    global _installed
+    with _install_lock:
+        if _installed:
+            return
+        _install_writer()
+        _install_writer_v2()
+        _install_reader()
+        _install_session()
+        _install_catalog()
+        _installed = True
+
+
+def _recording(key: str, convert: Callable[..., Any]) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    def make(original: Callable[..., Any]) -> Callable[..., Any]:
+        def method(self: Any, *args: Any, **kwargs: Any) -> Any:
+            value = convert(*args, **kwargs)
+            if value is not None:
+                _state(self)[key] = value
+            return original(self, *args, **kwargs)
+
+        return method
+
+    return make
+
+
+def _first(*args: Any, **kwargs: Any) -> Any:
+    """The one argument of a chained setter, given by position or by name."""
+    return args[0] if args else next(iter(kwargs.values()), None)
+
+
+def _first_text(*args: Any, **kwargs: Any) -> str | None:
+    value = _first(*args, **kwargs)
+    return None if value is None else str(value)
+
+
+def _lower_first(*args: Any, **kwargs: Any) -> str | None:
+    value = _first_text(*args, **kwargs)
+    return None if value is None else value.lower()
+
+
+def _record_option(self: Any, key: str, value: Any) -> None:
+    _state(self)["options"][str(key).lower()] = _text(value)
+
+
+def _option_recorder(original: Callable[..., Any]) -> Callable[..., Any]:
+    def option(self: Any, key: str, value: Any) -> Any:
+        _record_option(self, key, value)
+        return original(self, key, value)
+
+    return option
+
+
+def _options_recorder(original: Callable[..., Any]) -> Callable[..., Any]:
+    def options(self: Any, **opts: Any) -> Any:
+        for k, v in opts.items():
+            _record_option(self, k, v)
+        return original(self, **opts)
+
+    return options
+
+
+def _install_writer() -> None:
+    _wrap(DataFrameWriter, "format", _recording("format", _lower_first))
+    _wrap(DataFrameWriter, "mode", _recording("mode", _first_text))
+    _wrap(DataFrameWriter, "option", _option_recorder)
+    _wrap(DataFrameWriter, "options", _options_recorder)
+    _wrap(DataFrameWriter, "partitionBy", _recording("partitionBy", lambda *cols: _columns(cols)))
+    if hasattr(DataFrameWriter, "clusterBy"):
+        _wrap(DataFrameWriter, "clusterBy", _recording("clusterBy", lambda *cols: _columns(cols)))
+
+    def make_save(original: Callable[..., Any]) -> Callable[..., Any]:
+        def save(self: DataFrameWriter, path: str | None = None, format: str | None = None,  # noqa: A002
+                 mode: str | None = None, partitionBy: Any = None, **options: Any) -> None:  # noqa: N803
+            if not _writes_delta(self, format):
+                return original(self, path, format, mode, partitionBy, **options)
+            _apply_call_args(self, format, mode, partitionBy, options)
+            st = _state(self)
+            target = path or _option(st, "path")
+            if not target:
+                raise DeltaIllegalArgumentException("'path' is not specified: df.write.format('delta').save(path)")
+            with serialake_calls():
+                dropin_write.save(self._df, target, st)
+            return None
+
+        return save
+
+    def make_save_as_table(original: Callable[..., Any]) -> Callable[..., Any]:
+        def saveAsTable(self: DataFrameWriter, name: str, format: str | None = None,  # noqa: A002, N802
+                        mode: str | None = None, partitionBy: Any = None, **options: Any) -> None:  # noqa: N803
+            if not _writes_delta(self, format, table=name):
+                return original(self, name, format, mode, partitionBy, **options)
+            _apply_call_args(self, format, mode, partitionBy, options)
+            with serialake_calls():
+                dropin_write.save_as_table(self._df, name, _state(self))
+            return None
+
+        return saveAsTable
+
+    def make_insert_into(original: Callable[..., Any]) -> Callable[..., Any]:
+        def insertInto(self: DataFrameWriter, tableName: str, overwrite: bool | None = None) -> None:  # noqa: N802, N803
+            st = _state(self)
+            fmt = st["format"]
+            if not is_configured(self._spark) or (fmt not in (None, "delta")) or catalog.lookup(tableName) is None:
+                return original(self, tableName, overwrite)
+            with serialake_calls():
+                dropin_write.insert_into(self._df, tableName, st, overwrite)
+            return None
+
+        return insertInto
+
+    _wrap(DataFrameWriter, "save", make_save)
+    _wrap(DataFrameWriter, "saveAsTable", make_save_as_table)
+    _wrap(DataFrameWriter, "insertInto", make_insert_into)
+
+
+def _apply_call_args(self: DataFrameWriter, fmt: str | None, mode: str | None, partition_by: Any,
+                     options: dict[str, Any]) -> None:  # fmt: skip
+    """What ``save(..., format=, mode=, partitionBy=, **options)`` sets, recorded as the chained calls would."""
+    st = _state(self)
+    if mode is not None:
+        st["mode"] = str(mode)
+    for k, v in options.items():
+        _record_option(self, k, v)
+    if partition_by is not None:
+        st["partitionBy"] = [partition_by] if isinstance(partition_by, str) else [str(c) for c in partition_by]
+    if fmt is not None:
+        st["format"] = str(fmt).lower()
+
+
+def _writes_delta(writer: DataFrameWriter, fmt: str | None, *, table: str | None = None) -> bool:
+    """Whether this save is serialake's: a configured session and the ``delta`` format.
+
+    Without a format: Spark's default source (``spark.sql.sources.default``), except that
+    ``saveAsTable`` to a serialake table keeps its format, as Spark does for an existing table.
+    """
+    spark = writer._spark
+    if not is_configured(spark):
+        return False
+    chosen = (fmt or _state(writer)["format"] or "").lower()
+    if chosen:
+        return chosen == "delta"
+    if table is not None and catalog.lookup(table) is not None:
+        return True
+    return str(spark.conf.get("spark.sql.sources.default", "parquet")).lower() == "delta"
+
+
+def _install_writer_v2() -> None:
+    def make_init(original: Callable[..., Any]) -> Callable[..., Any]:
+        def __init__(self: Any, df: DataFrame, table: str) -> None:  # noqa: N807
+            _state(self)["table"] = table
+            original(self, df, table)
+
+        return __init__
+
+    _wrap(DataFrameWriterV2, "__init__", make_init)
+    _wrap(DataFrameWriterV2, "using", _recording("provider", _lower_first))
+    _wrap(DataFrameWriterV2, "option", _option_recorder)
+    _wrap(DataFrameWriterV2, "options", _options_recorder)
+
+    def make_property(original: Callable[..., Any]) -> Callable[..., Any]:
+        def tableProperty(self: Any, property: str, value: str) -> Any:  # noqa: A002, N802
+            _state(self)["properties"][property] = value
+            return original(self, property, value)
+
+        return tableProperty
+
+    _wrap(DataFrameWriterV2, "tableProperty", make_property)
+
+    def make_partitioned(original: Callable[..., Any]) -> Callable[..., Any]:
+        def partitionedBy(self: Any, col: Any, *cols: Any) -> Any:  # noqa: N802
+            names = []
+            for c in (col, *cols):
+                if not isinstance(c, str):
+                    raise DeltaIllegalArgumentException(
+                        "serialake's writeTo(...).partitionedBy takes column names (partition transforms "
+                        "such as years(col) are not Delta partitioning)"
+                    )
+                names.append(c)
+            _state(self)["partitionBy"] = names
+            return original(self, col, *cols)
+
+        return partitionedBy
+
+    _wrap(DataFrameWriterV2, "partitionedBy", make_partitioned)
+    if hasattr(DataFrameWriterV2, "clusterBy"):
+        _wrap(DataFrameWriterV2, "clusterBy", _recording("clusterBy", lambda col, *cols: [col, *cols]))
+
+    def action(kind: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+        def make(original: Callable[..., Any]) -> Callable[..., Any]:
+            def run(self: Any, *args: Any) -> None:
+                st = _state(self)
+                spark = self._spark
+                name = st["table"]
+                provider = st["provider"]
+                ours = is_configured(spark) and (
+                    provider == "delta" or (provider is None and catalog.lookup(name) is not None)
+                )
+                if not ours:
+                    return original(self, *args)
+                with serialake_calls():
+                    dropin_write.write_to(self._df, name, st, kind, *args)
+                return None
+
+            return run
+
+        return make
+
+    for kind in ("create", "replace", "createOrReplace", "append", "overwrite", "overwritePartitions"):
+        _wrap(DataFrameWriterV2, kind, action(kind))
+
+
+def _install_reader() -> None:
+    _wrap(DataFrameReader, "format", _recording("format", _lower_first))
+    _wrap(DataFrameReader, "option", _option_recorder)
+    _wrap(DataFrameReader, "options", _options_recorder)
+    _wrap(DataFrameReader, "schema", _recording("schema", _first))
+
+    def make_load(original: Callable[..., Any]) -> Callable[..., Any]:
+        def load(self: DataFrameReader, path: Any = None, format: str | None = None,  # noqa: A002
+                 schema: Any = None, **options: Any) -> DataFrame:  # fmt: skip
+            st = _state(self)
+            chosen = (format or st["format"] or "").lower()
+            if not is_configured(self._spark) or (
+                chosen != "delta"
+                and not (not chosen and str(self._spark.conf.get("spark.sql.sources.default", "")).lower() == "delta")
+            ):
+                return original(self, path, format, schema, **options)
+            for k, v in options.items():
+                _record_option(self, k, v)
+            if schema is not None:
+                st["schema"] = schema
+            target = path if path is not None else _option(st, "path")
+            with serialake_calls():
+                return dropin_write.load(self._spark, target, st)
+
+        return load
+
+    def make_table(original: Callable[..., Any]) -> Callable[..., Any]:
+        def table(self: DataFrameReader, tableName: str) -> DataFrame:  # noqa: N803
+            st = _state(self)
+            if not is_configured(self._spark) or st["format"] not in (None, "delta"):
+                return original(self, tableName)
+            location = catalog.lookup(tableName)
+            if location is None:
+                return original(self, tableName)
+            with serialake_calls():
+                return dropin_write.load(self._spark, location, st, name=tableName)
+
+        return table
+
+    _wrap(DataFrameReader, "load", make_load)
+    _wrap(DataFrameReader, "table", make_table)
+
+
+def _install_session() -> None:
+    def make_sql(original: Callable[..., Any]) -> Callable[..., Any]:
+        def sql(self: SparkSession, sqlQuery: str, args: Any = None, **kwargs: Any) -> DataFrame:  # noqa: N803
+            if args or kwargs or not is_configured(self):
+                return original(self, sqlQuery, args, **kwargs)
+            from serialake.sql import SqlError, parse_statement
+            from serialake.sql.execute import execute
+
+            try:
+                statement = parse_statement(sqlQuery)
+            except SqlError:
+                # Not a statement serialake's parser knows (Spark-only syntax): Spark's own, unchanged.
+                return original(self, sqlQuery)
+            with serialake_calls():
+                return execute(self, statement)
+
+        return sql
+
+    def make_table(original: Callable[..., Any]) -> Callable[..., Any]:
+        def table(self: SparkSession, tableName: str) -> DataFrame:  # noqa: N803
+            if not is_configured(self):
+                return original(self, tableName)
+            location = catalog.lookup(tableName)
+            if location is None:
+                return original(self, tableName)
+            with serialake_calls():
+                return dropin_write.load(self, location, _state(object.__new__(_Opts)), name=tableName)
+
+        return table
+
+    _wrap(SparkSession, "sql", make_sql)
+    _wrap(SparkSession, "table", make_table)
+
+
+class _Opts:
+    """A holder of reader state for calls that take no options (``spark.table``)."""
+
+
+def _install_catalog() -> None:
+    def make_exists(original: Callable[..., Any]) -> Callable[..., Any]:
+        def tableExists(self: Catalog, tableName: str, dbName: str | None = None) -> bool:  # noqa: N802, N803
+            if is_configured(self._sparkSession):
+                name = tableName if dbName is None else f"{dbName}.{tableName}"
+                location = catalog.lookup(name)
+                if location is not None:
+                    from serialake.core import DeltaLog
+
+                    return DeltaLog.for_table(location).update() is not None
+            return bool(original(self, tableName, dbName))
+
+        return tableExists
+
+    def make_list(original: Callable[..., Any]) -> Callable[..., Any]:
+        def listTables(self: Catalog, dbName: str | None = None, pattern: str | None = None) -> Any:  # noqa: N802, N803
+            found = original(self, dbName, pattern)
+            if not is_configured(self._sparkSession) or (dbName not in (None, "default")):
+                return found
+            import fnmatch
+
+            from pyspark.sql.catalog import Table
+
+            known = {t.name.lower() for t in found}
+            extra = []
+            for name, location in catalog.list_tables().items():
+                if "." in name or name in known:
+                    continue
+                if pattern is not None and not fnmatch.fnmatch(name, pattern.replace(".*", "*").lower()):
+                    continue
+                extra.append(Table(name=name, catalog="spark_catalog", namespace=["default"],
+                                   description=f"Delta table at {location} (serialake)",
+                                   tableType="EXTERNAL", isTemporary=False))  # fmt: skip
+            return sorted([*found, *extra], key=lambda t: t.name)
+
+        return listTables
+
+    _wrap(Catalog, "tableExists", make_exists)
+    _wrap(Catalog, "listTables", make_list)
+
+
+def require_delta_format(fmt: str | None, what: str) -> None:
+    if fmt not in (None, "delta"):
+        raise DeltaAnalysisException(f"{what} is a Delta table: format {fmt!r} cannot read or write it")

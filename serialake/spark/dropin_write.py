@@ -1,0 +1,223 @@
+"""What the drop-in entry points (``dropin``) run: Spark's save modes and Delta's options over ``write`` / ``read``.
+
+Each function takes the state a reader or writer chain recorded (format, mode, options,
+partitioning) and turns it into one ``serialake.write`` or ``serialake.read`` call, with
+the semantics delta-spark gives the same chain.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from serialake.core import DeltaLog, catalog
+from serialake.exceptions import DeltaAnalysisException, DeltaIllegalArgumentException, DeltaTableNotFoundError
+from serialake.spark import isolation
+from serialake.spark.read import read
+from serialake.spark.write import write
+
+__all__ = ["insert_into", "load", "save", "save_as_table", "write_to"]
+
+#: Spark's save modes, by the names ``mode(...)`` accepts.
+_MODES = {"append": "append", "overwrite": "overwrite", "ignore": "ignore", "error": "error",
+          "errorifexists": "error", "default": "error"}  # fmt: skip
+
+#: Options of a Delta write that serialake reads (lower case); others are Spark's own or ignored, as Delta does.
+_TRUE_FALSE = ("mergeschema", "overwriteschema")
+
+
+def _option(st: dict[str, Any], name: str) -> str | None:
+    """An option by name, case-insensitively (as Spark's options are)."""
+    return st["options"].get(name.lower())
+
+
+def _flag(value: str | None) -> bool:
+    if value is None:
+        return False
+    text = value.strip().lower()
+    if text in ("true", "false"):
+        return text == "true"
+    raise DeltaIllegalArgumentException(f"Expected 'true' or 'false', got {value!r}")
+
+
+def _mode(st: dict[str, Any]) -> str:
+    given = st["mode"]
+    mode = _MODES.get((given or "errorifexists").strip().lower())
+    if mode is None:
+        raise DeltaIllegalArgumentException(
+            f"Unknown save mode: {given!r}. Accepted save modes are 'overwrite', 'append', 'ignore', 'error', "
+            "'errorifexists', 'default'."
+        )
+    return mode
+
+
+def _conf(spark: SparkSession, key: str) -> str | None:
+    value = spark.conf.get(key, None)
+    return None if value is None else str(value)
+
+
+def _write_options(spark: SparkSession, st: dict[str, Any], mode: str) -> dict[str, Any]:
+    """``serialake.write`` keyword arguments from the recorded options and the session's settings."""
+    merge = _option(st, "mergeSchema")
+    if merge is None:
+        merge = _conf(spark, "spark.databricks.delta.schema.autoMerge.enabled")
+    user_metadata = _option(st, "userMetadata")
+    if user_metadata is None:
+        user_metadata = _conf(spark, "spark.databricks.delta.commitInfo.userMetadata")
+    app_id, app_version = _option(st, "txnAppId"), _option(st, "txnVersion")
+    max_records = _option(st, "maxRecordsPerFile")
+    overwrite_mode = _option(st, "partitionOverwriteMode")
+    replace_where = _option(st, "replaceWhere")
+    if overwrite_mode is None and replace_where is None:
+        overwrite_mode = _conf(spark, "spark.sql.sources.partitionOverwriteMode")
+    try:
+        version = None if app_version is None else int(app_version)
+        records = None if max_records is None else int(max_records)
+    except ValueError as e:
+        raise DeltaIllegalArgumentException(f"Invalid writer option: {e}") from None
+    return {
+        "replaceWhere": replace_where,
+        "mergeSchema": _flag(merge),
+        "overwriteSchema": _flag(_option(st, "overwriteSchema")),
+        "userMetadata": user_metadata,
+        "txnAppId": app_id,
+        "txnVersion": version,
+        "maxRecordsPerFile": records if records and records > 0 else None,
+        "partitionOverwriteMode": overwrite_mode if mode == "overwrite" else None,
+    }
+
+
+def save(df: DataFrame, path: str, st: dict[str, Any]) -> int | None:
+    """``df.write.format("delta")...save(path)``: Spark's save modes (``errorifexists`` by default)."""
+    spark = df.sparkSession
+    mode = _mode(st)
+    if st["clusterBy"]:
+        raise DeltaIllegalArgumentException("clusterBy (liquid clustering) is not supported by serialake yet")
+    version = write(df, path, mode=mode, partitionBy=st["partitionBy"], **_write_options(spark, st, mode))
+    isolation.note_write(spark, path)
+    return version
+
+
+def save_as_table(df: DataFrame, name: str, st: dict[str, Any]) -> int | None:
+    """``saveAsTable(name)``: the table registered as ``name``, else a new one (managed, or at the ``path`` option)."""
+    mode = _mode(st)
+    registered = catalog.lookup(name)
+    given = _option(st, "path")
+    if registered is not None and given is not None and DeltaLog.for_table(given).table_path != registered:
+        raise DeltaAnalysisException(
+            f"Table {name} already exists at {registered}: saveAsTable cannot give it the location {given}"
+        )
+    location = registered or given or str(catalog.warehouse_dir() / catalog.normalize_name(name))
+    exists = DeltaLog.for_table(location).table_exists()
+    if exists and registered is not None:
+        if mode == "error":
+            raise DeltaAnalysisException(
+                f"[TABLE_OR_VIEW_ALREADY_EXISTS] Table {name} already exists (at {registered}). "
+                "Use mode 'append' or 'overwrite'."
+            )
+        if mode == "ignore":
+            return None
+    elif exists and given is None and registered is None:
+        raise DeltaAnalysisException(
+            f"Cannot create table {name}: its managed location {location} already holds a Delta table. "
+            "Register it with CREATE TABLE ... LOCATION, or remove that directory."
+        )
+    if mode in ("error", "ignore") or not exists:
+        mode = "append" if not exists else mode
+    version = save(df, location, {**st, "mode": mode})
+    if registered is None:
+        catalog.register(name, location)
+    return version
+
+
+def insert_into(df: DataFrame, name: str, st: dict[str, Any], overwrite: bool | None) -> int | None:
+    """``insertInto(name)``: the columns matched by position, as Spark does; appends unless ``overwrite``."""
+    location = catalog.lookup(name)
+    if location is None:
+        raise DeltaTableNotFoundError(f"Table or view not found: {name}")
+    snap = DeltaLog.for_table(location).update()
+    if snap is None:
+        raise DeltaTableNotFoundError(f"Table {name}: {location} is not a Delta table")
+    names = [f.name for f in snap.schema.fields]
+    if len(df.columns) != len(names):
+        raise DeltaAnalysisException(
+            f"Cannot write to {name}: the table has {len(names)} column(s) ({', '.join(names)}), "
+            f"the data {len(df.columns)} ({', '.join(df.columns)}); insertInto matches columns by position"
+        )
+    positional = df.select(*[F.col(f"`{c}`").alias(n) for c, n in zip(df.columns, names, strict=True)])
+    mode = "overwrite" if overwrite or (overwrite is None and _mode(st) == "overwrite") else "append"
+    return save(positional, location, {**st, "mode": mode, "partitionBy": None})
+
+
+def write_to(df: DataFrame, name: str, st: dict[str, Any], kind: str, *args: Any) -> int | None:
+    """``df.writeTo(name).using("delta")`` then ``create`` / ``replace`` / ``createOrReplace`` /
+    ``append`` / ``overwrite(condition)`` / ``overwritePartitions``."""
+    registered = catalog.lookup(name)
+    given = _option(st, "path") or _option(st, "location")
+    location = registered or given or str(catalog.warehouse_dir() / catalog.normalize_name(name))
+    exists = DeltaLog.for_table(location).table_exists()
+    props = dict(st["properties"]) or None
+    common: dict[str, Any] = {"properties": props, "userMetadata": _option(st, "userMetadata")}
+    if kind in ("create", "replace", "createOrReplace"):
+        if kind == "create" and exists and registered is not None:
+            raise DeltaAnalysisException(f"[TABLE_OR_VIEW_ALREADY_EXISTS] Table {name} already exists (at {location})")
+        if kind == "replace" and not (exists and registered is not None):
+            raise DeltaTableNotFoundError(f"Cannot replace table {name}: it does not exist")
+        operation = {"create": "CREATE TABLE AS SELECT", "replace": "REPLACE TABLE AS SELECT",
+                     "createOrReplace": "CREATE OR REPLACE TABLE AS SELECT"}[kind]  # fmt: skip
+        version = write(df, location, mode="overwrite" if exists else "error", partitionBy=st["partitionBy"],
+                        overwriteSchema=exists, table_operation=operation, **common)  # fmt: skip
+        if registered is None:
+            catalog.register(name, location)
+    else:
+        if registered is None or not exists:
+            raise DeltaTableNotFoundError(f"[TABLE_OR_VIEW_NOT_FOUND] The table {name} cannot be found")
+        if kind == "append":
+            version = write(df, location, mode="append", mergeSchema=_flag(_option(st, "mergeSchema")), **common)
+        elif kind == "overwrite":
+            condition = args[0] if args else None
+            if condition is None:
+                raise DeltaIllegalArgumentException("overwrite(condition) needs a condition")
+            text = condition if isinstance(condition, str) else _column_sql(df, condition)
+            version = write(df, location, mode="overwrite", replaceWhere=text, **common)
+        else:  # overwritePartitions
+            version = write(df, location, mode="overwrite", partitionOverwriteMode="dynamic", **common)
+    isolation.note_write(df.sparkSession, location)
+    return version
+
+
+def _column_sql(df: DataFrame, condition: Any) -> str:
+    """The SQL text of a Column condition (``overwrite(F.col("p") == 1)``), as Spark analyses it over ``df``."""
+    try:
+        return str(df.filter(condition)._jdf.queryExecution().analyzed().condition().sql())
+    except Exception as e:  # noqa: BLE001 - a Column without a JVM expression (Spark Connect)
+        raise DeltaIllegalArgumentException(
+            f"Cannot use {condition!r} as an overwrite condition: pass it as a SQL string"
+        ) from e
+
+
+def load(spark: SparkSession, path: Any, st: dict[str, Any], *, name: str | None = None) -> DataFrame:
+    """``spark.read.format("delta").load(path)`` / ``.table(name)``: the latest version or the one asked for."""
+    if path is None:
+        raise DeltaIllegalArgumentException("'path' is not specified: spark.read.format('delta').load(path)")
+    if not isinstance(path, str):
+        raise DeltaIllegalArgumentException("A Delta table is read one path at a time: load(path) with a string")
+    if st["schema"] is not None:
+        raise DeltaAnalysisException(
+            f"Delta table {name or path} has its own schema: a user-specified schema (.schema(...)) is not accepted"
+        )
+    version = _option(st, "versionAsOf")
+    timestamp = _option(st, "timestampAsOf")
+    if version is not None and timestamp is not None:
+        raise DeltaIllegalArgumentException(
+            f"Cannot time travel {name or path} by both versionAsOf and timestampAsOf: give one"
+        )
+    try:
+        number = None if version is None else int(version)
+    except ValueError:
+        raise DeltaIllegalArgumentException(f"versionAsOf must be an integer, not {version!r}") from None
+    if _flag(_option(st, "readChangeFeed")) or _flag(_option(st, "readChangeData")):
+        raise DeltaIllegalArgumentException("Reading the change data feed is not supported by serialake yet")
+    return read(spark, path, version=number, timestamp=timestamp)

@@ -97,6 +97,7 @@ def show_consistent_reads(spark: SparkSession, directory: str, say: Callable[...
     import serialake
     from serialake.core import catalog
     from serialake.spark import isolation
+    from serialake.sql import sql as run_sql
 
     orders, shipments, totals = (os.path.join(directory, "reads", n) for n in ("orders", "shipments", "order_totals"))
     names = {"orders": orders, "shipments": shipments, "order_totals": totals}
@@ -129,7 +130,7 @@ def show_consistent_reads(spark: SparkSession, directory: str, say: Callable[...
                     "shipments": together[1]})  # fmt: skip
         say(f"  read together (one cut):      orders max k = {together[0]}, shipments max k = {together[1]}")
         query = "SELECT (SELECT max(k) FROM orders) AS o, (SELECT max(k) FROM shipments) AS s"
-        row = serialake.sql(spark, query).first()
+        row = run_sql(spark, query).first()
         assert row is not None
         out.append({"read": "one serialake.sql query", "orders": row["o"], "shipments": row["s"]})
         say(f"  one SQL query (one cut):      orders max k = {row['o']}, shipments max k = {row['s']}")
@@ -144,7 +145,7 @@ def show_consistent_reads(spark: SparkSession, directory: str, say: Callable[...
         maintainer = _maintain_later(orders, totals, 1.5)
         try:
             started = time.monotonic()
-            total = serialake.sql(spark, "SELECT total FROM order_totals").first()
+            total = run_sql(spark, "SELECT total FROM order_totals").first()
             waited = time.monotonic() - started
         finally:
             maintainer.wait(120)
@@ -158,7 +159,7 @@ def show_consistent_reads(spark: SparkSession, directory: str, say: Callable[...
         try:
             isolation.set_session_isolation(spark, "SERIALIZABLE")
             started = time.monotonic()
-            both = serialake.sql(spark, "SELECT (SELECT sum(k) FROM orders) AS orders_sum, "
+            both = run_sql(spark, "SELECT (SELECT sum(k) FROM orders) AS orders_sum, "
                                         "(SELECT total FROM order_totals) AS total").first()  # fmt: skip
             waited = time.monotonic() - started
         finally:

@@ -13,31 +13,18 @@ buffer: each buffer frees into the pool it came from.
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
-import threading
 from typing import Any
 
 import pyarrow as pa
 
 __all__ = ["log_pool", "release_memory"]
 
-_lock = threading.Lock()
-_pool: pa.MemoryPool | None = None
 
-
+@functools.cache
 def log_pool() -> pa.MemoryPool:
     """The pool for big, long-lived log state (see the module docstring)."""
-    global _pool
-    pool = _pool
-    if pool is not None:
-        return pool
-    with _lock:
-        if _pool is None:
-            _pool = _choose()
-        return _pool
-
-
-def _choose() -> pa.MemoryPool:
     if os.environ.get("ARROW_DEFAULT_MEMORY_POOL"):
         return pa.default_memory_pool()
     try:
@@ -65,18 +52,13 @@ def release_memory() -> None:
         trim(0)
 
 
-_TRIM: list[Any] = []
-
-
+@functools.cache
 def _malloc_trim() -> Any:
     """glibc's ``malloc_trim``, or None (other C libraries, other systems)."""
-    if not _TRIM:
-        fn = None
-        try:
-            fn = ctypes.CDLL(None).malloc_trim
-            fn.argtypes = [ctypes.c_size_t]
-            fn.restype = ctypes.c_int
-        except (OSError, AttributeError):
-            fn = None
-        _TRIM.append(fn)
-    return _TRIM[0]
+    try:
+        fn = ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = [ctypes.c_size_t]
+    fn.restype = ctypes.c_int
+    return fn

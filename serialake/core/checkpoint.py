@@ -316,20 +316,19 @@ def _parquet_actions(source: Any, name: str, *, sidecars: list[str] | None = Non
     checkpoint's sidecars are appended to it.
     """
     try:
-        pf = pq.ParquetFile(source, pre_buffer=False, buffer_size=1 << 20)  # page by page
-        present = [c for c in _ACTION_COLUMNS if c in pf.schema_arrow.names]
         reader = pq.ParquetReader(memory_pool=log_pool())
-        reader.open(source, metadata=pf.metadata, pre_buffer=False, buffer_size=1 << 20)
+        reader.open(source, pre_buffer=False, buffer_size=1 << 20)  # page by page
+        names = reader.schema_arrow.names
     except (pa.ArrowException, OSError) as e:
         raise CorruptLogError(f"Cannot read checkpoint file {name}: {e}") from e
-    nulls = _plain_leaf_nulls(pf)
-    for col in present:
+    nulls = _plain_leaf_nulls(reader.metadata)
+    for col in (c for c in _ACTION_COLUMNS if c in names):
         if col == "add":
-            yield from _add_blocks(pf, reader, name, nulls)  # type: ignore[misc]
+            yield from _add_blocks(reader, name, nulls)  # type: ignore[misc]
             continue
         if _all_null(nulls, col):
             continue  # no such action in this file (its statistics say so): nothing to decode
-        for arr in _batches(pf, reader, name, col, None):
+        for arr in _batches(reader, name, col, None):
             for value in _valid_column(arr).to_pylist():
                 if value is None:
                     continue
@@ -340,8 +339,8 @@ def _parquet_actions(source: Any, name: str, *, sidecars: list[str] | None = Non
                 action = action_from_dict({col: body})
                 if action is not None:
                     yield action
-    if sidecars is not None and "sidecar" in pf.schema_arrow.names:
-        for arr in _batches(pf, reader, name, "sidecar", None):
+    if sidecars is not None and "sidecar" in names:
+        for arr in _batches(reader, name, "sidecar", None):
             sidecars.extend(v["path"] for v in _valid_column(arr).to_pylist() if v)
 
 
@@ -352,11 +351,9 @@ ADD_BLOCK_ROWS = 1 << 17
 _REQUIRED_ADD_FIELDS = ("path", "partitionValues", "size", "modificationTime", "dataChange")
 
 
-def _batches(
-    pf: pq.ParquetFile, reader: Any, name: str, column: str, fields: set[str] | None
-) -> Iterator[pa.Array]:
+def _batches(reader: pq.ParquetReader, name: str, column: str, fields: set[str] | None) -> Iterator[pa.Array]:
     """Column ``column`` of the file (only its ``fields`` when given), ``ADD_BLOCK_ROWS`` rows at a time."""
-    schema = pf.schema
+    schema = reader.metadata.schema
     leaves = []
     for i in range(len(schema)):
         parts = schema.column(i).path.split(".", 2)
@@ -364,7 +361,7 @@ def _batches(
             leaves.append(i)
     try:
         batches = reader.iter_batches(
-            ADD_BLOCK_ROWS, row_groups=range(pf.metadata.num_row_groups), column_indices=leaves, use_threads=True
+            ADD_BLOCK_ROWS, row_groups=range(reader.metadata.num_row_groups), column_indices=leaves, use_threads=True
         )
         for batch in batches:
             yield batch.column(0)
@@ -372,25 +369,25 @@ def _batches(
         raise CorruptLogError(f"Cannot read checkpoint file {name}: {e}") from e
 
 
-def _add_blocks(pf: pq.ParquetFile, reader: Any, name: str, nulls: dict[tuple[str, ...], bool]) -> Iterator[LazyAdds]:
+def _add_blocks(reader: pq.ParquetReader, name: str, nulls: dict[tuple[str, ...], bool]) -> Iterator[LazyAdds]:
     """The add rows of a checkpoint file as ``LazyAdds`` blocks of up to ``ADD_BLOCK_ROWS`` rows.
 
     Optional fields the file's statistics show to be null in every row (row ids, tags, DVs,
     ... on most tables) are not read at all.
     """
-    for arr in _batches(pf, reader, name, "add", set(_add_fields(pf, nulls))):
+    for arr in _batches(reader, name, "add", set(_add_fields(reader.schema_arrow, nulls))):
         if arr.null_count < len(arr):
             yield LazyAdds(arr)
 
 
-def _add_fields(pf: pq.ParquetFile, nulls: dict[tuple[str, ...], bool]) -> list[str]:
+def _add_fields(file_schema: pa.Schema, nulls: dict[tuple[str, ...], bool]) -> list[str]:
     """The fields of ``add`` in the file, less optional plain ones null in every row by the file's statistics.
 
     Only fields of one plain value (row ids, stats, ...): the statistics of a map or struct
     field count an empty map, or a struct of nulls, as null, and those must be kept as read
     (all-null nested columns are dropped after reading, by ``LazyAdds``).
     """
-    add_type = pf.schema_arrow.field("add").type
+    add_type = file_schema.field("add").type
     names = [add_type.field(i).name for i in range(add_type.num_fields)]
     kept = [
         n for n in names
@@ -403,14 +400,13 @@ def _is_nested(t: pa.DataType) -> bool:
     return bool(pa.types.is_struct(t) or pa.types.is_map(t) or pa.types.is_list(t) or pa.types.is_large_list(t))
 
 
-def _plain_leaf_nulls(pf: pq.ParquetFile) -> dict[tuple[str, ...], bool]:
+def _plain_leaf_nulls(md: pq.FileMetaData) -> dict[tuple[str, ...], bool]:
     """Per plain leaf column (its path), whether the file's statistics show it null in every row.
 
     Leaves inside a map or list are left out (their statistics count an empty map as null).
     A leaf some row group has no null count for is not all null.
     """
-    md = pf.metadata
-    schema = pf.schema
+    schema = md.schema
     out: dict[tuple[str, ...], bool] = {}
     for g in range(md.num_row_groups):
         rg = md.row_group(g)

@@ -509,11 +509,8 @@ def _may_hold_dot_dot(raw: Any) -> bool:
     ``raw``: bytes or a buffer (an Arrow buffer is read in place, not copied). (``b".." in
     raw`` is ten times slower: every path has a dot.)
     """
-    try:
-        import numpy as np
-    except ImportError:  # pragma: no cover - numpy comes with pyarrow's usual installs
-        data = bytes(raw)
-        return b".." in data or b"%2" in data
+    import numpy as np
+
     codes = np.frombuffer(raw, np.uint8)
     n = len(codes)
     if n < 2:
@@ -524,7 +521,7 @@ def _may_hold_dot_dot(raw: Any) -> bool:
     if bool((even == dot_dot).any() or (odd == dot_dot).any()):
         return True
     at = np.flatnonzero(codes[:-2] == 0x25)  # '%', then '2', then 'E' or 'e'
-    return bool(at.size and ((codes[at + 1] == 0x32) & ((codes[at + 2] | 0x20) == 0x65)).any())
+    return bool(((codes[at + 1] == 0x32) & ((codes[at + 2] | 0x20) == 0x65)).any())
 
 
 def _is_string(t: Any) -> bool:

@@ -39,9 +39,10 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.catalog import Catalog
 from pyspark.sql.readwriter import DataFrameReader, DataFrameWriter, DataFrameWriterV2
+from pyspark.sql.utils import to_str
 
 from serialake.core import catalog
-from serialake.exceptions import DeltaAnalysisException, DeltaIllegalArgumentException
+from serialake.exceptions import DeltaIllegalArgumentException
 from serialake.spark import dropin_write
 from serialake.spark.dropin_write import _option
 
@@ -51,7 +52,6 @@ __all__ = ["ENABLED_CONF", "configure", "is_configured", "serialake_calls"]
 ENABLED_CONF = "spark.serialake.enabled"
 
 _install_lock = threading.Lock()
-_installed = False
 _local = threading.local()
 
 
@@ -90,22 +90,22 @@ def serialake_calls() -> Iterator[None]:
 # ---------------------------------------------------------------------------------------------
 
 
+def _new_state() -> dict[str, Any]:
+    """What a reader or writer chain has set so far: nothing."""
+    return {"format": None, "mode": None, "options": {}, "partitionBy": None, "clusterBy": None,
+            "schema": None, "properties": {}, "provider": None}  # fmt: skip
+
+
 def _state(obj: Any) -> dict[str, Any]:
     st = obj.__dict__.get("_serialake_state")
     if st is None:
-        st = {"format": None, "mode": None, "options": {}, "partitionBy": None, "clusterBy": None,
-              "schema": None, "properties": {}, "provider": None}  # fmt: skip
-        obj.__dict__["_serialake_state"] = st
+        st = obj.__dict__["_serialake_state"] = _new_state()
     return st
 
 
-def _text(value: Any) -> str | None:
-    """An option value as Spark keeps it (booleans as ``true``/``false``)."""
-    if value is None:
-        return None
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
+def _default_is_delta(spark: SparkSession) -> bool:
+    """Whether Spark's default data source (``spark.sql.sources.default``) is ``delta``."""
+    return str(spark.conf.get("spark.sql.sources.default", "parquet")).lower() == "delta"
 
 
 def _columns(cols: tuple[Any, ...]) -> list[str]:
@@ -129,16 +129,13 @@ def _wrap(cls: type, name: str, make: Callable[[Callable[..., Any]], Callable[..
 
 
 def _install() -> None:
-    global _installed
+    """Wrap PySpark's methods; ``_wrap`` leaves a wrapped one alone, so a second call changes nothing."""
     with _install_lock:
-        if _installed:
-            return
         _install_writer()
         _install_writer_v2()
         _install_reader()
         _install_session()
         _install_catalog()
-        _installed = True
 
 
 def _recording(key: str, convert: Callable[..., Any]) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -170,7 +167,7 @@ def _lower_first(*args: Any, **kwargs: Any) -> str | None:
 
 
 def _record_option(self: Any, key: str, value: Any) -> None:
-    _state(self)["options"][str(key).lower()] = _text(value)
+    _state(self)["options"][str(key).lower()] = to_str(value)
 
 
 def _option_recorder(original: Callable[..., Any]) -> Callable[..., Any]:
@@ -230,11 +227,11 @@ def _install_writer() -> None:
     def make_insert_into(original: Callable[..., Any]) -> Callable[..., Any]:
         def insertInto(self: DataFrameWriter, tableName: str, overwrite: bool | None = None) -> None:  # noqa: N802, N803
             st = _state(self)
-            fmt = st["format"]
-            if not is_configured(self._spark) or (fmt not in (None, "delta")) or catalog.lookup(tableName) is None:
+            location = catalog.lookup(tableName) if is_configured(self._spark) else None
+            if location is None or st["format"] not in (None, "delta"):
                 return original(self, tableName, overwrite)
             with serialake_calls():
-                dropin_write.insert_into(self._df, tableName, st, overwrite)
+                dropin_write.insert_into(self._df, tableName, location, st, overwrite)
             return None
 
         return insertInto
@@ -253,7 +250,7 @@ def _apply_call_args(self: DataFrameWriter, fmt: str | None, mode: str | None, p
     for k, v in options.items():
         _record_option(self, k, v)
     if partition_by is not None:
-        st["partitionBy"] = [partition_by] if isinstance(partition_by, str) else [str(c) for c in partition_by]
+        st["partitionBy"] = _columns((partition_by,))
     if fmt is not None:
         st["format"] = str(fmt).lower()
 
@@ -272,7 +269,7 @@ def _writes_delta(writer: DataFrameWriter, fmt: str | None, *, table: str | None
         return chosen == "delta"
     if table is not None and catalog.lookup(table) is not None:
         return True
-    return str(spark.conf.get("spark.sql.sources.default", "parquet")).lower() == "delta"
+    return _default_is_delta(spark)
 
 
 def _install_writer_v2() -> None:
@@ -351,9 +348,8 @@ def _install_reader() -> None:
                  schema: Any = None, **options: Any) -> DataFrame:  # fmt: skip
             st = _state(self)
             chosen = (format or st["format"] or "").lower()
-            if not is_configured(self._spark) or (
-                chosen != "delta"
-                and not (not chosen and str(self._spark.conf.get("spark.sql.sources.default", "")).lower() == "delta")
+            if not is_configured(self._spark) or not (
+                chosen == "delta" or (not chosen and _default_is_delta(self._spark))
             ):
                 return original(self, path, format, schema, **options)
             for k, v in options.items():
@@ -409,16 +405,12 @@ def _install_session() -> None:
             if location is None:
                 return original(self, tableName)
             with serialake_calls():
-                return dropin_write.load(self, location, _state(object.__new__(_Opts)), name=tableName)
+                return dropin_write.load(self, location, _new_state(), name=tableName)
 
         return table
 
     _wrap(SparkSession, "sql", make_sql)
     _wrap(SparkSession, "table", make_table)
-
-
-class _Opts:
-    """A holder of reader state for calls that take no options (``spark.table``)."""
 
 
 def _install_catalog() -> None:
@@ -430,7 +422,7 @@ def _install_catalog() -> None:
                 if location is not None:
                     from serialake.core import DeltaLog
 
-                    return DeltaLog.for_table(location).update() is not None
+                    return DeltaLog.for_table(location).table_exists()
             return bool(original(self, tableName, dbName))
 
         return tableExists
@@ -461,7 +453,3 @@ def _install_catalog() -> None:
     _wrap(Catalog, "tableExists", make_exists)
     _wrap(Catalog, "listTables", make_list)
 
-
-def require_delta_format(fmt: str | None, what: str) -> None:
-    if fmt not in (None, "delta"):
-        raise DeltaAnalysisException(f"{what} is a Delta table: format {fmt!r} cannot read or write it")

@@ -16,17 +16,9 @@ from serialake.core import DeltaLog, catalog
 from serialake.exceptions import DeltaAnalysisException, DeltaIllegalArgumentException, DeltaTableNotFoundError
 from serialake.spark import isolation
 from serialake.spark.read import read
-from serialake.spark.write import write
+from serialake.spark.write import MODES, write
 
 __all__ = ["insert_into", "load", "save", "save_as_table", "write_to"]
-
-#: Spark's save modes, by the names ``mode(...)`` accepts.
-_MODES = {"append": "append", "overwrite": "overwrite", "ignore": "ignore", "error": "error",
-          "errorifexists": "error", "default": "error"}  # fmt: skip
-
-#: Options of a Delta write that serialake reads (lower case); others are Spark's own or ignored, as Delta does.
-_TRUE_FALSE = ("mergeschema", "overwriteschema")
-
 
 def _option(st: dict[str, Any], name: str) -> str | None:
     """An option by name, case-insensitively (as Spark's options are)."""
@@ -43,14 +35,22 @@ def _flag(value: str | None) -> bool:
 
 
 def _mode(st: dict[str, Any]) -> str:
+    """The recorded save mode as ``write`` takes it (``error`` for Spark's default, ``errorifexists``)."""
     given = st["mode"]
-    mode = _MODES.get((given or "errorifexists").strip().lower())
-    if mode is None:
+    mode = (given or "error").strip().lower()
+    if mode in ("default", "errorifexists"):
+        return "error"
+    if mode not in MODES:
         raise DeltaIllegalArgumentException(
             f"Unknown save mode: {given!r}. Accepted save modes are 'overwrite', 'append', 'ignore', 'error', "
             "'errorifexists', 'default'."
         )
     return mode
+
+
+def _location(name: str, registered: str | None, given: str | None) -> str:
+    """Where table ``name`` is: registered, else the location given, else managed (the warehouse)."""
+    return registered or given or str(catalog.warehouse_dir() / catalog.normalize_name(name))
 
 
 def _conf(spark: SparkSession, key: str) -> str | None:
@@ -109,7 +109,7 @@ def save_as_table(df: DataFrame, name: str, st: dict[str, Any]) -> int | None:
         raise DeltaAnalysisException(
             f"Table {name} already exists at {registered}: saveAsTable cannot give it the location {given}"
         )
-    location = registered or given or str(catalog.warehouse_dir() / catalog.normalize_name(name))
+    location = _location(name, registered, given)
     exists = DeltaLog.for_table(location).table_exists()
     if exists and registered is not None:
         if mode == "error":
@@ -124,19 +124,17 @@ def save_as_table(df: DataFrame, name: str, st: dict[str, Any]) -> int | None:
             f"Cannot create table {name}: its managed location {location} already holds a Delta table. "
             "Register it with CREATE TABLE ... LOCATION, or remove that directory."
         )
-    if mode in ("error", "ignore") or not exists:
-        mode = "append" if not exists else mode
+    if not exists:
+        mode = "append"  # creates it
     version = save(df, location, {**st, "mode": mode})
     if registered is None:
         catalog.register(name, location)
     return version
 
 
-def insert_into(df: DataFrame, name: str, st: dict[str, Any], overwrite: bool | None) -> int | None:
-    """``insertInto(name)``: the columns matched by position, as Spark does; appends unless ``overwrite``."""
-    location = catalog.lookup(name)
-    if location is None:
-        raise DeltaTableNotFoundError(f"Table or view not found: {name}")
+def insert_into(df: DataFrame, name: str, location: str, st: dict[str, Any], overwrite: bool | None) -> int | None:
+    """``insertInto(name)`` of the table at ``location``: the columns matched by position, as Spark
+    does; appends unless ``overwrite``."""
     snap = DeltaLog.for_table(location).update()
     if snap is None:
         raise DeltaTableNotFoundError(f"Table {name}: {location} is not a Delta table")
@@ -156,7 +154,7 @@ def write_to(df: DataFrame, name: str, st: dict[str, Any], kind: str, *args: Any
     ``append`` / ``overwrite(condition)`` / ``overwritePartitions``."""
     registered = catalog.lookup(name)
     given = _option(st, "path") or _option(st, "location")
-    location = registered or given or str(catalog.warehouse_dir() / catalog.normalize_name(name))
+    location = _location(name, registered, given)
     exists = DeltaLog.for_table(location).table_exists()
     props = dict(st["properties"]) or None
     common: dict[str, Any] = {"properties": props, "userMetadata": _option(st, "userMetadata")}

@@ -11,7 +11,7 @@ import json
 import os
 import shutil
 from collections.abc import Iterable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from pyspark.sql import Column, DataFrame, SparkSession
@@ -358,6 +358,7 @@ class DeltaTable:
         return dml.unset_properties(self.path, keys, if_exists=ifExists)
 
 
+@dataclass(frozen=True)
 class IdentityGenerator:
     """delta-spark's identity column generator: ``IdentityGenerator(start=1, step=1)``.
 
@@ -365,26 +366,16 @@ class IdentityGenerator:
     and refuses it until serialake writes identity columns.
     """
 
-    __slots__ = ("start", "step")
+    start: int = 1
+    step: int = 1
 
-    def __init__(self, start: int = 1, step: int = 1) -> None:
-        if not isinstance(start, int) or isinstance(start, bool):
-            raise TypeError(f"start should be int, found {type(start).__name__}")
-        if not isinstance(step, int) or isinstance(step, bool):
-            raise TypeError(f"step should be int, found {type(step).__name__}")
-        if step == 0:
+    def __post_init__(self) -> None:
+        for name in ("start", "step"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise TypeError(f"{name} should be int, found {type(value).__name__}")
+        if self.step == 0:
             raise DeltaIllegalArgumentException("IdentityGenerator step cannot be 0")
-        self.start = start
-        self.step = step
-
-    def __repr__(self) -> str:
-        return f"IdentityGenerator(start={self.start}, step={self.step})"
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, IdentityGenerator) and (self.start, self.step) == (other.start, other.step)
-
-    def __hash__(self) -> int:
-        return hash((self.start, self.step))
 
 
 class DeltaTableBuilder:

@@ -1,4 +1,4 @@
-"""Shared fixtures: one SparkSession per test run, and fresh table paths."""
+"""Shared fixtures: one SparkSession per test run, fresh table paths, a table catalog per test."""
 
 from __future__ import annotations
 
@@ -23,6 +23,19 @@ def spark() -> Iterator[SparkSession]:
     session = spark_session("serialake-tests")
     yield session
     session.stop()
+
+
+@pytest.fixture(autouse=True)
+def tmp_catalog(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A fresh catalog file for the test (never the user's); in-process names are forgotten afterwards."""
+    from serialake.core import catalog
+
+    path = tmp_path / "catalog" / "catalog.json"
+    monkeypatch.setenv(catalog.CATALOG_ENV, str(path))
+    yield path
+    path.unlink(missing_ok=True)  # the test's own file; only in-process names remain
+    for name in catalog.list_tables():
+        catalog.unregister(name)
 
 
 @pytest.fixture

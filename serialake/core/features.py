@@ -11,6 +11,8 @@ from collections.abc import Iterable, Mapping
 
 from serialake.core import properties as props
 from serialake.core.actions import Metadata, Protocol
+from serialake.core.constraints import GENERATION_EXPRESSION
+from serialake.core.schema import StructType
 from serialake.exceptions import UnsupportedFeatureError
 
 READER_WRITER_FEATURES = frozenset(
@@ -177,6 +179,16 @@ def required_protocol(
         reader_features=tuple(rw) if needs_reader_features else None,
         writer_features=tuple(all_writers),
     )
+
+
+def schema_features(schema: StructType) -> list[str]:
+    """Table features a schema needs: ``timestampNtz`` for TIMESTAMP_NTZ fields, ``generatedColumns``."""
+    out = []
+    if '"timestamp_ntz"' in schema.to_json():
+        out.append("timestampNtz")
+    if any(GENERATION_EXPRESSION in f.metadata for f in schema.fields):
+        out.append("generatedColumns")
+    return out
 
 
 def active_unsupported_write_properties(metadata: Metadata) -> list[str]:

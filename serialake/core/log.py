@@ -517,7 +517,10 @@ def to_millis(ts: Any) -> int:
         try:
             ts = dt.datetime.fromisoformat(text)
         except ValueError:
-            raise DeltaIllegalArgumentException(f"Cannot parse timestamp '{ts}'") from None
+            raise DeltaIllegalArgumentException(
+                f"The provided timestamp ('{ts}') cannot be converted to a valid timestamp "
+                "(use e.g. '2024-05-01', '2024-05-01 10:30:00' or ISO 8601 with a zone)"
+            ) from None
     if isinstance(ts, dt.datetime):
         if ts.tzinfo is None:
             ts = ts.replace(tzinfo=dt.UTC)

@@ -59,6 +59,8 @@ if TYPE_CHECKING:
 __all__ = [
     "FILE_COLUMN",
     "HIVE_DEFAULT_PARTITION",
+    "format_partition_value",
+    "session_zone",
     "ROW_INDEX_COLUMN",
     "STAGING_DIR",
     "STRING_STATS_PREFIX",
@@ -105,10 +107,22 @@ def to_delta_schema(spark_schema: T.StructType) -> StructType:
 
 
 def to_spark_schema(schema: StructType) -> T.StructType:
-    """The Spark ``StructType`` of a Delta schema."""
-    result = T.StructType.fromJson(json.loads(schema.to_json()))
+    """The Spark ``StructType`` of a Delta schema, without Delta's write-side column metadata.
+
+    A generated column's expression (and an identity column's state) stays in the table
+    metadata: DataFrames read from the table do not carry it, as with Delta.
+    """
+    value = json.loads(schema.to_json())
+    for f in value.get("fields", ()):
+        meta = f.get("metadata")
+        if meta and any(k.startswith(_WRITE_SIDE_METADATA) for k in meta):
+            f["metadata"] = {k: v for k, v in meta.items() if not k.startswith(_WRITE_SIDE_METADATA)}
+    result = T.StructType.fromJson(value)
     assert isinstance(result, T.StructType)
     return result
+
+
+_WRITE_SIDE_METADATA = ("delta.generationExpression", "delta.identity.")
 
 
 def column_mapping_mode(snapshot: Snapshot) -> str:
@@ -190,7 +204,7 @@ def typed_partition_value(value: str | None, data_type: DataType, *, table: str 
         raise CorruptLogError(f"Table {table}: partition column '{column}': {e}") from None
 
 
-def _format_partition_value(text: str | None, spark_type: T.DataType, zone: dt.tzinfo) -> str | None:
+def format_partition_value(text: str | None, spark_type: T.DataType, zone: dt.tzinfo) -> str | None:
     """Spark's directory value (already unescaped) as the Delta log string."""
     if text is None or text == HIVE_DEFAULT_PARTITION:
         return None
@@ -206,7 +220,7 @@ def _format_partition_value(text: str | None, spark_type: T.DataType, zone: dt.t
     return text
 
 
-def _session_zone(spark: SparkSession) -> dt.tzinfo:
+def session_zone(spark: SparkSession) -> dt.tzinfo:
     """The session time zone (Spark formats timestamp partition directories in it)."""
     name = (spark.conf.get("spark.sql.session.timeZone") or "UTC").strip()
     if name.upper() in ("UTC", "Z", "GMT", "ETC/UTC"):
@@ -264,7 +278,7 @@ def write_data_files(
         writer.save(staging)
         written = _staged_files(staging)
         spark_types = {f.name: f.dataType for f in df.schema.fields}
-        zone = _session_zone(spark)
+        zone = session_zone(spark)
         file_schema = to_delta_schema(
             T.StructType([f for f in df.schema.fields if f.name not in set(partition_columns)])
         )
@@ -373,7 +387,7 @@ def _partition_values(
         if not sep or unquote(key).lower() != column.lower():
             raise CorruptLogError(f"Directory '{segment}' in {staging} is not a partition of column '{column}'")
         text = None if raw == HIVE_DEFAULT_PARTITION else unquote(raw)
-        values[column] = _format_partition_value(text, spark_types[column], zone)
+        values[column] = format_partition_value(text, spark_types[column], zone)
     return values
 
 

@@ -17,11 +17,11 @@ from typing import Any
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import types as T
 
-from serialake.core import DeltaLog, catalog, features
+from serialake.core import DeltaLog, catalog, constraints, features
 from serialake.core import properties as props
 from serialake.core.actions import FileAction, Metadata, Protocol, now_ms
 from serialake.core.deletion_vectors import dv_referenced_files
-from serialake.core.schema import StructField, StructType, data_type_from_json_value
+from serialake.core.schema import DataType, SchemaError, StructField, StructType, data_type_from_json_value
 from serialake.core.snapshot import Snapshot
 from serialake.exceptions import (
     DeltaAnalysisException,
@@ -30,8 +30,9 @@ from serialake.exceptions import (
     DeltaTableNotFoundError,
     UnsupportedFeatureError,
 )
-from serialake.spark import dml, io, scans
+from serialake.spark import dml, invariants, io, scans
 from serialake.spark.write import add_schema_features
+from serialake.storage import normalize_table_path
 
 __all__ = ["DeltaTable", "DeltaTableBuilder", "IdentityGenerator"]
 
@@ -127,6 +128,23 @@ class DeltaTable:
         return cls(sparkSession, location)
 
     @classmethod
+    def convertToDelta(  # noqa: N802
+        cls,
+        sparkSession: SparkSession,  # noqa: N803
+        identifier: str,
+        partitionSchema: str | T.StructType | None = None,  # noqa: N803
+    ) -> DeltaTable:
+        """Make the Parquet files at ``parquet.`/path``` a Delta table in place (no data rewritten).
+
+        ``partitionSchema``: the partition columns (StructType or DDL text) when the
+        directory is partitioned (``col=value/`` directories).
+        """
+        _check_type(identifier, str, "identifier", "a string")
+        path = dml.parquet_identifier_path(identifier)
+        table, _ = dml.convert_to_delta(sparkSession, path, partitionSchema)
+        return cls(sparkSession, table)
+
+    @classmethod
     def isDeltaTable(cls, sparkSession: SparkSession, identifier: str) -> bool:  # noqa: N802, N803
         """Whether ``identifier`` (a path) holds a Delta table."""
         return DeltaLog.for_table(identifier).table_exists()
@@ -172,16 +190,26 @@ class DeltaTable:
     # -- DML (serialake.spark.dml) -------------------------------------------------------
     def delete(self, condition: str | Column | None = None) -> DataFrame:
         """Delete the rows matching ``condition`` (all rows when None)."""
+        _check_condition(condition)
         return dml.delete(self.spark, self.path, condition, alias=self._alias)
 
     def update(
         self, condition: str | Column | None = None, set: dict[str, str | Column] | None = None  # noqa: A002
     ) -> DataFrame:
         """Set columns (SQL strings or Columns) on the rows matching ``condition``."""
+        _check_assignments(set, "'set'")
+        _check_condition(condition)
         return dml.update(self.spark, self.path, condition, set, alias=self._alias)
 
     def merge(self, source: DataFrame, condition: str | Column) -> dml.DeltaMergeBuilder:
         """Start a MERGE of ``source`` into this table; add clauses, then ``execute()``."""
+        if source is None:
+            raise ValueError("'source' in merge cannot be None")
+        if not isinstance(source, DataFrame):
+            raise TypeError("Type of 'source' in merge must be DataFrame.")
+        if condition is None:
+            raise ValueError("'condition' in merge cannot be None")
+        _check_condition(condition)
         return dml.merge(self.spark, self.path, source, condition, alias=self._alias)
 
     def optimize(self) -> dml.DeltaOptimizeBuilder:
@@ -190,15 +218,26 @@ class DeltaTable:
 
     def restoreToVersion(self, version: int) -> DataFrame:  # noqa: N802
         """Make the table's data what it was at ``version`` (a new commit)."""
+        _check_type(version, int, "version", "an int")
         return dml.restoreToVersion(self.spark, self.path, version)
 
-    def restoreToTimestamp(self, timestamp: Any) -> DataFrame:  # noqa: N802
-        """Make the table's data what it was at ``timestamp`` (a new commit)."""
+    def restoreToTimestamp(self, timestamp: str | dt.datetime | dt.date) -> DataFrame:  # noqa: N802
+        """Make the table's data what it was at ``timestamp`` (a new commit).
+
+        ``timestamp``: text as delta-spark takes it (``'2024-05-01 10:00:00'``, a date), or a
+        ``datetime`` / ``date``; naive values are UTC.
+        """
+        _check_type(timestamp, (str, dt.datetime, dt.date), "timestamp", "a string")
         return dml.restoreToTimestamp(self.spark, self.path, timestamp)
 
     def addColumns(self, columns: Any) -> None:  # noqa: N802
         """Add columns (a DDL string such as ``'c STRING'`` or Spark fields): a metadata change."""
         dml.add_columns(self.spark, self.path, columns)
+
+    def generate(self, mode: str) -> None:
+        """Write manifests for other engines; ``mode`` is ``"symlink_format_manifest"``."""
+        _check_type(mode, str, "mode", "a string")
+        dml.generate(self.path, mode)
 
     def history(self, limit: int | None = None) -> DataFrame:
         """Commits newest first, with delta-spark's ``DESCRIBE HISTORY`` columns."""
@@ -310,10 +349,22 @@ class DeltaTable:
         txn.commit([], operation, params, metrics)
 
     def upgradeTableProtocol(self, readerVersion: int, writerVersion: int) -> None:  # noqa: N802, N803
-        """Raise the table's protocol to (readerVersion, writerVersion), keeping its features."""
+        """Raise the table's protocol to (readerVersion, writerVersion), keeping its features.
+
+        A version lower than the table's is kept as it is (a protocol is never downgraded).
+        """
+        for value, name in ((readerVersion, "readerVersion"), (writerVersion, "writerVersion")):
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise ValueError(f"The {name} needs to be an integer but got '{type(value)}'.")
         txn = self.deltaLog.start_transaction()
         assert txn.snapshot is not None
-        new = _upgraded_protocol(txn.snapshot.protocol, readerVersion, writerVersion, self.path)
+        current = txn.snapshot.protocol
+        new = _upgraded_protocol(
+            current,
+            max(readerVersion, current.min_reader_version),
+            max(writerVersion, current.min_writer_version),
+            self.path,
+        )
         if new == txn.snapshot.protocol:
             return
         txn.update_protocol(new)
@@ -322,6 +373,35 @@ class DeltaTable:
             "UPGRADE PROTOCOL",
             {"newProtocol": json.dumps({"minReaderVersion": readerVersion, "minWriterVersion": writerVersion})},
         )
+
+    def addFeatureSupport(self, featureName: str) -> None:  # noqa: N802, N803
+        """Add table feature ``featureName`` to the protocol (``delta.feature.<name> = supported``).
+
+        A feature the protocol already has (or implies) changes nothing; a table on a legacy
+        protocol moves to table features (reader 3 / writer 7 as the feature needs).
+        """
+        _check_type(featureName, str, "featureName", "a string")
+        known = features.SUPPORTED_WRITER_FEATURES | features.SUPPORTED_READER_FEATURES
+        name = next((f for f in sorted(known) if f.lower() == featureName.lower()), None)
+        if name is None:
+            raise UnsupportedFeatureError(
+                f"[DELTA_UNSUPPORTED_FEATURES_IN_CONFIG] Table {self.path}: unknown or unsupported table feature "
+                f"'{featureName}' (serialake supports: {', '.join(sorted(known))})"
+            )
+        txn = self.deltaLog.start_transaction()
+        snap = txn.snapshot
+        assert snap is not None
+        if features.has_feature(snap.protocol, name):
+            return
+        txn.update_protocol(features.required_protocol({}, [name], base=snap.protocol))
+        txn.commit([], "SET TBLPROPERTIES", {"properties": json.dumps({props.FEATURE_PREFIX + name: "supported"})})
+
+    def dropFeatureSupport(self, featureName: str, truncateHistory: bool | None = None) -> None:  # noqa: N802, N803
+        """Remove table feature ``featureName`` (``ALTER TABLE ... DROP FEATURE``)."""
+        _check_type(featureName, str, "featureName", "a string")
+        if truncateHistory is not None:
+            _check_type(truncateHistory, bool, "truncateHistory", "a boolean")
+        dml.drop_feature(self.spark, self.path, featureName, bool(truncateHistory))
 
     def setTableProperties(self, properties: dict[str, Any]) -> int:  # noqa: N802
         """Set table properties in one metadata commit (``ALTER TABLE ... SET TBLPROPERTIES``).
@@ -334,6 +414,7 @@ class DeltaTable:
         snap = txn.snapshot
         assert snap is not None
         conf = props.validate_properties(properties, table=self.path)
+        constraints.refuse_constraint_properties(conf, self.path)
         if props.COLUMN_MAPPING_MODE in conf and conf[props.COLUMN_MAPPING_MODE] != io.column_mapping_mode(snap):
             raise UnsupportedFeatureError(
                 f"Table {self.path}: changing delta.columnMapping.mode is not supported by serialake."
@@ -399,17 +480,23 @@ class DeltaTableBuilder:
         self._properties: dict[str, str] = {}
 
     def location(self, location: str) -> DeltaTableBuilder:
-        """The table's directory (required: serialake tables are path-based)."""
+        """The table's directory (without it, a table by name is managed: in the warehouse directory)."""
+        if not isinstance(location, str):
+            raise TypeError(f"location should be str, found {type(location).__name__}")
         self._location = location
         return self
 
     def tableName(self, identifier: str) -> DeltaTableBuilder:  # noqa: N802
-        """A name recorded in the table metadata."""
+        """The table's name in serialake's catalog (registered when the table is created)."""
+        if not isinstance(identifier, str):
+            raise TypeError(f"Identifier should be str, found {type(identifier).__name__}")
         self._name = identifier
         return self
 
     def comment(self, comment: str) -> DeltaTableBuilder:
         """The table description."""
+        if not isinstance(comment, str):
+            raise TypeError(f"Table comment must be str, found {type(comment).__name__}")
         self._comment = comment
         return self
 
@@ -424,9 +511,10 @@ class DeltaTableBuilder:
     ) -> DeltaTableBuilder:
         """Add a column; ``dataType`` is a SQL type (``"BIGINT"``, ``"array<string>"``) or a Spark type.
 
-        The arguments are delta-spark's, in its order. Generated and identity columns
-        (``generatedAlwaysAs``, ``generatedByDefaultAs``) are refused with
-        ``UnsupportedFeatureError`` until serialake writes them.
+        The arguments are delta-spark's, in its order. ``generatedAlwaysAs`` (SQL text) makes
+        a generated column: writes compute it when the data lacks it and check it otherwise.
+        Identity columns (an ``IdentityGenerator``) are refused with ``UnsupportedFeatureError``
+        until serialake writes them.
         """
         if not isinstance(colName, str):
             raise TypeError(f"Column name should be str, found {type(colName).__name__}")
@@ -434,6 +522,8 @@ class DeltaTableBuilder:
             raise TypeError(f"Column data type should be str or DataType, found {type(dataType).__name__}")
         if not isinstance(nullable, bool):
             raise TypeError(f"Column nullable should be bool, found {type(nullable).__name__}")
+        if generatedAlwaysAs is not None and generatedByDefaultAs is not None:
+            raise ValueError(f"Column {colName}: generatedByDefaultAs and generatedAlwaysAs cannot both be set.")
         if generatedAlwaysAs is not None and not isinstance(generatedAlwaysAs, (str, IdentityGenerator)):
             raise TypeError(
                 f"generatedAlwaysAs should be str or IdentityGenerator, found {type(generatedAlwaysAs).__name__}"
@@ -444,67 +534,89 @@ class DeltaTableBuilder:
             )
         if comment is not None and not isinstance(comment, str):
             raise TypeError(f"Column comment should be str, found {type(comment).__name__}")
-        if generatedAlwaysAs is not None or generatedByDefaultAs is not None:
-            kind = "generated columns" if isinstance(generatedAlwaysAs, str) else "identity columns"
+        if isinstance(generatedAlwaysAs, IdentityGenerator) or generatedByDefaultAs is not None:
             raise UnsupportedFeatureError(
-                f"Column {colName}: {kind} are not supported by serialake yet; the table is not created"
+                f"Column {colName}: identity columns are not supported by serialake yet; the table is not created"
             )
         if isinstance(dataType, str):
-            data_type = StructType.from_ddl(f"{io.quote_name(colName)} {dataType}").fields[0].data_type
+            data_type = _parse_type(colName, dataType)
         else:
             data_type = data_type_from_json_value(json.loads(dataType.json()))
-        metadata = {"comment": comment} if comment is not None else {}
+        metadata: dict[str, Any] = {"comment": comment} if comment is not None else {}
+        if isinstance(generatedAlwaysAs, str):
+            metadata[constraints.GENERATION_EXPRESSION] = generatedAlwaysAs
         self._fields.append(StructField(colName, data_type, nullable, metadata))
         return self
 
     def addColumns(self, cols: T.StructType | Iterable[T.StructField]) -> DeltaTableBuilder:  # noqa: N802
         """Add the fields of a Spark ``StructType`` (or a list of ``StructField``)."""
-        struct = cols if isinstance(cols, T.StructType) else T.StructType(list(cols))
+        if isinstance(cols, T.StructType):
+            struct = cols
+        elif isinstance(cols, (list, tuple)) and all(isinstance(f, T.StructField) for f in cols):
+            struct = T.StructType(list(cols))
+        else:
+            raise TypeError(f"Schema must be StructType or a list of StructField, found {type(cols).__name__}")
         self._fields.extend(io.to_delta_schema(struct).fields)
         return self
 
     def partitionedBy(self, *cols: str | Sequence[str]) -> DeltaTableBuilder:  # noqa: N802
         """Partition columns (names of added columns)."""
-        for c in cols:
-            self._partitions.extend([c] if isinstance(c, str) else list(c))
+        for name in _column_names(cols, "Partitioning"):
+            self._partitions.append(name)
         return self
+
+    def clusterBy(self, *cols: str | Sequence[str]) -> DeltaTableBuilder:  # noqa: N802
+        """Liquid clustering columns: refused (``UnsupportedFeatureError``) until serialake writes clustered tables."""
+        names = _column_names(cols, "Clustering")
+        raise UnsupportedFeatureError(
+            f"clusterBy({', '.join(names)}): liquid clustering is not supported by serialake yet; use "
+            "partitionedBy, or OPTIMIZE ... ZORDER BY for data skipping. The table is not created."
+        )
 
     def property(self, key: str, value: str) -> DeltaTableBuilder:
         """A table property."""
+        if not isinstance(key, str) or not isinstance(value, str):
+            raise TypeError(
+                f"Key and value of property must be string, found {type(key).__name__}, {type(value).__name__}"
+            )
         self._properties[key] = value
         return self
 
     def execute(self) -> DeltaTable:
-        """Create or replace the table; returns it."""
-        if self._location is None:
-            raise DeltaIllegalArgumentException(
-                "Set the table's location with .location(path): serialake tables are path-based"
-            )
+        """Create or replace the table (and register its name); returns it."""
         if not self._fields:
-            raise DeltaAnalysisException(f"Table {self._location} needs at least one column (use addColumn)")
+            raise DeltaAnalysisException(
+                f"Table {self._name or self._location} needs at least one column (use addColumn)"
+            )
         spark = self._spark or SparkSession.getActiveSession()
         if spark is None:
             raise DeltaIllegalArgumentException("No active SparkSession: pass one to DeltaTable.create(spark)")
-        log = DeltaLog.for_table(self._location)
+        location = self._resolve_location()
+        log = DeltaLog.for_table(location)
+        shown = self._name or log.table_path
         txn = log.start_transaction()
         exists = txn.snapshot is not None
         if exists and self._mode == "create":
             raise DeltaAnalysisException(
-                f"Table {log.table_path} already exists. Use createIfNotExists, replace or createOrReplace."
+                f"Table {shown} already exists (at {log.table_path}). Use createIfNotExists, replace or "
+                "createOrReplace."
             )
         if exists and self._mode == "createIfNotExists":
+            self._register(log.table_path)
             return DeltaTable(spark, log.table_path)
         if not exists and self._mode == "replace":
             raise DeltaTableNotFoundError(
-                f"Cannot replace table {log.table_path}: it does not exist. Use createOrReplace."
+                f"Table {shown} cannot be replaced as it did not exist (no Delta table at {log.table_path}). "
+                "Use createOrReplace."
             )
-        metadata = self._metadata(txn.snapshot.metadata if txn.snapshot else None, log.table_path)
+        metadata = self._metadata(txn.snapshot.metadata if txn.snapshot else None, shown)
+        schema = StructType.from_json(metadata.schema_string or "")
+        invariants.check_definitions(spark, schema, metadata.configuration, shown)
         txn.update_metadata(metadata, replace_table=True)
-        assert metadata.schema_string is not None  # _metadata sets it from the schema
-        add_schema_features(txn, StructType.from_json(metadata.schema_string))
+        add_schema_features(txn, schema)
         removes = [f.remove() for f in txn.read_whole_table()] if exists else []
         params: dict[str, Any] = {
-            "isManaged": "false",
+            "isManaged": "true" if self._location is None else "false",
             "partitionBy": json.dumps(list(metadata.partition_columns), separators=(",", ":")),
             "properties": json.dumps(dict(metadata.configuration)),
         }
@@ -515,9 +627,36 @@ class DeltaTableBuilder:
             txn.commit(removes, operation, params)
         except DeltaConcurrentModificationException:
             if self._mode == "createIfNotExists" and not exists and log.table_exists():
+                self._register(log.table_path)
                 return DeltaTable(spark, log.table_path)  # another writer created it first
             raise
+        self._register(log.table_path)
         return DeltaTable(spark, log.table_path)
+
+    def _resolve_location(self) -> str:
+        """The table's directory: ``location``, else where its name is registered, else a managed one."""
+        if self._name is None:
+            if self._location is None:
+                raise DeltaIllegalArgumentException(
+                    "Give the table a name (.tableName) or a directory (.location), or both"
+                )
+            return self._location
+        registered = catalog.lookup(self._name)
+        if self._location is not None:
+            location = normalize_table_path(self._location)
+            if registered is not None and registered != location and self._mode in ("create", "replace"):
+                raise DeltaAnalysisException(
+                    f"Table {self._name} already exists at {registered}, not at {location}. "
+                    f"DROP TABLE {self._name} first, or use createOrReplace."
+                )
+            return location
+        if registered is not None:
+            return registered
+        return str(catalog.warehouse_dir() / catalog.normalize_name(self._name))
+
+    def _register(self, location: str) -> None:
+        if self._name is not None:
+            catalog.register(self._name, location)
 
     def _metadata(self, old: Metadata | None, table: str) -> Metadata:
         schema = StructType(tuple(self._fields))
@@ -550,6 +689,61 @@ class DeltaTableBuilder:
 # ---------------------------------------------------------------------------------------------
 # Helpers
 # ---------------------------------------------------------------------------------------------
+
+
+def _parse_type(column: str, text: str) -> DataType:
+    """A SQL type; text neither parser accepts raises Spark's ``ParseException`` (as delta-spark does)."""
+    try:
+        return StructType.from_ddl(f"{io.quote_name(column)} {text}").fields[0].data_type
+    except SchemaError:
+        if SparkSession.getActiveSession() is None:
+            raise
+        from pyspark.sql.types import _parse_datatype_string
+
+        spark_type = _parse_datatype_string(text)  # raises ParseException for text that is no type
+        return data_type_from_json_value(json.loads(spark_type.json()))
+
+
+def _column_names(cols: Sequence[Any], what: str) -> list[str]:
+    """Column names given as ``"a", "b"`` or ``["a", "b"]``; ``TypeError`` for anything else."""
+    names = list(cols[0]) if len(cols) == 1 and isinstance(cols[0], (list, tuple)) else list(cols)
+    for c in names:
+        if not isinstance(c, str):
+            raise TypeError(f"{what} column must be str, found {c!r} of type {type(c).__name__}")
+    return names
+
+
+def _check_type(value: Any, kinds: type | tuple[type, ...], name: str, what: str) -> None:
+    """delta-spark's argument check: ``ValueError`` naming the argument and the type found."""
+    if not isinstance(value, kinds) or (isinstance(value, bool) and kinds is int):
+        raise ValueError(f"{name} needs to be {what} but got '{type(value)}'.")
+
+
+def _check_condition(condition: Any, argname: str = "'condition'") -> None:
+    if condition is not None and not isinstance(condition, (str, Column)):
+        raise TypeError(
+            f"{argname} must be a Spark SQL Column or a string (expression in SQL syntax), "
+            f"found to be of type {type(condition)}"
+        )
+
+
+def _check_assignments(values: Any, argname: str) -> None:
+    """delta-spark's check of a ``set`` / ``values`` dict: column name keys, SQL text or Column values."""
+    if values is None:
+        raise ValueError(f"{argname} cannot be None")
+    if type(values) is not dict:
+        raise TypeError(f"{argname} must be a dict, found to be {type(values)}")
+    for key, value in values.items():
+        if type(key) is not str:
+            raise TypeError(
+                f"Keys of dict in {argname} must contain only strings with column names, "
+                f"found '{key}' of type '{type(key)}'"
+            )
+        if not isinstance(value, (str, Column)):
+            raise TypeError(
+                f"Values of dict in {argname} must contain only Spark SQL Columns or strings (expressions in SQL "
+                f"syntax) as values, found '{value}' of type '{type(value)}'"
+            )
 
 
 def _ts(ms: int | None) -> dt.datetime | None:

@@ -17,7 +17,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from serialake.core import DeltaLog, features
+from serialake.core import DeltaLog, constraints, features
 from serialake.core import expressions as P
 from serialake.core import properties as props
 from serialake.core.actions import Action, AddFile, Metadata, RemoveFile, SetTransaction, now_ms
@@ -30,7 +30,8 @@ from serialake.exceptions import (
     SchemaMismatchError,
     UnsupportedFeatureError,
 )
-from serialake.spark import io, scans
+from serialake.spark import invariants, io, scans
+from serialake.spark.invariants import check_rows
 
 __all__ = [
     "MODES",
@@ -44,7 +45,6 @@ __all__ = [
 
 MODES = {"append": "Append", "overwrite": "Overwrite", "error": "ErrorIfExists", "errorifexists": "ErrorIfExists",
          "ignore": "Ignore"}
-_ERROR_MARK = "[serialake-check]"
 
 # Widening casts Delta applies on write without mergeSchema (data type -> table types).
 _UPCASTS: dict[str, frozenset[str]] = {
@@ -122,6 +122,10 @@ def write(
         if not parts and snap is not None:  # overwriteSchema keeps the partitioning unless told otherwise
             parts = [c for c in snap.partition_columns if c.lower() in {n.lower() for n in df.columns}]
         data, metadata = _new_table(df, table, parts, properties, snap.metadata if snap else None)
+        # The schema is the data's: only CHECK constraints (kept by overwriteSchema) can apply.
+        data = invariants.enforce(
+            data, StructType.from_json(metadata.schema_string or ""), metadata.configuration, table, given=data.columns
+        )
     else:
         assert snap is not None
         data, metadata = _existing_table(df, snap.metadata, table, parts, mergeSchema, properties)
@@ -291,33 +295,48 @@ def _existing_table(
             "overwriteSchema=True to repartition."
         )
     schema = meta.schema
-    data, merged = align_to_schema(df, schema, table=table, merge=merge)
     conf = dict(meta.configuration)
     if properties:
-        conf.update(props.validate_properties(properties, table=table))
+        changed = props.validate_properties(properties, table=table)
+        constraints.refuse_constraint_properties(
+            {k: v for k, v in changed.items() if conf.get(k) != v}, table
+        )
+        conf.update(changed)
+    data, merged = align_to_schema(df, schema, table=table, merge=merge, configuration=conf)
     if merged is None and conf == meta.configuration:
         return data, None
     return data, replace(meta, schema_string=(merged or schema).to_json(), configuration=conf)
 
 
 def align_to_schema(
-    df: DataFrame, schema: StructType, *, table: str, merge: bool = False
+    df: DataFrame,
+    schema: StructType,
+    *,
+    table: str,
+    merge: bool = False,
+    configuration: Mapping[str, str] | None = None,
 ) -> tuple[DataFrame, StructType | None]:
     """``df`` with the table's columns in table order (missing nullable ones as NULL).
 
     Returns the new schema when ``merge`` added columns (else None). Raises
-    ``SchemaMismatchError`` naming every missing, extra or mistyped column. Columns the
-    table declares NOT NULL are checked row by row while the data is written.
+    ``SchemaMismatchError`` naming every missing, extra or mistyped column. Generated
+    columns the data lacks are computed, and those it gives checked; the table's CHECK
+    constraints (in ``configuration``) and NOT NULL columns are checked row by row while
+    the data is written (``invariants.enforce``).
     """
     spark_schema = io.to_spark_schema(schema)
+    generated = {g.name.lower() for g in constraints.generated_columns(schema)}
     given = {f.name.lower(): f for f in df.schema.fields}
+    given_names = [f.name for f in df.schema.fields]
     columns: list[Column] = []
     problems: list[str] = []
     not_null: list[str] = []
     for tf in spark_schema.fields:
         sf = given.pop(tf.name.lower(), None)
         if sf is None:
-            if not tf.nullable:
+            if not tf.nullable and tf.name.lower() in generated:
+                not_null.append(tf.name)  # computed below, then checked
+            elif not tf.nullable:
                 problems.append(f"column '{tf.name}' ({tf.dataType.simpleString()} NOT NULL) is missing")
             columns.append(F.lit(None).cast(tf.dataType).alias(tf.name))
             continue
@@ -348,7 +367,10 @@ def align_to_schema(
         added = io.to_delta_schema(_as_nullable(T.StructType(extra)))
         merged = StructType(schema.fields + added.fields)
         columns.extend(F.col(_q(f.name)) for f in extra)
-    return check_not_null(df.select(*columns), not_null, table), merged
+    aligned = invariants.enforce(
+        df.select(*columns), merged or schema, configuration or {}, table, given=given_names
+    )
+    return check_not_null(aligned, not_null, table), merged
 
 
 def _conform(given: T.StructField, target: T.StructField) -> Column | None:
@@ -406,16 +428,15 @@ def _check_unique_columns(schema: T.StructType, table: str) -> None:
 
 
 def add_schema_features(txn: OptimisticTransaction, schema: StructType) -> None:
-    """Add the table features the schema needs (timestampNtz) to the commit's protocol."""
-    if '"timestamp_ntz"' not in schema.to_json():
-        return
+    """Add the table features the schema needs (timestampNtz, generatedColumns) to the commit's protocol."""
+    needed = features.schema_features(schema)
     protocol = txn.protocol
-    meta = txn.metadata
-    if protocol is not None and features.has_feature(protocol, "timestampNtz"):
+    if protocol is not None:
+        needed = [f for f in needed if not features.has_feature(protocol, f)]
+    if not needed:
         return
-    txn.update_protocol(
-        features.required_protocol(meta.configuration if meta else {}, ["timestampNtz"], base=protocol)
-    )
+    meta = txn.metadata
+    txn.update_protocol(features.required_protocol(meta.configuration if meta else {}, needed, base=protocol))
 
 
 _q = io.quote_name
@@ -424,20 +445,6 @@ _q = io.quote_name
 # ---------------------------------------------------------------------------------------------
 # Row checks, replaceWhere, files
 # ---------------------------------------------------------------------------------------------
-
-
-def check_rows(df: DataFrame, conditions: Sequence[Column], messages: Sequence[str]) -> DataFrame:
-    """``df`` that fails the write job when a row does not satisfy ``conditions[i]`` (NULL fails).
-
-    The check runs inside the write (no extra pass); ``write_checked_files`` turns the
-    failure into a ``DeltaAnalysisException`` with ``messages[i]``.
-    """
-    out = df
-    for cond, msg in zip(conditions, messages):
-        out = out.filter(
-            F.when(F.coalesce(cond, F.lit(False)), F.lit(True)).otherwise(F.raise_error(F.lit(_ERROR_MARK + msg)))
-        )
-    return out
 
 
 def check_not_null(df: DataFrame, columns: Sequence[str], table: str) -> DataFrame:
@@ -471,11 +478,9 @@ def write_checked_files(
             configuration=configuration,
         )
     except Exception as e:  # noqa: BLE001 - Spark wraps the check's error in several layers
-        text = str(e)
-        at = text.find(_ERROR_MARK)
-        if at < 0:
+        message = invariants.check_failure(e)
+        if message is None:
             raise
-        message = text[at + len(_ERROR_MARK) :].split("\n", 1)[0].split(" SQLSTATE:", 1)[0].strip()
         raise DeltaAnalysisException(message) from None
 
 

@@ -17,15 +17,20 @@ from sqlglot.tokens import Token, TokenType
 from serialake.core.cut import ISOLATION_LEVELS
 from serialake.sql.errors import SqlError, UnsupportedStatementError, position_of
 from serialake.sql.statements import (
+    AddConstraint,
+    ConvertToDelta,
     DescribeDetail,
     DescribeHistory,
     DescribeTable,
+    DropConstraint,
     DropFeature,
+    Generate,
     Optimize,
     Reorg,
     Restore,
     SetIsolation,
     ShowIsolation,
+    ShowProperties,
     Statement,
     TableRef,
     UnsetProperties,
@@ -162,6 +167,14 @@ class Cursor:
         tok = None if self.at_end() else self.tokens[self.i][0]
         if tok is None or tok.token_type != TokenType.STRING:
             raise self.error(f"Expected {what} (a quoted string).")
+        self.i += 1
+        return tok.text
+
+    def name(self, what: str) -> str:
+        """One identifier (backquoted or plain)."""
+        tok = None if self.at_end() else self.tokens[self.i][0]
+        if tok is None or (tok.token_type != TokenType.IDENTIFIER and not WORD.match(tok.text)):
+            raise self.error(f"Expected {what}.")
         self.i += 1
         return tok.text
 
@@ -367,7 +380,85 @@ def _alter_table(p: Cursor) -> Statement | None:
         return DropFeature(table=table, feature=feature, truncate_history=truncate, text=p.statement)
     if p.accept("CLUSTER", "BY"):
         raise UnsupportedStatementError("ALTER TABLE ... CLUSTER BY (liquid clustering)", statement=p.statement)
+    if p.accept("ADD", "CONSTRAINT"):
+        name = p.name("a constraint name")
+        if not p.accept("CHECK"):
+            raise p.error("Expected CHECK (<condition>): serialake supports CHECK constraints.")
+        p.expect("(")
+        start = p.offset()
+        depth = 1
+        while not p.at_end():
+            word = p.word()
+            if word == "(":
+                depth += 1
+            elif word == ")":
+                depth -= 1
+                if depth == 0:
+                    break
+            p.i += 1
+        end = p.offset()
+        p.expect(")")
+        p.finish()
+        expression = p.statement[start:end].strip()
+        if not expression:
+            raise p.error("Expected a condition inside CHECK ( ).")
+        return AddConstraint(table=table, name=name, expression=expression, text=p.statement)
+    if p.accept("DROP", "CONSTRAINT"):
+        if_exists = p.accept("IF", "EXISTS")
+        name = p.name("a constraint name")
+        p.finish()
+        return DropConstraint(table=table, name=name, if_exists=if_exists, text=p.statement)
     return None
+
+
+def _convert(p: Cursor) -> Statement:
+    s, e = p.raw_until(("NO", "STATISTICS"), ("PARTITIONED", "BY"))
+    identifier = p.statement[s:e].strip()
+    if not identifier:
+        raise p.error("Expected parquet.`/path/to/dir`.")
+    p.accept("NO", "STATISTICS")  # statistics are read from the Parquet footers: no extra pass to skip
+    schema = None
+    if p.accept("PARTITIONED", "BY"):
+        p.expect("(")
+        s, e = p.raw_until((")",))
+        schema = p.statement[s:e].strip()
+        p.expect(")")
+    p.finish()
+    return ConvertToDelta(identifier=identifier, partition_schema=schema, text=p.statement)
+
+
+def _generate(p: Cursor) -> Statement:
+    if p.at_end():
+        raise p.error("Expected symlink_format_manifest.")
+    mode = p.tokens[p.i][0].text
+    p.i += 1
+    p.expect("FOR", "TABLE")
+    table = p.table()
+    p.finish()
+    return Generate(table=table, mode=mode, text=p.statement)
+
+
+def _show_properties(p: Cursor) -> Statement | None:
+    try:
+        table = p.table()
+    except SqlError:
+        return None
+    key = None
+    if p.accept("("):
+        if p.at_end():
+            raise p.error("Expected a property key.")
+        tok = p.tokens[p.i][0]
+        if tok.token_type == TokenType.STRING:
+            key = tok.text
+            p.i += 1
+        else:
+            s = p.offset()
+            while not p.at_end() and p.word() != ")":
+                p.i += 1
+            key = p.statement[s : p.offset()].replace(" ", "")
+        p.expect(")")
+    p.finish()
+    return ShowProperties(table=table, key=key, text=p.statement)
 
 
 def _unsupported(what: str, hint: str | None = None) -> Callable[[Cursor], Statement]:
@@ -394,8 +485,9 @@ COMMANDS: list[tuple[re.Pattern[str], Callable[[Cursor], Statement | None]]] = [
     (_head("SHOW TRANSACTION_ISOLATION"), _show_isolation),
     (_head("SHOW TRANSACTION ISOLATION"), _show_isolation),
     (_head("ALTER TABLE"), _alter_table),
-    (_head("CONVERT TO DELTA"), _unsupported("CONVERT TO DELTA", "Write the data with serialake.write instead.")),
+    (_head("SHOW TBLPROPERTIES"), _show_properties),
+    (_head("CONVERT TO DELTA"), _convert),
     (_head("FSCK REPAIR TABLE"), _unsupported("FSCK REPAIR TABLE")),
-    (_head("GENERATE"), _unsupported("GENERATE (symlink manifests)")),
+    (_head("GENERATE"), _generate),
     (_head("COPY INTO"), _unsupported("COPY INTO", "Read the files with Spark and INSERT them.")),
 ]

@@ -15,7 +15,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 from sqlglot import exp
 
-from serialake.core import DeltaLog, catalog
+from serialake.core import DeltaLog, catalog, features
 from serialake.core.log import format_ms
 from serialake.core.schema import StructType
 from serialake.exceptions import DeltaAnalysisException, DeltaTableNotFoundError
@@ -27,15 +27,19 @@ from serialake.sql.insert import run_insert
 from serialake.sql.results import empty, rows
 from serialake.sql.statements import (
     AddColumns,
+    AddConstraint,
     ColumnSpec,
+    ConvertToDelta,
     CreateTable,
     CreateTempView,
     Delete,
     DescribeDetail,
     DescribeHistory,
     DescribeTable,
+    DropConstraint,
     DropFeature,
     DropTable,
+    Generate,
     Insert,
     Merge,
     Optimize,
@@ -46,6 +50,7 @@ from serialake.sql.statements import (
     SetIsolation,
     SetProperties,
     ShowIsolation,
+    ShowProperties,
     Statement,
     UnsetProperties,
     Update,
@@ -145,7 +150,9 @@ def _create_table(spark: SparkSession, st: CreateTable) -> DataFrame:
             "createOrReplace": DeltaTable.createOrReplace,
         }[st.mode](spark).location(location)
         for col in st.columns:
-            builder = builder.addColumn(col.name, col.type, nullable=col.nullable, comment=col.comment)
+            builder = builder.addColumn(
+                col.name, col.type, nullable=col.nullable, generatedAlwaysAs=col.generated, comment=col.comment
+            )
         if st.partition_by:
             builder = builder.partitionedBy(*st.partition_by)
         for key, value in st.properties.items():
@@ -341,6 +348,53 @@ def _describe_history(spark: SparkSession, st: DescribeHistory) -> DataFrame:
     return table.history(st.limit)
 
 
+def _add_constraint(spark: SparkSession, st: AddConstraint) -> DataFrame:
+    path = _existing(st.table)
+    dml.add_constraint(spark, path, st.name, st.expression)
+    isolation.note_write(spark, path)
+    return empty(spark)
+
+
+def _drop_constraint(spark: SparkSession, st: DropConstraint) -> DataFrame:
+    path = _existing(st.table)
+    dml.drop_constraint(path, st.name, if_exists=st.if_exists)
+    isolation.note_write(spark, path)
+    return empty(spark)
+
+
+def _convert(spark: SparkSession, st: ConvertToDelta) -> DataFrame:
+    table, _ = dml.convert_to_delta(spark, dml.parquet_identifier_path(st.identifier), st.partition_schema)
+    isolation.note_write(spark, table)
+    return empty(spark)
+
+
+def _generate(spark: SparkSession, st: Generate) -> DataFrame:
+    dml.generate(_existing(st.table), st.mode)
+    return empty(spark)
+
+
+def _show_properties(spark: SparkSession, st: ShowProperties) -> DataFrame:
+    """The table's properties, with its protocol as ``delta.minReaderVersion`` / ``delta.feature.*``."""
+    path = try_resolve(st.table)
+    if path is None:
+        return spark.sql(st.text)
+    snap = isolation.read_snapshot(spark, path, name=st.table.name)
+    shown = dict(snap.configuration)
+    protocol = snap.protocol
+    shown["delta.minReaderVersion"] = str(protocol.min_reader_version)
+    shown["delta.minWriterVersion"] = str(protocol.min_writer_version)
+    if protocol.min_writer_version >= 7:
+        for feature in features.reader_features(protocol) | features.writer_features(protocol):
+            shown[f"delta.feature.{feature}"] = "supported"
+    schema = "key string, value string"
+    if st.key is not None:
+        value = next((v for k, v in shown.items() if k.lower() == st.key.lower()), None)
+        if value is None:
+            value = f"Table {st.table.text} does not have property: {st.key}"
+        return spark.createDataFrame([(st.key, value)], schema)
+    return spark.createDataFrame(sorted(shown.items()), schema)
+
+
 def _describe_detail(spark: SparkSession, st: DescribeDetail) -> DataFrame:
     table, _ = _table(spark, st.table)
     return table.detail()
@@ -441,6 +495,11 @@ _HANDLERS: dict[type, Callable[[SparkSession, Any], DataFrame]] = {
     Reorg: _reorg,
     DescribeHistory: _describe_history,
     DescribeDetail: _describe_detail,
+    AddConstraint: _add_constraint,
+    DropConstraint: _drop_constraint,
+    ShowProperties: _show_properties,
+    ConvertToDelta: _convert,
+    Generate: _generate,
     DescribeTable: _describe_table,
     Vacuum: _vacuum,
     Restore: _restore,

@@ -227,18 +227,21 @@ def _column(statement: str, col: exp.Expr) -> ColumnSpec:
         raise SqlError(f"Expected a column definition (name and type), got {col.sql(DIALECT)!r}.",
                        statement=statement)  # fmt: skip
     nullable = True
-    comment = None
+    comment = generated = None
     for constraint in col.args.get("constraints") or []:
         kind = constraint.args.get("kind")
         if isinstance(kind, exp.NotNullColumnConstraint):
             nullable = bool(kind.args.get("allow_null"))
         elif isinstance(kind, exp.CommentColumnConstraint):
             comment = _text(kind.this)
+        elif isinstance(kind, exp.ComputedColumnConstraint) and kind.this is not None:
+            generated = kind.this.sql(DIALECT)
         else:
             raise UnsupportedStatementError(
                 f"column constraint {constraint.sql(DIALECT)!r} (column '{col.name}')", statement=statement
             )
-    return ColumnSpec(name=col.name, type=col.args["kind"].sql(DIALECT), nullable=nullable, comment=comment)
+    return ColumnSpec(name=col.name, type=col.args["kind"].sql(DIALECT), nullable=nullable, comment=comment,
+                      generated=generated)  # fmt: skip
 
 
 def _property(prop: exp.Property) -> tuple[str, str]:
@@ -430,7 +433,15 @@ def _alter(statement: str, tree: exp.Alter) -> Statement:
             return SetProperties(table=ref, properties=dict(_property(p) for p in props), text=statement)
     if actions and all(isinstance(a, (exp.Schema, exp.ColumnDef)) for a in actions):
         cols = [c for a in actions for c in (a.expressions if isinstance(a, exp.Schema) else [a])]
-        return AddColumns(table=ref, columns=tuple(_column(statement, c) for c in cols), text=statement)
+        specs = tuple(_column(statement, c) for c in cols)
+        for spec in specs:
+            if spec.generated is not None:
+                raise SqlError(
+                    f"ALTER TABLE {ref.text} ADD COLUMNS: column '{spec.name}' cannot be a generated column: "
+                    "existing rows have no value for it. Generated columns are declared when the table is created.",
+                    statement=statement,
+                )
+        return AddColumns(table=ref, columns=specs, text=statement)
     what = _alter_action_name(statement, ref)
     raise UnsupportedStatementError(f"ALTER TABLE ... {what}", statement=statement)
 

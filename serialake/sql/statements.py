@@ -64,12 +64,16 @@ class Statement:
 
 @dataclass(frozen=True)
 class ColumnSpec:
-    """A column in CREATE TABLE / ADD COLUMNS: name, Spark SQL type, nullability, comment."""
+    """A column in CREATE TABLE / ADD COLUMNS: name, Spark SQL type, nullability, comment.
+
+    ``generated``: the expression of ``GENERATED ALWAYS AS (expr)`` (a generated column).
+    """
 
     name: str
     type: str
     nullable: bool = True
     comment: str | None = None
+    generated: str | None = None
 
 
 @dataclass(frozen=True)
@@ -208,6 +212,48 @@ class DescribeHistory(Statement):
 
     table: TableRef
     limit: int | None = None
+
+
+@dataclass(frozen=True)
+class AddConstraint(Statement):
+    """ALTER TABLE ... ADD CONSTRAINT name CHECK (expression)."""
+
+    table: TableRef
+    name: str
+    expression: str
+
+
+@dataclass(frozen=True)
+class DropConstraint(Statement):
+    """ALTER TABLE ... DROP CONSTRAINT [IF EXISTS] name."""
+
+    table: TableRef
+    name: str
+    if_exists: bool = False
+
+
+@dataclass(frozen=True)
+class ConvertToDelta(Statement):
+    """CONVERT TO DELTA parquet.`path` [NO STATISTICS] [PARTITIONED BY (col type, ...)]."""
+
+    identifier: str
+    partition_schema: str | None = None
+
+
+@dataclass(frozen=True)
+class Generate(Statement):
+    """GENERATE symlink_format_manifest FOR TABLE table."""
+
+    table: TableRef
+    mode: str
+
+
+@dataclass(frozen=True)
+class ShowProperties(Statement):
+    """SHOW TBLPROPERTIES table [(key)]: ours for a Delta table, else Spark's answer."""
+
+    table: TableRef
+    key: str | None = None
 
 
 @dataclass(frozen=True)

@@ -144,8 +144,10 @@ def test_properties_and_protocol(spark: SparkSession, tmp_table: str) -> None:
     assert (protocol.min_reader_version, protocol.min_writer_version) == (3, 7)
     assert "deletionVectors" in (protocol.reader_features or ())
     assert "deletionVectors" in (protocol.writer_features or ())
-    with pytest.raises(DeltaIllegalArgumentException, match="downgraded"):
-        table.upgradeTableProtocol(1, 2)
+    version = DeltaLog.for_table(tmp_table).update().version
+    table.upgradeTableProtocol(1, 2)  # lower than the table's: kept as it is (delta-spark's rule)
+    snap = DeltaLog.for_table(tmp_table).update()
+    assert snap.version == version and snap.protocol == protocol
 
 
 def test_upgrade_protocol(spark: SparkSession, tmp_table: str) -> None:

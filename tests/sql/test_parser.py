@@ -239,7 +239,7 @@ def test_seed_merge_as_extracted_is_a_positioned_syntax_error() -> None:
         ("CREATE TABLE t SHALLOW CLONE s", "CREATE TABLE ... CLONE"),
         ("CREATE TABLE t (a INT) USING delta CLUSTER BY (a)", "CLUSTER BY (liquid clustering)"),
         ("CREATE TABLE t (a BIGINT GENERATED ALWAYS AS IDENTITY) USING delta", "column constraint"),
-        ("CONVERT TO DELTA parquet.`/x`", "CONVERT TO DELTA"),
+        ("FSCK REPAIR TABLE t", "FSCK REPAIR TABLE"),
         ("VACUUM t LITE", "VACUUM ... LITE"),
         ("DELETE FROM t USING s WHERE t.a = s.a", "DELETE ... USING"),
         ("UPDATE t SET a = 1 WHERE a IN (SELECT a FROM s)", "a subquery in the UPDATE condition"),

@@ -26,9 +26,12 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from serialake.spark.dml.alter_command import add_columns, unset_properties
+    from serialake.spark.dml.constraint_command import add_constraint, drop_constraint
+    from serialake.spark.dml.convert_command import convert_to_delta, parquet_identifier_path
     from serialake.spark.dml.delete_command import delete, run_delete
     from serialake.spark.dml.drop_feature_command import DROPPABLE_FEATURES, drop_feature
     from serialake.spark.dml.engine import COMPACTION_MAX_BYTES_CONF, DML_MAX_BYTES_CONF
+    from serialake.spark.dml.generate_command import generate
     from serialake.spark.dml.insert_command import run_insert
     from serialake.spark.dml.kernel import FILE_COL, ROW_COL, TARGET_ALIAS, DmlResult, affected_rows_df
     from serialake.spark.dml.merge_command import DeltaMergeBuilder, merge, merge_result_df
@@ -41,6 +44,11 @@ if TYPE_CHECKING:
 _MODULE_OF = {
     "add_columns": "alter_command",
     "unset_properties": "alter_command",
+    "add_constraint": "constraint_command",
+    "drop_constraint": "constraint_command",
+    "convert_to_delta": "convert_command",
+    "parquet_identifier_path": "convert_command",
+    "generate": "generate_command",
     "delete": "delete_command",
     "run_delete": "delete_command",
     "DROPPABLE_FEATURES": "drop_feature_command",
@@ -78,12 +86,17 @@ __all__ = [
     "ROW_COL",
     "TARGET_ALIAS",
     "add_columns",
+    "add_constraint",
     "affected_rows_df",
+    "convert_to_delta",
     "delete",
+    "drop_constraint",
     "drop_feature",
+    "generate",
     "merge",
     "merge_result_df",
     "optimize",
+    "parquet_identifier_path",
     "purge_deletion_vectors",
     "restore",
     "restoreToTimestamp",

@@ -73,7 +73,7 @@ def run_insert(
     else:
         read = txn.filter_files([parse_or_true(read_predicate)]) if read_predicate else txn.read_whole_table()
         rows = df(txn, read)
-    data, _ = align_to_schema(rows, snap.schema, table=snap.table_path)
+    data, _ = align_to_schema(rows, snap.schema, table=snap.table_path, configuration=snap.configuration)
     removes: list[Action] = []
     if overwrite:
         if replace_where is None:

@@ -40,7 +40,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from serialake.core import DeltaLog, row_eval
+from serialake.core import DeltaLog, constraints, row_eval
 from serialake.core import expressions as P
 from serialake.core.actions import AddFile
 from serialake.core.deletion_vectors import RowIndexSet
@@ -53,7 +53,7 @@ from serialake.exceptions import (
     DeltaTableNotFoundError,
     UnsupportedFeatureError,
 )
-from serialake.spark import io
+from serialake.spark import invariants, io
 from serialake.spark.dml.driver_files import matching_rows
 from serialake.spark.dml.engine import Engine
 from serialake.spark.write import check_not_null, write_checked_files
@@ -74,6 +74,7 @@ __all__ = [
     "declare_matched_rows",
     "elapsed_ms",
     "evaluate_condition_rows",
+    "explicit_flags",
     "file_bytes",
     "find_touched",
     "is_true",
@@ -365,8 +366,16 @@ def table_columns(snap: Snapshot, df: DataFrame, alias: str | None = None) -> li
     ]
 
 
-def write_rows(snap: Snapshot, df: DataFrame, *, data_change: bool = True) -> list[AddFile]:
-    """Write ``df`` (exactly the table columns) as data files of the table; NOT NULL columns checked."""
+def write_rows(snap: Snapshot, df: DataFrame, *, data_change: bool = True, new_values: bool = False) -> list[AddFile]:
+    """Write ``df`` (the table columns) as data files of the table; NOT NULL columns checked.
+
+    ``new_values``: rows carry values an operation computed (UPDATE, MERGE): generated
+    columns are recomputed from them, or checked where ``df``'s ``invariants.explicit_flag``
+    columns say the operation assigned them, and CHECK constraints are checked. Rows
+    copied unchanged (DELETE, OPTIMIZE) satisfy both already.
+    """
+    if new_values:
+        df = invariants.enforce(df, snap.schema, snap.configuration, snap.table_path)
     df = check_not_null(df, [f.name for f in snap.schema.fields if not f.nullable], snap.table_path)
     return write_checked_files(
         df, snap.table_path, list(snap.partition_columns), data_change=data_change, configuration=snap.configuration
@@ -544,7 +553,11 @@ def resolve_assignments(
 def updated_columns(
     snap: Snapshot, alias: str, branches: Sequence[tuple[Column, Mapping[str, Column]]]
 ) -> list[Column]:
-    """Table columns where the first branch whose guard holds assigns its values (others keep theirs)."""
+    """Table columns where the first branch whose guard holds assigns its values (others keep theirs).
+
+    Then, for each generated column a branch assigns, its ``invariants.explicit_flag``
+    column (``write_rows(new_values=True)`` checks those values and recomputes the others).
+    """
     out: list[Column] = []
     for f in io.to_spark_schema(snap.schema).fields:
         current = target_col(alias, f.name)
@@ -556,6 +569,19 @@ def updated_columns(
             elif value is not None:
                 value = F.when(guard, current).otherwise(value)
         out.append((value if value is not None else current).cast(f.dataType).alias(f.name))
+    return out + explicit_flags(snap, branches)
+
+
+def explicit_flags(snap: Snapshot, branches: Sequence[tuple[Column, Mapping[str, Column]]]) -> list[Column]:
+    """Per generated column some branch assigns: whether, in this row, the branch that holds first assigns it."""
+    out: list[Column] = []
+    for g in constraints.generated_columns(snap.schema):
+        if not any(g.name in assigned for _, assigned in branches):
+            continue
+        flag: Column = F.lit(False)
+        for guard, assigned in reversed(branches):
+            flag = F.when(guard, F.lit(g.name in assigned)).otherwise(flag)
+        out.append(flag.alias(invariants.explicit_flag(g.name)))
     return out
 
 

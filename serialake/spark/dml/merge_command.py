@@ -54,6 +54,7 @@ from serialake.spark.dml.kernel import (
     analysis_error,
     condition_text,
     elapsed_ms,
+    explicit_flags,
     file_bytes,
     is_true,
     json_list,
@@ -70,6 +71,7 @@ from serialake.spark.dml.kernel import (
     updated_columns,
     write_rows,
 )
+from serialake.spark.invariants import EXPLICIT_PREFIX
 
 __all__ = ["DeltaMergeBuilder", "MAX_KEY_VALUES", "merge", "merge_result_df"]
 
@@ -524,6 +526,7 @@ class _MergeRun:
             F.lit(None).cast("long").alias(ROW_COL),
             F.lit(_INSERT).alias(_CODE),
             *self._inserted_columns(),
+            *explicit_flags(self.snap, self._insert_branches()),
         )
 
     def _changes_one_join(self, kinds: list[str]) -> DataFrame:
@@ -553,11 +556,14 @@ class _MergeRun:
                 code = F.when(F.col(_CLAUSE) == i, delete).otherwise(code)
         branches = [(F.col(_CLAUSE) == i, self.assignments[i])
                     for i in self._ids(self.matched, "update") + self._ids(self.by_source, "update")]
-        changed = updated_columns(self.snap, self.alias, branches)
-        inserted = self._inserted_columns() if self.inserts else [None] * len(changed)
+        width = len(self.snap.schema.fields)
+        changed = updated_columns(self.snap, self.alias, branches)[:width]
+        inserted = self._inserted_columns() if self.inserts else [None] * width
         columns = [c if n is None else F.when(is_insert, n).otherwise(c).alias(name)
                    for c, n, name in zip(changed, inserted, (f.name for f in self.snap.schema.fields))]
-        return joined.select(FILE_COL, ROW_COL, code.alias(_CODE), *columns)
+        # Which rows assign a generated column (checked) rather than leave it to be computed.
+        flags = explicit_flags(self.snap, branches + self._insert_branches())
+        return joined.select(FILE_COL, ROW_COL, code.alias(_CODE), *columns, *flags)
 
     def _target_changes(self, rows: DataFrame, clauses: Sequence[MergeClause], update: int, delete: int) -> DataFrame:
         """Target rows a clause of ``clauses`` fires for, with the change code and new values."""
@@ -610,13 +616,17 @@ class _MergeRun:
     def _outputs(self, changes: DataFrame, touched: dict[str, Touched], copy_on_write: bool) -> DataFrame:
         """Rows to write: updated and inserted rows, and (copy-on-write) the unchanged rows of touched files."""
         names = [io.quote_name(f.name) for f in self.snap.schema.fields]
-        out = changes.where(F.col(_CODE).isin(_MATCHED_UPDATE, _NMBS_UPDATE, _INSERT)).select(*names)
+        flags = [c for c in changes.columns if c.startswith(EXPLICIT_PREFIX)]
+        out = changes.where(F.col(_CODE).isin(_MATCHED_UPDATE, _NMBS_UPDATE, _INSERT)).select(*names, *flags)
         if copy_on_write and touched:
             rows = self.target.where(F.col(FILE_COL).isin(list(touched)))
             changed = changes.where(F.col(FILE_COL).isNotNull()).select(FILE_COL, ROW_COL)
             kept = rows.join(changed, [FILE_COL, ROW_COL], "left_anti")
-            out = out.union(kept.select(*table_columns(self.snap, kept)))
+            out = out.union(kept.select(*table_columns(self.snap, kept), *[F.lit(False).alias(f) for f in flags]))
         return out
+
+    def _insert_branches(self) -> list[tuple[Column, dict[str, Column]]]:
+        return [(F.col(_CLAUSE) == i, self.assignments[i]) for i in self._ids(self.inserts, "insert")]
 
     def _inserted_columns(self) -> list[Column]:
         """Table columns of inserted rows: the first NOT MATCHED clause that holds assigns (others NULL)."""
@@ -636,7 +646,7 @@ class _MergeRun:
         adds: list[AddFile] = []
         if touched or counts[_INSERT]:
             outputs = self._outputs(changes, touched, copy_on_write=not uses_deletion_vectors(self.snap))
-            adds = write_rows(self.snap, outputs)
+            adds = write_rows(self.snap, outputs, new_values=True)
         return self._finish(touched, counts, adds, rewrite_start)
 
     def _finish(

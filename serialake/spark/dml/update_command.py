@@ -128,7 +128,7 @@ def run_update(
         if touched:
             source = read_target(spark, snap, rewritten, name, with_rows=False)
             # With deletion vectors only the new versions of the changed rows are written.
-            adds = write_rows(snap, (source.filter(hit) if dvs else source).select(*new_values))
+            adds = write_rows(snap, (source.filter(hit) if dvs else source).select(*new_values), new_values=True)
         return _commit_update(txn, snap, touched, adds, dvs, start, rewrite_start, plan, before_commit)
 
     return budget.run(plan.files, driver=on_driver, spark=on_spark)

@@ -141,7 +141,7 @@ def detail_info(log: DeltaLog) -> dict[str, Any]:
         "properties": dict(meta.configuration),
         "minReaderVersion": protocol.min_reader_version,
         "minWriterVersion": protocol.min_writer_version,
-        "tableFeatures": sorted(features.reader_features(protocol) | features.writer_features(protocol)),
+        "tableFeatures": sorted(features.table_features(protocol)),
     }
 
 

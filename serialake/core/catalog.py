@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from serialake.exceptions import CorruptLogError, DeltaIllegalArgumentException
+from serialake.exceptions import CorruptLogError, DeltaAnalysisException, DeltaIllegalArgumentException
 from serialake.storage import normalize_table_path
 
 __all__ = [
@@ -28,8 +28,10 @@ __all__ = [
     "catalog_file",
     "list_tables",
     "lookup",
+    "managed_location",
     "normalize_name",
     "register",
+    "table_location",
     "unregister",
     "warehouse_dir",
 ]
@@ -54,6 +56,29 @@ def catalog_file() -> Path:
 def warehouse_dir() -> Path:
     """Where ``CREATE TABLE name`` without ``LOCATION`` puts the table: ``<catalog dir>/warehouse``."""
     return catalog_file().parent / "warehouse"
+
+
+def managed_location(name: str) -> str:
+    """The directory of managed table ``name`` (created by name, without a location)."""
+    return str(warehouse_dir() / normalize_name(name))
+
+
+def table_location(name: str, location: str | None, *, exclusive: bool) -> str:
+    """Where a table created as ``name`` lives: ``location``, else where ``name`` is registered, else managed.
+
+    ``exclusive`` (a plain create): a ``location`` other than the one ``name`` is registered
+    at is an error, since the name already belongs to another table.
+    """
+    registered = lookup(name)
+    if location is None:
+        return registered or managed_location(name)
+    location = normalize_table_path(location)
+    if exclusive and registered is not None and registered != location:
+        raise DeltaAnalysisException(
+            f"Table {name} already exists at {registered}, not at {location}. Drop it first (DROP TABLE {name}), "
+            "or replace it."
+        )
+    return location
 
 
 def normalize_name(name: str) -> str:

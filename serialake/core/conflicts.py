@@ -295,9 +295,7 @@ def _check_protocol(info: TransactionInfo, w: WinnerSummary) -> TransactionInfo:
             )
         )
     before = info.read_protocol or Protocol()
-    dropped = (features.writer_features(before) | features.reader_features(before)) - (
-        features.writer_features(w.protocol) | features.reader_features(w.protocol)
-    )
+    dropped = features.table_features(before) - features.table_features(w.protocol)
     if dropped:
         return _raise(
             _fail(

@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from serialake.core.properties import CONSTRAINT_PREFIX
 from serialake.core.schema import StructType
 from serialake.exceptions import DeltaAnalysisException
 
@@ -34,7 +35,6 @@ __all__ = [
 ]
 
 GENERATION_EXPRESSION = "delta.generationExpression"
-CONSTRAINT_PREFIX = "delta.constraints."
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping
 
 from serialake.core import properties as props
 from serialake.core.actions import Metadata, Protocol
-from serialake.core.constraints import GENERATION_EXPRESSION
+from serialake.core.constraints import generated_columns
 from serialake.core.schema import StructType
 from serialake.exceptions import UnsupportedFeatureError
 
@@ -108,6 +108,11 @@ def writer_features(protocol: Protocol) -> frozenset[str]:
     return frozenset(_LEGACY_WRITER.get(protocol.min_writer_version, ()))
 
 
+def table_features(protocol: Protocol) -> frozenset[str]:
+    """Every feature a protocol lists or implies, reader and writer (``DESCRIBE DETAIL``'s ``tableFeatures``)."""
+    return reader_features(protocol) | writer_features(protocol)
+
+
 def has_feature(protocol: Protocol, feature: str) -> bool:
     return feature in writer_features(protocol) or feature in reader_features(protocol)
 
@@ -160,7 +165,7 @@ def required_protocol(
     for key, value in configuration.items():
         if key.lower().startswith(props.FEATURE_PREFIX) and value.lower() in ("supported", "enabled"):
             wanted.add(key[len(props.FEATURE_PREFIX):])
-    if any(k.lower().startswith("delta.constraints.") for k in configuration):
+    if any(k.lower().startswith(props.CONSTRAINT_PREFIX) for k in configuration):
         wanted.add("checkConstraints")
     if conf_lower.get(props.COLUMN_MAPPING_MODE.lower(), "none").lower() != "none":
         wanted.add("columnMapping")
@@ -186,7 +191,7 @@ def schema_features(schema: StructType) -> list[str]:
     out = []
     if '"timestamp_ntz"' in schema.to_json():
         out.append("timestampNtz")
-    if any(GENERATION_EXPRESSION in f.metadata for f in schema.fields):
+    if generated_columns(schema):
         out.append("generatedColumns")
     return out
 

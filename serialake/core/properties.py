@@ -31,6 +31,7 @@ TARGET_FILE_SIZE = "delta.targetFileSize"
 MIN_READER_VERSION = "delta.minReaderVersion"
 MIN_WRITER_VERSION = "delta.minWriterVersion"
 FEATURE_PREFIX = "delta.feature."
+CONSTRAINT_PREFIX = "delta.constraints."  # + name: a CHECK constraint (``core.constraints``)
 
 SERIALIZABLE = "Serializable"
 WRITE_SERIALIZABLE = "WriteSerializable"
@@ -154,7 +155,7 @@ _SPECS: dict[str, PropertySpec] = {
 }
 
 # Prefixes of delta.* keys that carry user data (constraints) or per-feature switches.
-_OPEN_PREFIXES = ("delta.constraints.", FEATURE_PREFIX)
+_OPEN_PREFIXES = (CONSTRAINT_PREFIX, FEATURE_PREFIX)
 
 
 def canonical_key(key: str) -> str:

@@ -50,7 +50,7 @@ def _mode(st: dict[str, Any]) -> str:
 
 def _location(name: str, registered: str | None, given: str | None) -> str:
     """Where table ``name`` is: registered, else the location given, else managed (the warehouse)."""
-    return registered or given or str(catalog.warehouse_dir() / catalog.normalize_name(name))
+    return registered or given or catalog.managed_location(name)
 
 
 def _conf(spark: SparkSession, key: str) -> str | None:

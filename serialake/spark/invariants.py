@@ -42,14 +42,6 @@ __all__ = [
 EXPLICIT_PREFIX = "__serialake_explicit_"
 _ERROR_MARK = "[serialake-check]"
 
-# Types a generation expression's result may be widened to without loss (as a write widens data).
-_WIDENS: dict[str, frozenset[str]] = {
-    "byte": frozenset({"short", "integer", "long"}),
-    "short": frozenset({"integer", "long"}),
-    "integer": frozenset({"long"}),
-    "float": frozenset({"double"}),
-}
-
 # Functions Spark calls deterministic whose value still depends on when or by whom a row is written.
 _TIME_OR_USER = re.compile(
     r"\b(current_(date|timestamp|timezone|user|catalog|database|schema)\b|localtimestamp\b|"
@@ -103,9 +95,9 @@ def enforce(
     """
     generated = constraints.generated_columns(schema)
     checks = constraints.check_constraints(configuration)
-    flags = [c for c in df.columns if c.startswith(EXPLICIT_PREFIX)]
     if not generated and not checks:
-        return df.drop(*flags) if flags else df
+        return df  # no flag columns either: flags exist for generated columns only
+    flags = [c for c in df.columns if c.startswith(EXPLICIT_PREFIX)]
     given_lower = {g.lower() for g in given}
     spark_types = {f.name: f.dataType for f in io.to_spark_schema(schema).fields}
     conditions: list[Column] = []
@@ -119,8 +111,8 @@ def enforce(
         if g.name.lower() in given_lower:
             conditions.append(matches)
         elif flag in flags:
-            conditions.append(~F.coalesce(F.col(flag), F.lit(False)) | matches)
-            values[g.name] = F.when(F.coalesce(F.col(flag), F.lit(False)), stored).otherwise(expression)
+            conditions.append(~F.col(flag) | matches)
+            values[g.name] = F.when(F.col(flag), stored).otherwise(expression)
         else:
             values[g.name] = expression
             continue
@@ -136,12 +128,8 @@ def enforce(
     checked = df
     if conditions:
         checked = check_rows(checked, conditions, messages)
-    if values:
-        checked = checked.select(
-            *[(values[f.name].alias(f.name) if f.name in values else F.col(_q(f.name))) for f in schema.fields]
-        )
-    elif flags:
-        checked = checked.drop(*flags)
+    if values or flags:
+        checked = checked.select(*[values.get(f.name, F.col(_q(f.name))).alias(f.name) for f in schema.fields])
     if checks:
         checked = check_rows(
             checked,
@@ -165,8 +153,9 @@ def check_definitions(spark: SparkSession, schema: StructType, configuration: Ma
     and give the column's type (or one that widens to it); a constraint must be boolean.
     """
     constraints.validate_generated_columns(schema, table)
-    empty = spark.createDataFrame([], io.to_spark_schema(schema))
-    types = {f.name: f.dataType for f in io.to_spark_schema(schema).fields}
+    spark_schema = io.to_spark_schema(schema)
+    empty = spark.createDataFrame([], spark_schema)
+    types = {f.name: f.dataType for f in spark_schema.fields}
     for g in constraints.generated_columns(schema):
         what = f"Generated column '{g.name}' of table {table}"
         result = _analyse(empty, g.expression, what)
@@ -176,7 +165,7 @@ def check_definitions(spark: SparkSession, schema: StructType, configuration: Ma
                 "for the same row whenever it is computed)"
             )
         have, want = result.schema.fields[0].dataType, types[g.name]
-        if have != want and want.typeName() not in _WIDENS.get(have.typeName(), ()):
+        if have != want and want.typeName() not in io.WIDENING.get(have.typeName(), ()):
             raise DeltaAnalysisException(
                 f"{what}: its expression {g.expression!r} gives {have.simpleString()}, "
                 f"but the column is {want.simpleString()}"

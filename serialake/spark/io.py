@@ -34,6 +34,7 @@ from pyspark.sql import types as T
 
 from serialake.core import properties as props
 from serialake.core.actions import AddFile, decode_path, encode_path
+from serialake.core.constraints import GENERATION_EXPRESSION
 from serialake.core.partition_values import parse_partition_value
 from serialake.core.paths import absolute_path
 from serialake.core.schema import (
@@ -64,12 +65,16 @@ __all__ = [
     "ROW_INDEX_COLUMN",
     "STAGING_DIR",
     "STRING_STATS_PREFIX",
+    "WIDENING",
+    "WRITE_SIDE_METADATA",
     "absolute_path",
     "column_mapping_mode",
     "data_fields",
     "data_write_error",
     "file_stats",
     "fsync_dirs",
+    "hive_partition_values",
+    "is_hidden",
     "partition_row",
     "partition_schema",
     "typed_partition_value",
@@ -85,6 +90,15 @@ __all__ = [
 ]
 
 STAGING_DIR = "_staging"
+# Column metadata only writers use: a generated column's expression, an identity column's state.
+WRITE_SIDE_METADATA = (GENERATION_EXPRESSION, "delta.identity.")
+# Widening casts Delta applies on write without mergeSchema (data type -> table types).
+WIDENING: dict[str, frozenset[str]] = {
+    "byte": frozenset({"short", "integer", "long"}),
+    "short": frozenset({"integer", "long"}),
+    "integer": frozenset({"long"}),
+    "float": frozenset({"double"}),
+}
 HIVE_DEFAULT_PARTITION = "__HIVE_DEFAULT_PARTITION__"
 FILE_COLUMN = "_file"
 ROW_INDEX_COLUMN = "_row_index"
@@ -115,14 +129,11 @@ def to_spark_schema(schema: StructType) -> T.StructType:
     value = json.loads(schema.to_json())
     for f in value.get("fields", ()):
         meta = f.get("metadata")
-        if meta and any(k.startswith(_WRITE_SIDE_METADATA) for k in meta):
-            f["metadata"] = {k: v for k, v in meta.items() if not k.startswith(_WRITE_SIDE_METADATA)}
+        if meta and any(k.startswith(WRITE_SIDE_METADATA) for k in meta):
+            f["metadata"] = {k: v for k, v in meta.items() if not k.startswith(WRITE_SIDE_METADATA)}
     result = T.StructType.fromJson(value)
     assert isinstance(result, T.StructType)
     return result
-
-
-_WRITE_SIDE_METADATA = ("delta.generationExpression", "delta.identity.")
 
 
 def column_mapping_mode(snapshot: Snapshot) -> str:
@@ -381,14 +392,32 @@ def _partition_values(
     segments = [s for s in rel_dir.split(os.sep) if s]
     if len(segments) != len(partition_columns):
         raise CorruptLogError(f"Unexpected directory '{rel_dir}' in staging area {staging}")
+    try:
+        raw = hive_partition_values(segments, partition_columns)
+    except ValueError as e:
+        raise CorruptLogError(f"{e} (in {staging})") from None
+    return {c: format_partition_value(v, spark_types[c], zone) for c, v in raw.items()}
+
+
+def hive_partition_values(segments: Sequence[str], partition_columns: Sequence[str]) -> dict[str, str | None]:
+    """Unescaped values of ``col=value`` directory names, one per partition column in order.
+
+    ``ValueError`` naming the directory that is not its column's partition.
+    """
     values: dict[str, str | None] = {}
     for column, segment in zip(partition_columns, segments):
         key, sep, raw = segment.partition("=")
         if not sep or unquote(key).lower() != column.lower():
-            raise CorruptLogError(f"Directory '{segment}' in {staging} is not a partition of column '{column}'")
-        text = None if raw == HIVE_DEFAULT_PARTITION else unquote(raw)
-        values[column] = format_partition_value(text, spark_types[column], zone)
+            raise ValueError(f"Directory '{segment}' is not a partition of column '{column}'")
+        values[column] = None if raw == HIVE_DEFAULT_PARTITION else unquote(raw)
     return values
+
+
+def is_hidden(name: str, partition_columns: Sequence[str]) -> bool:
+    """Delta's rule: names starting with '_' or '.' are not data, except '_col=' partitions."""
+    if not name.startswith(("_", ".")):
+        return False
+    return not any(name.startswith(f"{c}=") for c in partition_columns)
 
 
 def publish_staged(

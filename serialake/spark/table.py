@@ -32,7 +32,6 @@ from serialake.exceptions import (
 )
 from serialake.spark import dml, invariants, io, scans
 from serialake.spark.write import add_schema_features
-from serialake.storage import normalize_table_path
 
 __all__ = ["DeltaTable", "DeltaTableBuilder", "IdentityGenerator"]
 
@@ -264,7 +263,7 @@ class DeltaTable:
             dict(meta.configuration),
             protocol.min_reader_version,
             protocol.min_writer_version,
-            sorted(features.reader_features(protocol) | features.writer_features(protocol)),
+            sorted(features.table_features(protocol)),
         )
         return self.spark.createDataFrame([row], _DETAIL_SCHEMA)
 
@@ -358,13 +357,7 @@ class DeltaTable:
                 raise ValueError(f"The {name} needs to be an integer but got '{type(value)}'.")
         txn = self.deltaLog.start_transaction()
         assert txn.snapshot is not None
-        current = txn.snapshot.protocol
-        new = _upgraded_protocol(
-            current,
-            max(readerVersion, current.min_reader_version),
-            max(writerVersion, current.min_writer_version),
-            self.path,
-        )
+        new = _upgraded_protocol(txn.snapshot.protocol, readerVersion, writerVersion, self.path)
         if new == txn.snapshot.protocol:
             return
         txn.update_protocol(new)
@@ -424,14 +417,8 @@ class DeltaTable:
         txn.update_metadata(replace(snap.metadata, configuration={**snap.metadata.configuration, **stored}))
         if versions:
             base = txn.protocol or snap.protocol
-            txn.update_protocol(
-                _upgraded_protocol(
-                    base,
-                    max(versions.get(props.MIN_READER_VERSION, 0), base.min_reader_version),
-                    max(versions.get(props.MIN_WRITER_VERSION, 0), base.min_writer_version),
-                    self.path,
-                )
-            )
+            reader, writer = versions.get(props.MIN_READER_VERSION, 0), versions.get(props.MIN_WRITER_VERSION, 0)
+            txn.update_protocol(_upgraded_protocol(base, reader, writer, self.path))
         return txn.commit([], "SET TBLPROPERTIES", {"properties": json.dumps(conf)})
 
     def unsetTableProperties(self, keys: Sequence[str], ifExists: bool = False) -> int:  # noqa: N802, N803
@@ -609,8 +596,8 @@ class DeltaTableBuilder:
                 f"Table {shown} cannot be replaced as it did not exist (no Delta table at {log.table_path}). "
                 "Use createOrReplace."
             )
-        metadata = self._metadata(txn.snapshot.metadata if txn.snapshot else None, shown)
-        schema = StructType.from_json(metadata.schema_string or "")
+        schema = StructType(tuple(self._fields))
+        metadata = self._metadata(txn.snapshot.metadata if txn.snapshot else None, shown, schema)
         invariants.check_definitions(spark, schema, metadata.configuration, shown)
         txn.update_metadata(metadata, replace_table=True)
         add_schema_features(txn, schema)
@@ -635,31 +622,17 @@ class DeltaTableBuilder:
 
     def _resolve_location(self) -> str:
         """The table's directory: ``location``, else where its name is registered, else a managed one."""
-        if self._name is None:
-            if self._location is None:
-                raise DeltaIllegalArgumentException(
-                    "Give the table a name (.tableName) or a directory (.location), or both"
-                )
-            return self._location
-        registered = catalog.lookup(self._name)
-        if self._location is not None:
-            location = normalize_table_path(self._location)
-            if registered is not None and registered != location and self._mode in ("create", "replace"):
-                raise DeltaAnalysisException(
-                    f"Table {self._name} already exists at {registered}, not at {location}. "
-                    f"DROP TABLE {self._name} first, or use createOrReplace."
-                )
-            return location
-        if registered is not None:
-            return registered
-        return str(catalog.warehouse_dir() / catalog.normalize_name(self._name))
+        if self._name is not None:
+            return catalog.table_location(self._name, self._location, exclusive=self._mode == "create")
+        if self._location is None:
+            raise DeltaIllegalArgumentException("Give the table a name (.tableName), a directory (.location), or both")
+        return self._location
 
     def _register(self, location: str) -> None:
         if self._name is not None:
             catalog.register(self._name, location)
 
-    def _metadata(self, old: Metadata | None, table: str) -> Metadata:
-        schema = StructType(tuple(self._fields))
+    def _metadata(self, old: Metadata | None, table: str, schema: StructType) -> Metadata:
         parts = []
         for name in self._partitions:
             f = schema.field(name)
@@ -789,13 +762,13 @@ def _history_row(version: int, entry: Any) -> tuple[Any, ...]:
 
 
 def _upgraded_protocol(current: Protocol, reader: int, writer: int, table: str) -> Protocol:
-    """``current`` raised to (reader, writer) with every feature it had; never a downgrade."""
-    if reader < current.min_reader_version or writer < current.min_writer_version:
-        raise DeltaIllegalArgumentException(
-            f"Protocol of table {table} cannot be downgraded from ({current.min_reader_version}, "
-            f"{current.min_writer_version}) to ({reader}, {writer})"
-        )
-    if reader > 3 or writer > 7 or reader < 1 or writer < 1:
+    """``current`` raised to at least (reader, writer) with every feature it had.
+
+    A version lower than the current one keeps the current one: a protocol is never downgraded.
+    """
+    reader = max(reader, current.min_reader_version)
+    writer = max(writer, current.min_writer_version)
+    if reader > 3 or writer > 7:
         raise DeltaIllegalArgumentException(f"Unsupported protocol ({reader}, {writer}) for table {table}")
     if reader >= 3 and writer < 7:
         raise DeltaIllegalArgumentException(
@@ -811,22 +784,15 @@ def _upgraded_protocol(current: Protocol, reader: int, writer: int, table: str) 
     )
 
 
-def _is_hidden(name: str, partition_columns: Sequence[str]) -> bool:
-    """Delta's rule: names starting with '_' or '.' are not data, except '_col=' partitions."""
-    if not name.startswith(("_", ".")):
-        return False
-    return not any(name.startswith(f"{c}=") for c in partition_columns)
-
-
 def _vacuum_candidates(
     table: str, partition_columns: Sequence[str], keep: set[str], cutoff: int
 ) -> tuple[list[tuple[str, int]], list[str]]:
     """Unreferenced files older than ``cutoff`` (path, size), and stale staging directories."""
     files: list[tuple[str, int]] = []
     for root, dirs, names in os.walk(table):
-        dirs[:] = sorted(d for d in dirs if not _is_hidden(d, partition_columns))
+        dirs[:] = sorted(d for d in dirs if not io.is_hidden(d, partition_columns))
         for name in names:
-            if _is_hidden(name, partition_columns):
+            if io.is_hidden(name, partition_columns):
                 continue
             path = os.path.normpath(os.path.join(root, name))
             if path in keep:
@@ -861,7 +827,7 @@ def _remove_empty_dirs(table: str, partition_columns: Sequence[str]) -> int:
         if root == table:
             continue
         rel = os.path.relpath(root, table).split(os.sep)
-        if any(_is_hidden(part, partition_columns) for part in rel):
+        if any(io.is_hidden(part, partition_columns) for part in rel):
             continue
         if not names and not os.listdir(root):
             try:

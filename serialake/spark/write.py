@@ -46,15 +46,6 @@ __all__ = [
 MODES = {"append": "Append", "overwrite": "Overwrite", "error": "ErrorIfExists", "errorifexists": "ErrorIfExists",
          "ignore": "Ignore"}
 
-# Widening casts Delta applies on write without mergeSchema (data type -> table types).
-_UPCASTS: dict[str, frozenset[str]] = {
-    "byte": frozenset({"short", "integer", "long"}),
-    "short": frozenset({"integer", "long"}),
-    "integer": frozenset({"long"}),
-    "float": frozenset({"double"}),
-}
-
-
 def write(
     df: DataFrame,
     path: str,
@@ -378,7 +369,7 @@ def _conform(given: T.StructField, target: T.StructField) -> Column | None:
     col = F.col(_q(given.name))
     if _same_type(given.dataType, target.dataType):
         return col.alias(target.name) if given.name != target.name else col
-    if target.dataType.typeName() in _UPCASTS.get(given.dataType.typeName(), ()):
+    if target.dataType.typeName() in io.WIDENING.get(given.dataType.typeName(), ()):
         return col.cast(target.dataType).alias(target.name)
     return None
 

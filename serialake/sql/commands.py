@@ -170,6 +170,19 @@ class Cursor:
         self.i += 1
         return tok.text
 
+    def property_key(self) -> str:
+        """A table property key: ``'quoted'`` or a dotted name (``delta.appendOnly``)."""
+        if self.at_end():
+            raise self.error("Expected a property key.")
+        tok = self.tokens[self.i][0]
+        if tok.token_type == TokenType.STRING:
+            self.i += 1
+            return tok.text
+        s = self.offset()
+        while not self.at_end() and self.word() not in (",", ")"):
+            self.i += 1
+        return self.statement[s : self.tokens[self.i - 1][2]].replace(" ", "")
+
     def name(self, what: str) -> str:
         """One identifier (backquoted or plain)."""
         tok = None if self.at_end() else self.tokens[self.i][0]
@@ -351,21 +364,9 @@ def _alter_table(p: Cursor) -> Statement | None:
     if p.accept("UNSET", "TBLPROPERTIES"):
         if_exists = p.accept("IF", "EXISTS")
         p.expect("(")
-        keys: list[str] = []
-        while True:
-            if p.at_end():
-                raise p.error("Expected a property key.")
-            tok = p.tokens[p.i][0]
-            if tok.token_type == TokenType.STRING:
-                keys.append(tok.text)
-                p.i += 1
-            else:
-                s = p.offset()
-                while not p.at_end() and p.word() not in (",", ")"):
-                    p.i += 1
-                keys.append(p.statement[s : p.tokens[p.i - 1][2]].replace(" ", ""))
-            if not p.accept(","):
-                break
+        keys = [p.property_key()]
+        while p.accept(","):
+            keys.append(p.property_key())
         p.expect(")")
         p.finish()
         return UnsetProperties(table=table, keys=tuple(keys), if_exists=if_exists, text=p.statement)
@@ -385,18 +386,7 @@ def _alter_table(p: Cursor) -> Statement | None:
         if not p.accept("CHECK"):
             raise p.error("Expected CHECK (<condition>): serialake supports CHECK constraints.")
         p.expect("(")
-        start = p.offset()
-        depth = 1
-        while not p.at_end():
-            word = p.word()
-            if word == "(":
-                depth += 1
-            elif word == ")":
-                depth -= 1
-                if depth == 0:
-                    break
-            p.i += 1
-        end = p.offset()
+        start, end = p.raw_until((")",))
         p.expect(")")
         p.finish()
         expression = p.statement[start:end].strip()
@@ -445,17 +435,7 @@ def _show_properties(p: Cursor) -> Statement | None:
         return None
     key = None
     if p.accept("("):
-        if p.at_end():
-            raise p.error("Expected a property key.")
-        tok = p.tokens[p.i][0]
-        if tok.token_type == TokenType.STRING:
-            key = tok.text
-            p.i += 1
-        else:
-            s = p.offset()
-            while not p.at_end() and p.word() != ")":
-                p.i += 1
-            key = p.statement[s : p.offset()].replace(" ", "")
+        key = p.property_key()
         p.expect(")")
     p.finish()
     return ShowProperties(table=table, key=key, text=p.statement)

@@ -143,6 +143,7 @@ def _create_table(spark: SparkSession, st: CreateTable) -> DataFrame:
             properties=st.properties or None,
             table_operation=f"{operation} TABLE AS SELECT",
         )
+        _register(name, location)
     elif st.columns:
         builder = {
             "create": DeltaTable.createIfNotExists if st.if_not_exists else DeltaTable.create,
@@ -160,14 +161,13 @@ def _create_table(spark: SparkSession, st: CreateTable) -> DataFrame:
         if st.comment is not None:
             builder = builder.comment(st.comment)
         if name is not None:
-            builder = builder.tableName(name)
+            builder = builder.tableName(name)  # registered by the builder once created
         builder.execute()
     else:
         raise DeltaTableNotFoundError(
             f"CREATE TABLE {st.table.text} without columns needs an existing Delta table at its location "
             f"({log.table_path} has none)."
         )
-    _register(name, location)
     isolation.note_write(spark, location)
     return empty(spark)
 
@@ -181,18 +181,7 @@ def _create_location(st: CreateTable) -> str:
             )
         return normalize_table_path(st.table.path)
     assert st.table.name is not None
-    registered = catalog.lookup(st.table.name)
-    if st.location is not None:
-        location = normalize_table_path(st.location)
-        if registered and registered != location and st.mode == "create" and not st.if_not_exists:
-            raise DeltaAnalysisException(
-                f"Table {st.table.name} already exists (location {registered}), not at {location}. "
-                f"DROP TABLE {st.table.name} first, or use CREATE OR REPLACE TABLE."
-            )
-        return location
-    if registered is not None:
-        return registered
-    return str(catalog.warehouse_dir() / catalog.normalize_name(st.table.name))
+    return catalog.table_location(st.table.name, st.location, exclusive=st.mode == "create" and not st.if_not_exists)
 
 
 def _check_same_schema(log: DeltaLog, st: CreateTable) -> None:
@@ -316,8 +305,7 @@ def spark_fields(columns: tuple[ColumnSpec, ...]) -> list[T.StructField]:
 def _drop_feature(spark: SparkSession, st: DropFeature) -> DataFrame:
     path = _existing(st.table)
     dml.drop_feature(spark, path, st.feature, st.truncate_history)
-    isolation.note_write(spark, path)
-    return empty(spark)
+    return _wrote(spark, path)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -351,21 +339,18 @@ def _describe_history(spark: SparkSession, st: DescribeHistory) -> DataFrame:
 def _add_constraint(spark: SparkSession, st: AddConstraint) -> DataFrame:
     path = _existing(st.table)
     dml.add_constraint(spark, path, st.name, st.expression)
-    isolation.note_write(spark, path)
-    return empty(spark)
+    return _wrote(spark, path)
 
 
 def _drop_constraint(spark: SparkSession, st: DropConstraint) -> DataFrame:
     path = _existing(st.table)
     dml.drop_constraint(path, st.name, if_exists=st.if_exists)
-    isolation.note_write(spark, path)
-    return empty(spark)
+    return _wrote(spark, path)
 
 
 def _convert(spark: SparkSession, st: ConvertToDelta) -> DataFrame:
     table, _ = dml.convert_to_delta(spark, dml.parquet_identifier_path(st.identifier), st.partition_schema)
-    isolation.note_write(spark, table)
-    return empty(spark)
+    return _wrote(spark, table)
 
 
 def _generate(spark: SparkSession, st: Generate) -> DataFrame:
@@ -384,7 +369,7 @@ def _show_properties(spark: SparkSession, st: ShowProperties) -> DataFrame:
     shown["delta.minReaderVersion"] = str(protocol.min_reader_version)
     shown["delta.minWriterVersion"] = str(protocol.min_writer_version)
     if protocol.min_writer_version >= 7:
-        for feature in features.reader_features(protocol) | features.writer_features(protocol):
+        for feature in features.table_features(protocol):
             shown[f"delta.feature.{feature}"] = "supported"
     schema = "key string, value string"
     if st.key is not None:
@@ -460,6 +445,12 @@ def _show_isolation(spark: SparkSession, st: ShowIsolation) -> DataFrame:
 # ---------------------------------------------------------------------------------------------
 # Helpers
 # ---------------------------------------------------------------------------------------------
+
+
+def _wrote(spark: SparkSession, path: str) -> DataFrame:
+    """The empty result of a statement that changed the table at ``path`` (noted for the session's reads)."""
+    isolation.note_write(spark, path)
+    return empty(spark)
 
 
 def _existing(ref: Any) -> str:

@@ -61,8 +61,9 @@ def add_constraint(
                 "Help: fix or delete those rows first, e.g. DELETE ... WHERE NOT (<expression>)."
             )
     txn.update_metadata(replace(snap.metadata, configuration=conf))
-    if not features.has_feature(txn.protocol or snap.protocol, "checkConstraints"):
-        txn.update_protocol(features.required_protocol(conf, ["checkConstraints"], base=snap.protocol))
+    protocol = features.required_protocol(conf, base=snap.protocol)  # checkConstraints, unless it has it
+    if protocol != snap.protocol:
+        txn.update_protocol(protocol)
     params = {"name": name, "expr": expression}
     return commit_or_clean_up(txn, [], "ADD CONSTRAINT", params, {}, before_commit=before_commit)
 

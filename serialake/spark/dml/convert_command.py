@@ -16,7 +16,6 @@ from __future__ import annotations
 import os
 import posixpath
 import re
-from urllib.parse import unquote
 
 import pyarrow.parquet as pq
 from pyspark.sql import SparkSession
@@ -27,6 +26,7 @@ from serialake.core.actions import AddFile, Metadata, encode_path
 from serialake.core.schema import StructType
 from serialake.exceptions import DeltaAnalysisException, DeltaIllegalArgumentException
 from serialake.spark import io
+from serialake.spark.dml.kernel import json_list
 from serialake.spark.write import add_schema_features
 
 __all__ = ["convert_to_delta", "parquet_identifier_path"]
@@ -61,7 +61,7 @@ def convert_to_delta(
     if not os.path.isdir(table):
         raise DeltaAnalysisException(f"Cannot CONVERT TO DELTA: {table} is not a directory")
     parts = _partition_fields(spark, partition_schema)
-    files = _data_files(table, [f.name for f in parts.fields])
+    files = _data_files(table, parts.fieldNames())
     if not files:
         raise DeltaAnalysisException(
             f"Cannot CONVERT TO DELTA: no Parquet data files under {table}. Write the data with "
@@ -77,8 +77,8 @@ def convert_to_delta(
             "in the data files"
         )
     schema = io.to_delta_schema(T.StructType(list(data_schema.fields) + list(parts.fields)))
-    stored = StructType(tuple(f for f in schema.fields if f.name not in {p.name for p in parts.fields}))
-    indexed = io.stats_columns(stored, {})
+    part_names = [f.name for f in parts.fields]
+    indexed = io.stats_columns(StructType(tuple(io.data_fields(schema, part_names))), {})
     zone = io.session_zone(spark)
     spark_types = {f.name: f.dataType for f in parts.fields}
     adds = []
@@ -99,14 +99,9 @@ def convert_to_delta(
             )
         )
     txn = log.start_transaction()
-    metadata = Metadata(schema_string=schema.to_json(), partition_columns=tuple(f.name for f in parts.fields))
-    txn.update_metadata(metadata)
+    txn.update_metadata(Metadata(schema_string=schema.to_json(), partition_columns=tuple(part_names)))
     add_schema_features(txn, schema)
-    params = {
-        "numFiles": len(adds),
-        "partitionedBy": "[" + ",".join(f'"{f.name}"' for f in parts.fields) + "]",
-        "collectStats": True,
-    }
+    params = {"numFiles": len(adds), "partitionedBy": json_list(part_names), "collectStats": True}
     return table, txn.commit(adds, "CONVERT", params)
 
 
@@ -129,11 +124,11 @@ def _data_files(table: str, partition_columns: list[str]) -> list[tuple[str, dic
     out: list[tuple[str, dict[str, str | None]]] = []
     depth = len(partition_columns)
     for root, dirs, names in os.walk(table):
-        dirs[:] = sorted(d for d in dirs if not d.startswith(("_", ".")) or "=" in d and not d.startswith("."))
+        dirs[:] = sorted(d for d in dirs if not io.is_hidden(d, partition_columns))
         rel_dir = os.path.relpath(root, table)
         segments = [] if rel_dir == "." else rel_dir.split(os.sep)
         for name in sorted(names):
-            if name.startswith(("_", ".")) or name.endswith(".crc"):
+            if io.is_hidden(name, partition_columns) or name.endswith(".crc"):
                 continue
             rel = posixpath.join(*segments, name) if segments else name
             if len(segments) != depth:
@@ -142,14 +137,8 @@ def _data_files(table: str, partition_columns: list[str]) -> list[tuple[str, dic
                     f"partition schema has {depth} column(s) ({', '.join(partition_columns) or 'none'}). Give "
                     "the partition columns in directory order (PARTITIONED BY (...))."
                 )
-            values: dict[str, str | None] = {}
-            for column, segment in zip(partition_columns, segments):
-                key, sep, raw = segment.partition("=")
-                if not sep or unquote(key).lower() != column.lower():
-                    raise DeltaAnalysisException(
-                        f"Cannot CONVERT TO DELTA {table}: directory '{segment}' of file {rel} is not a "
-                        f"partition of column '{column}'"
-                    )
-                values[column] = None if raw == io.HIVE_DEFAULT_PARTITION else unquote(raw)
-            out.append((rel, values))
+            try:
+                out.append((rel, io.hive_partition_values(segments, partition_columns)))
+            except ValueError as e:
+                raise DeltaAnalysisException(f"Cannot CONVERT TO DELTA {table}: file {rel}: {e}") from None
     return out

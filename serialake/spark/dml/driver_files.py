@@ -34,7 +34,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from serialake.core import row_eval
+from serialake.core import constraints, row_eval
 from serialake.core.actions import AddFile, decode_path
 from serialake.core.deletion_vectors import RowIndexSet, read_deletion_vector
 from serialake.core.expressions import Expr
@@ -70,10 +70,10 @@ class DriverTable:
 
         if io.column_mapping_mode(snap) != "none":
             raise NotExact("column mapping")
-        if any(k.lower().startswith("delta.constraints.") for k in snap.configuration):
+        if constraints.check_constraints(snap.configuration):
             raise NotExact("CHECK constraints")
         for f in snap.schema.fields:
-            if any(k.startswith(("delta.generationExpression", "delta.identity")) for k in f.metadata):
+            if any(k.startswith(io.WRITE_SIDE_METADATA) for k in f.metadata):
                 raise NotExact(f"generated or identity column {f.name}")
         stored = tuple(io.data_fields(snap.schema, snap.partition_columns))
         fields = []

@@ -36,7 +36,7 @@ def drop_feature(spark: SparkSession, path: str, feature: str, truncate_history:
         raise DeltaTableNotFoundError(f"{log.table_path} is not a Delta table")
     snap = log.update()
     protocol = snap.protocol
-    present = F.reader_features(protocol) | F.writer_features(protocol)
+    present = F.table_features(protocol)
     name = next((f for f in present if f.lower() == feature.lower()), None)
     if name is None:
         raise DeltaAnalysisException(

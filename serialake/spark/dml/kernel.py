@@ -553,11 +553,7 @@ def resolve_assignments(
 def updated_columns(
     snap: Snapshot, alias: str, branches: Sequence[tuple[Column, Mapping[str, Column]]]
 ) -> list[Column]:
-    """Table columns where the first branch whose guard holds assigns its values (others keep theirs).
-
-    Then, for each generated column a branch assigns, its ``invariants.explicit_flag``
-    column (``write_rows(new_values=True)`` checks those values and recomputes the others).
-    """
+    """Table columns where the first branch whose guard holds assigns its values (others keep theirs)."""
     out: list[Column] = []
     for f in io.to_spark_schema(snap.schema).fields:
         current = target_col(alias, f.name)
@@ -569,11 +565,15 @@ def updated_columns(
             elif value is not None:
                 value = F.when(guard, current).otherwise(value)
         out.append((value if value is not None else current).cast(f.dataType).alias(f.name))
-    return out + explicit_flags(snap, branches)
+    return out
 
 
 def explicit_flags(snap: Snapshot, branches: Sequence[tuple[Column, Mapping[str, Column]]]) -> list[Column]:
-    """Per generated column some branch assigns: whether, in this row, the branch that holds first assigns it."""
+    """Per generated column some branch assigns: whether, in this row, the branch that holds first assigns it.
+
+    ``invariants.explicit_flag`` columns to write beside ``updated_columns``: ``write_rows``
+    (``new_values=True``) checks the values assigned and recomputes the others.
+    """
     out: list[Column] = []
     for g in constraints.generated_columns(snap.schema):
         if not any(g.name in assigned for _, assigned in branches):

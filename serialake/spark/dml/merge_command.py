@@ -556,9 +556,8 @@ class _MergeRun:
                 code = F.when(F.col(_CLAUSE) == i, delete).otherwise(code)
         branches = [(F.col(_CLAUSE) == i, self.assignments[i])
                     for i in self._ids(self.matched, "update") + self._ids(self.by_source, "update")]
-        width = len(self.snap.schema.fields)
-        changed = updated_columns(self.snap, self.alias, branches)[:width]
-        inserted = self._inserted_columns() if self.inserts else [None] * width
+        changed = updated_columns(self.snap, self.alias, branches)
+        inserted = self._inserted_columns() if self.inserts else [None] * len(changed)
         columns = [c if n is None else F.when(is_insert, n).otherwise(c).alias(name)
                    for c, n, name in zip(changed, inserted, (f.name for f in self.snap.schema.fields))]
         # Which rows assign a generated column (checked) rather than leave it to be computed.
@@ -571,7 +570,13 @@ class _MergeRun:
         updates = self._ids(clauses, "update")
         code = F.when(F.col(_CLAUSE).isin(self._ids(clauses, "delete")), delete).otherwise(update)
         branches = [(F.col(_CLAUSE) == i, self.assignments[i]) for i in updates]
-        return fired.select(FILE_COL, ROW_COL, code.alias(_CODE), *updated_columns(self.snap, self.alias, branches))
+        return fired.select(
+            FILE_COL,
+            ROW_COL,
+            code.alias(_CODE),
+            *updated_columns(self.snap, self.alias, branches),
+            *explicit_flags(self.snap, branches),
+        )
 
     def _find_touched(self, changes: DataFrame) -> tuple[dict[str, Touched], dict[int, int]]:
         """Touched files (with their changed rows) and the number of rows per change code."""

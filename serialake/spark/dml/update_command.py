@@ -37,6 +37,7 @@ from serialake.spark.dml.kernel import (
     assignment_values,
     declare_matched_rows,
     elapsed_ms,
+    explicit_flags,
     file_bytes,
     find_touched,
     is_true,
@@ -111,7 +112,7 @@ def run_update(
         nonlocal touched
         hit = is_true(plan.cond)
         target = read_target(spark, snap, plan.files, name)
-        new_values = updated_columns(snap, name, [(hit, assignments)])
+        new_values = updated_columns(snap, name, [(hit, assignments)]) + explicit_flags(snap, [(hit, assignments)])
         try:
             target.select(*new_values)
         except AnalysisException as e:

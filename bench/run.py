@@ -100,6 +100,7 @@ _optional("dv", "Deletion-vector DELETE and false-conflict rate", "bench.dv")
 _optional("cut", "Consistent multi-table reads under concurrent commits", "bench.consistent_reads")
 _optional("queries", "Queries over several tables at STRICT SERIALIZABLE and SERIALIZABLE", "bench.multi_table_queries")
 _optional("scale", "Planning at scale: big checkpointed tables", "bench.scale")
+_optional("write", 'Write throughput: format("delta") and serialake.write vs plain Parquet', "bench.write_throughput")
 _optional("deltaspark", "delta-spark's Python tests against serialake (set DELTA_REPO)", "bench.delta_spark_tests")
 
 

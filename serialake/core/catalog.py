@@ -31,6 +31,7 @@ __all__ = [
     "managed_location",
     "normalize_name",
     "register",
+    "rename",
     "table_location",
     "unregister",
     "warehouse_dir",
@@ -122,6 +123,28 @@ def unregister(name: str, *, persist: bool = True) -> bool:
             with _locked_file() as tables:
                 found = tables.pop(key, None) is not None or found
     return found
+
+
+def rename(old: str, new: str) -> str:
+    """Give the table registered as ``old`` the name ``new`` (one atomic change of the file); its path.
+
+    The table's files stay where they are. Errors when ``old`` is unknown or ``new`` taken.
+    """
+    old_key, new_key = normalize_name(old), normalize_name(new)
+    with _lock:
+        if old_key in _session:
+            if new_key in _session or _read_file().get(new_key) is not None:
+                raise DeltaAnalysisException(f"Cannot rename table {old} to {new}: table {new} already exists.")
+            _session[new_key] = _session.pop(old_key)
+            return _session[new_key]
+        with _locked_file() as tables:
+            entry = tables.get(old_key)
+            if entry is None:
+                raise DeltaAnalysisException(f"Cannot rename table {old}: it does not exist.")
+            if new_key in tables or new_key in _session:
+                raise DeltaAnalysisException(f"Cannot rename table {old} to {new}: table {new} already exists.")
+            tables[new_key] = tables.pop(old_key)
+            return str(tables[new_key]["location"])
 
 
 def lookup(name: str) -> str | None:

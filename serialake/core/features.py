@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping
 from serialake.core import properties as props
 from serialake.core.actions import Metadata, Protocol
 from serialake.core.constraints import generated_columns
+from serialake.core.identity import identity_columns
 from serialake.core.schema import StructType
 from serialake.exceptions import UnsupportedFeatureError
 
@@ -53,6 +54,7 @@ SUPPORTED_WRITER_FEATURES = frozenset(
         "appendOnly",
         "invariants",
         "checkConstraints",
+        "clustering",
         "deletionVectors",
         "timestampNtz",
         "domainMetadata",
@@ -61,6 +63,7 @@ SUPPORTED_WRITER_FEATURES = frozenset(
         "columnMapping",
         "changeDataFeed",
         "generatedColumns",
+        "identityColumns",
         "inCommitTimestamp",
         "typeWidening",
         "typeWidening-preview",
@@ -187,12 +190,15 @@ def required_protocol(
 
 
 def schema_features(schema: StructType) -> list[str]:
-    """Table features a schema needs: ``timestampNtz`` for TIMESTAMP_NTZ fields, ``generatedColumns``."""
+    """Table features a schema needs: ``timestampNtz`` for TIMESTAMP_NTZ fields, ``generatedColumns``,
+    ``identityColumns``."""
     out = []
     if '"timestamp_ntz"' in schema.to_json():
         out.append("timestampNtz")
     if generated_columns(schema):
         out.append("generatedColumns")
+    if identity_columns(schema):
+        out.append("identityColumns")
     return out
 
 

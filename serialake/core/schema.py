@@ -7,7 +7,8 @@ key order), so a metadata rewrite never changes the schema string.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 from serialake.core.types import PRIMITIVE_NAMES, PRIMITIVES, decimal_params
@@ -26,7 +27,9 @@ __all__ = [
     "SchemaError",
     "StructField",
     "StructType",
+    "change_field",
     "data_type_from_json_value",
+    "merge_schemas",
     "physical_name",
 ]
 
@@ -218,6 +221,98 @@ class StructType:
 
 
 DataType: TypeAlias = StructType | ArrayType | MapType | PrimitiveType | DecimalType
+
+
+def merge_schemas(target: StructType, addition: StructType) -> StructType:
+    """``target`` with the fields of ``addition`` it lacks, at any depth (schema evolution).
+
+    Fields are matched by name, case-insensitively. A field both have keeps the target's
+    name, type, nullability and metadata, except that structs (also as array elements and
+    map values) gain the nested fields they lack. New fields come after the existing ones,
+    in ``addition``'s order, and are nullable.
+    """
+    fields = []
+    for f in target.fields:
+        other = addition.field(f.name)
+        fields.append(f if other is None else replace(f, data_type=_merge_types(f.data_type, other.data_type)))
+    names = {f.name.lower() for f in target.fields}
+    fields.extend(_nullable_field(f) for f in addition.fields if f.name.lower() not in names)
+    return StructType(tuple(fields))
+
+
+def change_field(
+    schema: StructType,
+    path: Sequence[str],
+    *,
+    comment: str | None = None,
+    nullable: bool | None = None,
+    first: bool = False,
+    after: str | None = None,
+) -> StructType:
+    """``schema`` with the field at ``path`` (names, outermost first) changed in place.
+
+    ``comment`` replaces its comment, ``nullable`` its nullability, and ``first`` / ``after``
+    move it within its struct (before every sibling, or right after sibling ``after``).
+    Raises ``SchemaError`` naming the path when a field or sibling does not exist.
+    """
+    if not path:
+        raise SchemaError("no column given")
+    name, rest = path[0], path[1:]
+    index = next((i for i, f in enumerate(schema.fields) if f.name.lower() == name.lower()), None)
+    if index is None:
+        raise SchemaError(f"column '{name}' does not exist (fields: {', '.join(schema.field_names)})")
+    f = schema.fields[index]
+    fields = list(schema.fields)
+    if rest:
+        if not isinstance(f.data_type, StructType):
+            raise SchemaError(f"column '{f.name}' is a {f.data_type.simple_string()}, not a struct")
+        try:
+            inner = change_field(f.data_type, rest, comment=comment, nullable=nullable, first=first, after=after)
+        except SchemaError as e:
+            raise SchemaError(f"in '{f.name}': {e}") from None
+        fields[index] = replace(f, data_type=inner)
+        return StructType(tuple(fields))
+    if comment is not None:
+        f = replace(f, metadata={**f.metadata, "comment": comment})
+    if nullable is not None:
+        f = replace(f, nullable=nullable)
+    fields[index] = f
+    if first or after is not None:
+        del fields[index]
+        at = 0
+        if after is not None:
+            at = next((i + 1 for i, g in enumerate(fields) if g.name.lower() == after.lower()), -1)
+            if at < 0:
+                raise SchemaError(
+                    f"column '{after}' (to put '{f.name}' after) does not exist among "
+                    f"{', '.join(g.name for g in fields)}"
+                )
+        fields.insert(at, f)
+    return StructType(tuple(fields))
+
+
+def _merge_types(target: DataType, addition: DataType) -> DataType:
+    if isinstance(target, StructType) and isinstance(addition, StructType):
+        return merge_schemas(target, addition)
+    if isinstance(target, ArrayType) and isinstance(addition, ArrayType):
+        return replace(target, element_type=_merge_types(target.element_type, addition.element_type))
+    if isinstance(target, MapType) and isinstance(addition, MapType):
+        return replace(target, value_type=_merge_types(target.value_type, addition.value_type))
+    return target
+
+
+def _nullable_field(f: StructField) -> StructField:
+    return replace(f, nullable=True, data_type=_nullable_type(f.data_type))
+
+
+def _nullable_type(t: DataType) -> DataType:
+    if isinstance(t, StructType):
+        return StructType(tuple(_nullable_field(f) for f in t.fields))
+    if isinstance(t, ArrayType):
+        return ArrayType(_nullable_type(t.element_type), True)
+    if isinstance(t, MapType):
+        return MapType(_nullable_type(t.key_type), _nullable_type(t.value_type), True)
+    return t
 
 
 def physical_name(f: StructField) -> str:

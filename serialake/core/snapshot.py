@@ -444,6 +444,13 @@ class Snapshot:
         objects.extend(self._kept_tombstones(retention_cutoff_ms))
         return pa.concat_tables([actions_table(objects), *tables])
 
+    def with_metadata(self, metadata: Metadata) -> Snapshot:
+        """This snapshot's files under other metadata: the table as a transaction that changes its
+        metadata alone (MERGE with schema evolution) reads and writes it. Never a committed state."""
+        st = self._state
+        state = TableState(st.protocol, metadata, self._files_index(), st.txns, st.domains)
+        return Snapshot(self.table_path, self.version, state, self.segment, self.timestamp)
+
     def with_commits(self, commits: list[tuple[int, list[Action], int]]) -> Snapshot:
         """A new snapshot with commits ``(version, actions, timestamp)`` applied in order."""
         st = self._state

@@ -144,6 +144,8 @@ class OptimisticTransaction:
         self.read_predicates: list[ReadPredicate] = []
         self.read_files: dict[str, AddFile] = {}
         self.read_whole = False
+        self._external_adds = False  # allow_external_files(): a shallow clone's commit
+        self._live_paths: set[str] | None = None
         self.read_app_ids: set[str] = set()
         self.matched_rows: dict[str, MatchedRows] = {}  # see record_matched_rows
         # Reads of this table made at earlier versions (a DataFrame read before the transaction
@@ -237,6 +239,21 @@ class OptimisticTransaction:
         for f in files:
             self.read_files[f.path] = f
         return files
+
+    def allow_external_files(self) -> None:
+        """Let this commit add files outside the table directory, by absolute path: a shallow clone
+        lists its source's files. (Any commit may still remove or re-add the files the table lists.)"""
+        self._external_adds = True
+
+    def _external_path_allowed(self, path: str) -> bool:
+        """A file outside the table directory: one this commit may add, or one the table already lists."""
+        if self._external_adds:
+            return True
+        if self.snapshot is None:
+            return False
+        if self._live_paths is None:
+            self._live_paths = set(self.snapshot.files_by_path())
+        return path in self._live_paths
 
     def read_whole_table(self) -> list[AddFile]:
         """Record a read of the entire table (every concurrent change to it conflicts)."""
@@ -384,7 +401,7 @@ class OptimisticTransaction:
         features.check_writable(protocol, self.metadata, table)
         self._check_append_only(body)
         self._check_change_data_feed(body)
-        _check_paths(body, table)
+        _check_paths(body, table, self._external_path_allowed)
 
         file_actions = [a for a in body if isinstance(a, FileAction)]
         only_files = len(file_actions) == len(body)
@@ -765,7 +782,9 @@ def _check_duplicates(body: list[Action], table: str) -> None:
             apps[a.app_id] = a.version
 
 
-def _check_paths(body: list[Action], table: str) -> None:
+def _check_paths(body: list[Action], table: str, external_allowed: Any) -> None:
+    """Every file path stays in the table directory, unless ``external_allowed(path)`` says it may
+    not (a shallow clone's files, by absolute path)."""
     import posixpath
     from urllib.parse import unquote
 
@@ -780,7 +799,8 @@ def _check_paths(body: list[Action], table: str) -> None:
                     f"Data file path '{a.path}' is not on the file system of table {table}"
                 )
             if p.startswith("/"):
-                if not (p + "/").startswith(table.rstrip("/") + "/") and not p.startswith(table.rstrip("/") + "/"):
+                inside = (p + "/").startswith(table.rstrip("/") + "/") or p.startswith(table.rstrip("/") + "/")
+                if not inside and not external_allowed(a.path):
                     raise DeltaIllegalArgumentException(
                         f"Data file path '{a.path}' escapes the table directory of {table}"
                     )

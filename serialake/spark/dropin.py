@@ -9,7 +9,8 @@
   ``serialake.write``, with Spark's save modes (``errorifexists`` by default) and Delta's
   writer options;
 - ``spark.read.format("delta").load(path)`` and ``spark.read.table(name)`` / ``spark.table(name)``
-  read through ``serialake.read`` (``versionAsOf``, ``timestampAsOf``);
+  read through ``serialake.read`` (``versionAsOf``, ``timestampAsOf``), and a ``filter`` /
+  ``where`` on the result skips files by partition values and stats;
 - ``spark.sql(statement)`` runs what ``serialake.sql`` runs (Delta's statements, and queries
   over serialake tables by name or ``delta.`path```) and hands every statement serialake's
   parser does not know to Spark unchanged;
@@ -36,7 +37,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql.catalog import Catalog
 from pyspark.sql.readwriter import DataFrameReader, DataFrameWriter, DataFrameWriterV2
 from pyspark.sql.utils import to_str
@@ -45,6 +46,7 @@ from serialake.core import catalog
 from serialake.exceptions import DeltaIllegalArgumentException
 from serialake.spark import dropin_write
 from serialake.spark.dropin_write import _option
+from serialake.spark.errors import raising_pyspark
 
 __all__ = ["ENABLED_CONF", "configure", "is_configured", "serialake_calls"]
 
@@ -118,7 +120,7 @@ def _wrap(cls: type, name: str, make: Callable[[Callable[..., Any]], Callable[..
     original = getattr(cls, name)
     if getattr(original, "_serialake_original", None) is not None:
         return
-    wrapped = functools.wraps(original)(make(original))
+    wrapped = functools.wraps(original)(raising_pyspark(make(original)))
     wrapped._serialake_original = original  # type: ignore[attr-defined]
     setattr(cls, name, wrapped)
 
@@ -134,6 +136,7 @@ def _install() -> None:
         _install_writer()
         _install_writer_v2()
         _install_reader()
+        _install_dataframe()
         _install_session()
         _install_catalog()
 
@@ -377,6 +380,29 @@ def _install_reader() -> None:
 
     _wrap(DataFrameReader, "load", make_load)
     _wrap(DataFrameReader, "table", make_table)
+
+
+def _install_dataframe() -> None:
+    """``df.filter(cond)`` / ``df.where(cond)`` on a table ``spark.read.format("delta")`` (or
+    ``serialake.read``) returned: the condition also skips files (``read.pushed_filter``)."""
+    from serialake.spark.read import pushed_filter
+
+    def make_filter(original: Callable[..., Any]) -> Callable[..., Any]:
+        def filter(self: DataFrame, condition: Any) -> DataFrame:  # noqa: A001
+            if isinstance(condition, (str, Column)):
+                pushed = pushed_filter(self, condition)
+                if pushed is not None:
+                    return pushed
+            return original(self, condition)
+
+        return filter
+
+    try:  # PySpark 4: the classic DataFrame is a subclass with its own methods
+        from pyspark.sql.classic.dataframe import DataFrame as ClassicFrame
+    except ImportError:
+        ClassicFrame = DataFrame  # type: ignore[misc,assignment]  # noqa: N806
+    _wrap(ClassicFrame, "filter", make_filter)
+    _wrap(ClassicFrame, "where", make_filter)
 
 
 def _install_session() -> None:

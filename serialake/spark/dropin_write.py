@@ -93,9 +93,8 @@ def save(df: DataFrame, path: str, st: dict[str, Any]) -> int | None:
     """``df.write.format("delta")...save(path)``: Spark's save modes (``errorifexists`` by default)."""
     spark = df.sparkSession
     mode = _mode(st)
-    if st["clusterBy"]:
-        raise DeltaIllegalArgumentException("clusterBy (liquid clustering) is not supported by serialake yet")
-    version = write(df, path, mode=mode, partitionBy=st["partitionBy"], **_write_options(spark, st, mode))
+    version = write(df, path, mode=mode, partitionBy=st["partitionBy"], clusterBy=st["clusterBy"] or None,
+                    **_write_options(spark, st, mode))  # fmt: skip
     isolation.note_write(spark, path)
     return version
 
@@ -166,7 +165,8 @@ def write_to(df: DataFrame, name: str, st: dict[str, Any], kind: str, *args: Any
         operation = {"create": "CREATE TABLE AS SELECT", "replace": "REPLACE TABLE AS SELECT",
                      "createOrReplace": "CREATE OR REPLACE TABLE AS SELECT"}[kind]  # fmt: skip
         version = write(df, location, mode="overwrite" if exists else "error", partitionBy=st["partitionBy"],
-                        overwriteSchema=exists, table_operation=operation, **common)  # fmt: skip
+                        clusterBy=st["clusterBy"] or None, overwriteSchema=exists, table_operation=operation,
+                        **common)  # fmt: skip
         if registered is None:
             catalog.register(name, location)
     else:

@@ -19,27 +19,34 @@ from __future__ import annotations
 
 import re
 from collections.abc import Collection, Mapping, Sequence
+from dataclasses import replace
+from typing import Any
 
 from pyspark.errors import AnalysisException
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from serialake.core import constraints
+from serialake.core import constraints, identity
 from serialake.core.schema import StructType
 from serialake.exceptions import DeltaAnalysisException
 from serialake.spark import io
 
 __all__ = [
     "EXPLICIT_PREFIX",
+    "GENERATE_PREFIX",
+    "IdentityValues",
     "check_definitions",
     "check_failure",
     "check_rows",
     "enforce",
     "explicit_flag",
+    "generate_flag",
 ]
 
 EXPLICIT_PREFIX = "__serialake_explicit_"
+GENERATE_PREFIX = "__serialake_generate_"
+_PARTITION_BITS = 33  # monotonically_increasing_id(): partition index above, row number within below
 _ERROR_MARK = "[serialake-check]"
 
 # Functions Spark calls deterministic whose value still depends on when or by whom a row is written.
@@ -55,6 +62,85 @@ _q = io.quote_name
 def explicit_flag(column: str) -> str:
     """Name of the boolean column saying, per row, that the operation assigned generated ``column``."""
     return EXPLICIT_PREFIX + column.lower()
+
+
+def generate_flag(column: str) -> str:
+    """Name of the boolean column saying, per row, that identity ``column`` gets a generated value."""
+    return GENERATE_PREFIX + column.lower()
+
+
+class IdentityValues:
+    """The identity values one write generates (``serialake.core.identity``), and what they commit.
+
+    ``fill`` gives each row that needs one a value: ``base + step * (p + P * k)`` for row ``k``
+    of partition ``p`` of ``P`` (unique without coordination between tasks; ``P`` is held
+    by a coalesce), where ``base`` follows the high-water mark. A column the data gives
+    (``given``) keeps its values: from a user's data that is an error for GENERATED ALWAYS.
+    A ``generate_flag`` column limits generation to the rows it marks (MERGE's inserts).
+    The values generated are observed while the write runs (no extra pass), and ``record``
+    raises the high-water marks in the writing transaction.
+    """
+
+    def __init__(self, schema: StructType, table: str, *, given: Collection[str], from_user: bool) -> None:
+        self.schema = schema
+        self.table = table
+        self.columns = identity.identity_columns(schema)
+        self.given = {g.lower() for g in given}
+        self.from_user = from_user
+        self._observed: list[tuple[identity.IdentityColumn, Observation]] = []
+
+    def fill(self, df: DataFrame) -> DataFrame:
+        """``df`` with identity values generated where needed (its generate flags dropped)."""
+        flags = [c for c in df.columns if c.startswith(GENERATE_PREFIX)]
+        out = df
+        for c in self.columns:
+            flag = generate_flag(c.name)
+            if flag not in flags and c.name.lower() in self.given:
+                if self.from_user and not c.allow_explicit_insert:
+                    raise DeltaAnalysisException(
+                        f"Providing values for GENERATED ALWAYS AS IDENTITY column '{c.name}' of table {self.table} "
+                        "is not supported: leave the column out, and every row gets a generated value."
+                    )
+                if self.from_user:  # values given explicitly raise the mark past them
+                    out = self._observe(out, c, F.col(_q(c.name)))
+                continue
+            # coalesce: at most ``partitions`` at run time, whatever adaptive execution does to the
+            # plan (a skewed join split into more partitions would break the residue classes).
+            partitions = max(1, out.rdd.getNumPartitions())
+            out = out.coalesce(partitions)
+            row_id = F.monotonically_increasing_id()
+            part = F.shiftright(row_id, _PARTITION_BITS)
+            k = row_id.bitwiseAND(F.lit((1 << _PARTITION_BITS) - 1))
+            value = F.lit(c.next_base) + F.lit(c.step) * (part + F.lit(partitions) * k)
+            generate = F.col(flag) if flag in flags else F.lit(True)
+            out = out.withColumn(c.name, F.when(generate, value).otherwise(F.col(_q(c.name))))
+            # Every value stored counts: generated ones, and those a MERGE insert assigned explicitly.
+            out = self._observe(out, c, F.col(_q(c.name)))
+        return out.drop(*flags) if flags else out
+
+    def _observe(self, df: DataFrame, c: identity.IdentityColumn, values: Column) -> DataFrame:
+        observation = Observation()
+        self._observed.append((c, observation))
+        return df.observe(observation, F.min(values).alias("lo"), F.max(values).alias("hi"))
+
+    def high_water_marks(self) -> dict[str, int]:
+        """The new high-water mark of each column that got values (after the write ran)."""
+        marks: dict[str, int] = {}
+        for c, observation in self._observed:
+            got = observation.get
+            mark = c.raised(got.get("lo"), got.get("hi"))
+            if mark is not None and mark != c.high_water_mark:
+                marks[c.name] = mark
+        return marks
+
+    def record(self, txn: Any) -> None:
+        """Commit the new high-water marks with ``txn`` (a metadata change, as Delta makes it)."""
+        marks = self.high_water_marks()
+        if not marks:
+            return
+        meta = txn.metadata
+        schema = identity.with_high_water_marks(StructType.from_json(meta.schema_string), marks)
+        txn.update_metadata(replace(meta, schema_string=schema.to_json()))
 
 
 def check_rows(df: DataFrame, conditions: Sequence[Column], messages: Sequence[str | Column]) -> DataFrame:
@@ -86,13 +172,19 @@ def enforce(
     table: str,
     *,
     given: Collection[str] = (),
+    identity_values: IdentityValues | None = None,
 ) -> DataFrame:
     """``df`` (the table's columns, and any ``explicit_flag`` columns) as it must be stored.
 
-    Generated columns named in ``given`` (case-insensitive) are checked on every row; those
-    with an ``explicit_flag`` column are checked where the flag is true and computed elsewhere;
-    the rest are computed. The result has exactly the table's columns.
+    Identity columns get their values first (``identity_values``; a table with identity
+    columns needs one). Generated columns named in ``given`` (case-insensitive) are checked
+    on every row; those with an ``explicit_flag`` column are checked where the flag is true
+    and computed elsewhere; the rest are computed. The result has exactly the table's columns.
     """
+    if identity_values is not None:
+        df = identity_values.fill(df)
+    elif identity.identity_columns(schema):
+        raise DeltaAnalysisException(f"Table {table}: this write cannot fill its identity columns")
     generated = constraints.generated_columns(schema)
     checks = constraints.check_constraints(configuration)
     if not generated and not checks:

@@ -80,6 +80,8 @@ __all__ = [
     "typed_partition_value",
     "publish_staged",
     "quote_name",
+    "conform",
+    "has_spark_struct",
     "read_files_df",
     "select_fields",
     "staging_area",
@@ -134,6 +136,41 @@ def to_spark_schema(schema: StructType) -> T.StructType:
     result = T.StructType.fromJson(value)
     assert isinstance(result, T.StructType)
     return result
+
+
+def conform(col: Column, given: T.DataType, target: T.DataType) -> Column:
+    """``col`` (of type ``given``) as ``target``: struct fields matched by name at any depth, fields
+    ``given`` lacks NULL, other types cast. Spark's own struct cast is positional and needs as
+    many fields on both sides, which an evolved schema (new nested fields) does not have."""
+    if given.simpleString().lower() == target.simpleString().lower():
+        return col.cast(target)
+    if isinstance(given, T.StructType) and isinstance(target, T.StructType):
+        have = {f.name.lower(): f for f in given.fields}
+        parts = []
+        for f in target.fields:
+            g = have.get(f.name.lower())
+            parts.append(
+                F.lit(None).cast(f.dataType) if g is None else conform(col.getField(g.name), g.dataType, f.dataType)
+            )
+        return F.when(col.isNull(), F.lit(None).cast(target)).otherwise(
+            F.struct(*[v.alias(f.name) for v, f in zip(parts, target.fields)])
+        )
+    if isinstance(given, T.ArrayType) and isinstance(target, T.ArrayType) and has_spark_struct(target):
+        return F.transform(col, lambda x: conform(x, given.elementType, target.elementType))
+    if isinstance(given, T.MapType) and isinstance(target, T.MapType) and has_spark_struct(target.valueType):
+        return F.transform_values(col, lambda _, v: conform(v, given.valueType, target.valueType))
+    return col.cast(target)
+
+
+def has_spark_struct(t: T.DataType) -> bool:
+    """Whether a Spark type holds a struct (itself, or as array element or map value)."""
+    if isinstance(t, T.StructType):
+        return True
+    if isinstance(t, T.ArrayType):
+        return has_spark_struct(t.elementType)
+    if isinstance(t, T.MapType):
+        return has_spark_struct(t.valueType)
+    return False
 
 
 def column_mapping_mode(snapshot: Snapshot) -> str:
@@ -768,7 +805,11 @@ def _attach_files(df: DataFrame, files_df: DataFrame, table: str) -> DataFrame:
     A left join plus a check rather than an inner join: a path-normalisation mismatch must
     be an error, never silently dropped rows.
     """
-    joined = df.join(F.broadcast(files_df), _KEY_COLUMN, "left")
+    # Joined on an expression, not a column name: a USING join's projection would hide Spark's
+    # ``_metadata`` column from the result (``select("_metadata.file_path")``).
+    right = files_df.withColumnRenamed(_KEY_COLUMN, _KEY_COLUMN + "_files")
+    on = df[_KEY_COLUMN] == right[_KEY_COLUMN + "_files"]
+    joined = df.join(F.broadcast(right), on, "left").drop(_KEY_COLUMN + "_files")
     message = F.concat(
         F.lit(f"Table {table}: Spark read data file '"), F.col(_KEY_COLUMN), F.lit("' that matches no file of the scan")
     )
@@ -805,7 +846,9 @@ def _drop_deleted_rows(
         [T.StructField(_KEY_COLUMN, T.StringType(), False), T.StructField(ROW_INDEX_COLUMN, T.LongType(), False)]
     )
     deleted = _arrow_to_df(spark, batch, schema)
-    return df.join(F.broadcast(deleted), [_KEY_COLUMN, ROW_INDEX_COLUMN], "left_anti")
+    deleted = deleted.toDF(_KEY_COLUMN + "_dv", ROW_INDEX_COLUMN + "_dv")
+    on = (df[_KEY_COLUMN] == deleted[_KEY_COLUMN + "_dv"]) & (df[ROW_INDEX_COLUMN] == deleted[ROW_INDEX_COLUMN + "_dv"])
+    return df.join(F.broadcast(deleted), on, "left_anti")  # on an expression: ``_metadata`` stays reachable
 
 
 def _arrow_to_df(spark: SparkSession, table: Any, schema: T.StructType) -> DataFrame:

@@ -7,7 +7,8 @@ import os
 from collections.abc import Sequence
 from typing import Any, overload
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.errors import AnalysisException
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from serialake.core import DeltaLog, skipping
@@ -91,18 +92,84 @@ def snapshot_df(
     filter: str | None = None,  # noqa: A002
     columns: Sequence[str] | None = None,
     time_travel: bool = False,
+    rows: Column | None = None,
 ) -> DataFrame:
-    """``snapshot``'s rows as a DataFrame (see ``read``); ``time_travel``: not the latest version."""
+    """``snapshot``'s rows as a DataFrame (see ``read``); ``time_travel``: not the latest version.
+
+    ``rows``: the condition the rows are filtered by, when it is a Column that ``filter``
+    (its SQL text, used to skip files) only spells. A whole-table result remembers how it
+    was read (``SCAN_ATTRIBUTE``): a later ``df.filter(...)`` in a configured session reads
+    it again with the condition pushed into file skipping (``pushed_filter``).
+    """
     files = scan_files(snapshot, filter)
     if time_travel:
         check_version_readable(snapshot, files)
     df = scans.mark(io.read_files_df(spark, snapshot, files), snapshot, filter=filter, time_travel=time_travel)
-    if filter:
+    if rows is not None:
+        df = df.filter(rows)
+    elif filter:
         df = df.filter(F.expr(filter))
     if columns is not None:
         names = [f.name for f in io.select_fields(snapshot.schema, columns, snapshot.table_path)]
         df = df.select(*[F.col(io.quote_name(n)) for n in names])
+    else:
+        df.__dict__[SCAN_ATTRIBUTE] = (snapshot, filter, time_travel, rows)
     return df
+
+
+SCAN_ATTRIBUTE = "_serialake_scan"
+
+
+def _column_sql(df: DataFrame, condition: Column) -> str | None:
+    """A Column condition on ``df`` as SQL over the table's columns: Spark's analysis of the filter
+    (through the JVM API: no Python wrapper runs), with the scan's alias taken off."""
+    java: Any = getattr(condition, "_jc", None)
+    plan = df._jdf.filter(java).queryExecution().analyzed()
+    if plan.getClass().getSimpleName() != "Filter":
+        return None
+    expr = P.parse_predicate(str(plan.condition().sql()))
+    for qualifier in {q for q, _ in P.column_refs(expr) if q is not None}:
+        if not qualifier.startswith(scans.SCAN_PREFIX):
+            return None
+        stripped = P.strip_qualifier(expr, qualifier)
+        if stripped is None:
+            return None
+        expr = stripped
+    return P.to_sql(expr)
+
+
+def pushed_filter(df: DataFrame, condition: str | Column) -> DataFrame | None:
+    """``df.filter(condition)`` read again with ``condition`` skipping files, when ``df`` is a whole
+    table as ``snapshot_df`` returned it and the core understands the condition; else None.
+
+    The rows are the same as ``df.filter(condition)``'s (a Column stays the row filter; its SQL
+    text only skips files), from the same snapshot; fewer files are read, and the read a
+    write records is the narrower one.
+    """
+    scan = df.__dict__.get(SCAN_ATTRIBUTE)
+    if scan is None:
+        return None
+    snapshot, old, time_travel, old_rows = scan
+    try:
+        text = condition if isinstance(condition, str) else _column_sql(df, condition)
+        if text is None:
+            return None
+        combined = text if not old else f"({old}) AND ({text})"
+        P.parse_predicate(combined)
+    except Exception:  # noqa: BLE001 - a condition the core cannot read is filtered by Spark alone
+        return None
+    rows: Column | None = None
+    if isinstance(condition, Column):
+        rows = condition if old is None else (old_rows if old_rows is not None else F.expr(old)) & condition
+    elif old_rows is not None:
+        rows = old_rows & F.expr(text)
+    pushed = snapshot_df(df.sparkSession, snapshot, filter=combined, time_travel=time_travel, rows=rows)
+    if rows is not None:
+        try:
+            pushed.schema  # noqa: B018 - analysis: a Column bound to the first DataFrame (df["x"]) may not resolve here
+        except AnalysisException:
+            return None
+    return pushed
 
 
 def table_snapshot(path: str, *, version: int | None = None, timestamp: Any = None) -> Snapshot:

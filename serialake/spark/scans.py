@@ -211,7 +211,12 @@ def _scan(info: dict[str, Any], node: Any, constraints: list[Any]) -> TableScan:
         converted = _to_predicate(c, columns)
         if converted is not None:
             exprs.append(converted)
-    return TableScan(str(info["t"]), int(info["v"]), P.conjunction(exprs), bool(info.get("tt")))
+    # A filter pushed into the scan (``read.pushed_filter``) is also in the plan: count it once.
+    unique: list[P.Expr] = []
+    for part in P.split_conjuncts(P.conjunction(exprs)):
+        if part not in unique:
+            unique.append(part)
+    return TableScan(str(info["t"]), int(info["v"]), P.conjunction(unique), bool(info.get("tt")))
 
 
 def _to_predicate(expr: Any, columns: dict[int, str]) -> P.Expr | None:

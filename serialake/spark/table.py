@@ -17,7 +17,7 @@ from typing import Any
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import types as T
 
-from serialake.core import DeltaLog, catalog, constraints, features
+from serialake.core import DeltaLog, catalog, clustering, constraints, features, identity
 from serialake.core import properties as props
 from serialake.core.actions import FileAction, Metadata, Protocol, now_ms
 from serialake.core.deletion_vectors import dv_referenced_files
@@ -31,6 +31,8 @@ from serialake.exceptions import (
     UnsupportedFeatureError,
 )
 from serialake.spark import dml, invariants, io, scans
+from serialake.spark.arguments import check_assignments, check_condition, check_type
+from serialake.spark.errors import pyspark_errors
 from serialake.spark.write import add_schema_features
 
 __all__ = ["DeltaTable", "DeltaTableBuilder", "IdentityGenerator"]
@@ -87,6 +89,7 @@ _DETAIL_SCHEMA = T.StructType(
 )
 
 
+@pyspark_errors
 class DeltaTable:
     """A Delta table at a path (``DeltaTable.forPath(spark, path)``)."""
 
@@ -138,7 +141,7 @@ class DeltaTable:
         ``partitionSchema``: the partition columns (StructType or DDL text) when the
         directory is partitioned (``col=value/`` directories).
         """
-        _check_type(identifier, str, "identifier", "a string")
+        check_type(identifier, str, "identifier", "a string")
         path = dml.parquet_identifier_path(identifier)
         table, _ = dml.convert_to_delta(sparkSession, path, partitionSchema)
         return cls(sparkSession, table)
@@ -189,15 +192,15 @@ class DeltaTable:
     # -- DML (serialake.spark.dml) -------------------------------------------------------
     def delete(self, condition: str | Column | None = None) -> DataFrame:
         """Delete the rows matching ``condition`` (all rows when None)."""
-        _check_condition(condition)
+        check_condition(condition)
         return dml.delete(self.spark, self.path, condition, alias=self._alias)
 
     def update(
         self, condition: str | Column | None = None, set: dict[str, str | Column] | None = None  # noqa: A002
     ) -> DataFrame:
         """Set columns (SQL strings or Columns) on the rows matching ``condition``."""
-        _check_assignments(set, "'set'")
-        _check_condition(condition)
+        check_assignments(set, "'set'")
+        check_condition(condition)
         return dml.update(self.spark, self.path, condition, set, alias=self._alias)
 
     def merge(self, source: DataFrame, condition: str | Column) -> dml.DeltaMergeBuilder:
@@ -208,7 +211,7 @@ class DeltaTable:
             raise TypeError("Type of 'source' in merge must be DataFrame.")
         if condition is None:
             raise ValueError("'condition' in merge cannot be None")
-        _check_condition(condition)
+        check_condition(condition)
         return dml.merge(self.spark, self.path, source, condition, alias=self._alias)
 
     def optimize(self) -> dml.DeltaOptimizeBuilder:
@@ -217,7 +220,7 @@ class DeltaTable:
 
     def restoreToVersion(self, version: int) -> DataFrame:  # noqa: N802
         """Make the table's data what it was at ``version`` (a new commit)."""
-        _check_type(version, int, "version", "an int")
+        check_type(version, int, "version", "an int")
         return dml.restoreToVersion(self.spark, self.path, version)
 
     def restoreToTimestamp(self, timestamp: str | dt.datetime | dt.date) -> DataFrame:  # noqa: N802
@@ -226,16 +229,57 @@ class DeltaTable:
         ``timestamp``: text as delta-spark takes it (``'2024-05-01 10:00:00'``, a date), or a
         ``datetime`` / ``date``; naive values are UTC.
         """
-        _check_type(timestamp, (str, dt.datetime, dt.date), "timestamp", "a string")
+        check_type(timestamp, (str, dt.datetime, dt.date), "timestamp", "a string")
         return dml.restoreToTimestamp(self.spark, self.path, timestamp)
 
     def addColumns(self, columns: Any) -> None:  # noqa: N802
         """Add columns (a DDL string such as ``'c STRING'`` or Spark fields): a metadata change."""
         dml.add_columns(self.spark, self.path, columns)
 
+    def clone(
+        self, target: str, isShallow: bool = False, replace: bool = False,  # noqa: N803
+        properties: dict[str, str] | None = None,
+    ) -> DeltaTable:
+        """Clone the latest version to ``target`` (a path or a table name); the clone.
+
+        Shallow: the clone lists this table's files; deep (the default): they are copied.
+        ``replace`` replaces a table at ``target``; ``properties`` override this table's.
+        """
+        return self._clone(target, isShallow, replace, properties)
+
+    def cloneAtVersion(  # noqa: N802
+        self, version: int, target: str, isShallow: bool = False, replace: bool = False,  # noqa: N803
+        properties: dict[str, str] | None = None,
+    ) -> DeltaTable:
+        """Clone the table as it was at ``version`` (see ``clone``)."""
+        check_type(version, int, "version", "an int")
+        return self._clone(target, isShallow, replace, properties, version=version)
+
+    def cloneAtTimestamp(  # noqa: N802
+        self, timestamp: str, target: str, isShallow: bool = False, replace: bool = False,  # noqa: N803
+        properties: dict[str, str] | None = None,
+    ) -> DeltaTable:
+        """Clone the table as it was at ``timestamp`` (text such as ``'2024-05-01 10:00:00'``; see ``clone``)."""
+        check_type(timestamp, str, "timestamp", "a string")
+        return self._clone(target, isShallow, replace, properties, timestamp=timestamp)
+
+    def _clone(
+        self, target: str, shallow: bool, replace: bool, properties: dict[str, str] | None, **at: Any
+    ) -> DeltaTable:
+        check_type(target, str, "target", "a string")
+        check_type(shallow, bool, "isShallow", "a boolean")
+        check_type(replace, bool, "replace", "a boolean")
+        if properties is not None:
+            check_type(properties, dict, "properties", "a dict")
+            for key, value in properties.items():
+                check_type(key, str, f"All property keys including {key}", "a str")
+                check_type(value, str, f"All property values including {value}", "a str")
+        path = dml.clone(self.path, target, shallow=shallow, replace_target=replace, properties=properties, **at)
+        return DeltaTable(self.spark, path)
+
     def generate(self, mode: str) -> None:
         """Write manifests for other engines; ``mode`` is ``"symlink_format_manifest"``."""
-        _check_type(mode, str, "mode", "a string")
+        check_type(mode, str, "mode", "a string")
         dml.generate(self.path, mode)
 
     def history(self, limit: int | None = None) -> DataFrame:
@@ -257,7 +301,7 @@ class DeltaTable:
             _ts(meta.created_time),
             _ts(snap.timestamp),
             list(meta.partition_columns),
-            [],
+            clustering.clustering_columns(snap.domain_metadata, snap.schema, snap.table_path) or [],
             snap.num_files,
             snap.size_in_bytes(),
             dict(meta.configuration),
@@ -373,7 +417,7 @@ class DeltaTable:
         A feature the protocol already has (or implies) changes nothing; a table on a legacy
         protocol moves to table features (reader 3 / writer 7 as the feature needs).
         """
-        _check_type(featureName, str, "featureName", "a string")
+        check_type(featureName, str, "featureName", "a string")
         known = features.SUPPORTED_WRITER_FEATURES | features.SUPPORTED_READER_FEATURES
         name = next((f for f in sorted(known) if f.lower() == featureName.lower()), None)
         if name is None:
@@ -391,9 +435,9 @@ class DeltaTable:
 
     def dropFeatureSupport(self, featureName: str, truncateHistory: bool | None = None) -> None:  # noqa: N802, N803
         """Remove table feature ``featureName`` (``ALTER TABLE ... DROP FEATURE``)."""
-        _check_type(featureName, str, "featureName", "a string")
+        check_type(featureName, str, "featureName", "a string")
         if truncateHistory is not None:
-            _check_type(truncateHistory, bool, "truncateHistory", "a boolean")
+            check_type(truncateHistory, bool, "truncateHistory", "a boolean")
         dml.drop_feature(self.spark, self.path, featureName, bool(truncateHistory))
 
     def setTableProperties(self, properties: dict[str, Any]) -> int:  # noqa: N802
@@ -431,7 +475,7 @@ class IdentityGenerator:
     """delta-spark's identity column generator: ``IdentityGenerator(start=1, step=1)``.
 
     ``DeltaTableBuilder.addColumn`` takes it (``generatedAlwaysAs`` / ``generatedByDefaultAs``)
-    and refuses it until serialake writes identity columns.
+    for a BIGINT identity column (``serialake.core.identity``).
     """
 
     start: int = 1
@@ -446,6 +490,7 @@ class IdentityGenerator:
             raise DeltaIllegalArgumentException("IdentityGenerator step cannot be 0")
 
 
+@pyspark_errors
 class DeltaTableBuilder:
     """Fluent builder behind ``DeltaTable.create`` / ``createIfNotExists`` / ``replace`` / ``createOrReplace``."""
 
@@ -464,6 +509,7 @@ class DeltaTableBuilder:
         self._comment: str | None = None
         self._fields: list[StructField] = []
         self._partitions: list[str] = []
+        self._clustering: list[str] = []
         self._properties: dict[str, str] = {}
 
     def location(self, location: str) -> DeltaTableBuilder:
@@ -500,8 +546,8 @@ class DeltaTableBuilder:
 
         The arguments are delta-spark's, in its order. ``generatedAlwaysAs`` (SQL text) makes
         a generated column: writes compute it when the data lacks it and check it otherwise.
-        Identity columns (an ``IdentityGenerator``) are refused with ``UnsupportedFeatureError``
-        until serialake writes them.
+        An ``IdentityGenerator`` makes a BIGINT identity column: ``generatedAlwaysAs`` (writes
+        always generate it) or ``generatedByDefaultAs`` (writes may give it).
         """
         if not isinstance(colName, str):
             raise TypeError(f"Column name should be str, found {type(colName).__name__}")
@@ -521,14 +567,22 @@ class DeltaTableBuilder:
             )
         if comment is not None and not isinstance(comment, str):
             raise TypeError(f"Column comment should be str, found {type(comment).__name__}")
-        if isinstance(generatedAlwaysAs, IdentityGenerator) or generatedByDefaultAs is not None:
-            raise UnsupportedFeatureError(
-                f"Column {colName}: identity columns are not supported by serialake yet; the table is not created"
-            )
         if isinstance(dataType, str):
             data_type = _parse_type(colName, dataType)
         else:
             data_type = data_type_from_json_value(json.loads(dataType.json()))
+        generator = generatedAlwaysAs if isinstance(generatedAlwaysAs, IdentityGenerator) else generatedByDefaultAs
+        if generator is not None:
+            if data_type.simple_string() != "bigint":
+                raise UnsupportedFeatureError(
+                    f"Column {colName}: identity columns must be BIGINT, not {data_type.simple_string()}."
+                )
+            field = identity.identity_field(
+                colName, generator.start, generator.step, always=generator is generatedAlwaysAs, comment=comment,
+                table=self._name or self._location or "",
+            )  # fmt: skip
+            self._fields.append(replace(field, nullable=nullable))
+            return self
         metadata: dict[str, Any] = {"comment": comment} if comment is not None else {}
         if isinstance(generatedAlwaysAs, str):
             metadata[constraints.GENERATION_EXPRESSION] = generatedAlwaysAs
@@ -553,12 +607,9 @@ class DeltaTableBuilder:
         return self
 
     def clusterBy(self, *cols: str | Sequence[str]) -> DeltaTableBuilder:  # noqa: N802
-        """Liquid clustering columns: refused (``UnsupportedFeatureError``) until serialake writes clustered tables."""
-        names = _column_names(cols, "Clustering")
-        raise UnsupportedFeatureError(
-            f"clusterBy({', '.join(names)}): liquid clustering is not supported by serialake yet; use "
-            "partitionedBy, or OPTIMIZE ... ZORDER BY for data skipping. The table is not created."
-        )
+        """Liquid clustering columns (``serialake.core.clustering``): OPTIMIZE clusters the table by them."""
+        self._clustering = _column_names(cols, "Clustering")
+        return self
 
     def property(self, key: str, value: str) -> DeltaTableBuilder:
         """A table property."""
@@ -599,12 +650,22 @@ class DeltaTableBuilder:
         schema = StructType(tuple(self._fields))
         metadata = self._metadata(txn.snapshot.metadata if txn.snapshot else None, shown, schema)
         invariants.check_definitions(spark, schema, metadata.configuration, shown)
+        cluster_by = clustering.validate_clustering_columns(
+            schema, self._clustering, metadata.partition_columns, metadata.configuration, shown
+        )
         txn.update_metadata(metadata, replace_table=True)
         add_schema_features(txn, schema)
-        removes = [f.remove() for f in txn.read_whole_table()] if exists else []
+        removes: list[Any] = [f.remove() for f in txn.read_whole_table()] if exists else []
+        if cluster_by:
+            txn.update_protocol(features.required_protocol(metadata.configuration, clustering.FEATURES,
+                                                           base=txn.protocol))
+            removes.append(clustering.clustering_domain(schema, cluster_by))
+        elif exists and txn.snapshot is not None and clustering.DOMAIN in txn.snapshot.domain_metadata:
+            removes.append(replace(txn.snapshot.domain_metadata[clustering.DOMAIN], removed=True))
         params: dict[str, Any] = {
             "isManaged": "true" if self._location is None else "false",
             "partitionBy": json.dumps(list(metadata.partition_columns), separators=(",", ":")),
+            "clusterBy": json.dumps(cluster_by, separators=(",", ":")),
             "properties": json.dumps(dict(metadata.configuration)),
         }
         if self._comment is not None:
@@ -684,39 +745,6 @@ def _column_names(cols: Sequence[Any], what: str) -> list[str]:
         if not isinstance(c, str):
             raise TypeError(f"{what} column must be str, found {c!r} of type {type(c).__name__}")
     return names
-
-
-def _check_type(value: Any, kinds: type | tuple[type, ...], name: str, what: str) -> None:
-    """delta-spark's argument check: ``ValueError`` naming the argument and the type found."""
-    if not isinstance(value, kinds) or (isinstance(value, bool) and kinds is int):
-        raise ValueError(f"{name} needs to be {what} but got '{type(value)}'.")
-
-
-def _check_condition(condition: Any, argname: str = "'condition'") -> None:
-    if condition is not None and not isinstance(condition, (str, Column)):
-        raise TypeError(
-            f"{argname} must be a Spark SQL Column or a string (expression in SQL syntax), "
-            f"found to be of type {type(condition)}"
-        )
-
-
-def _check_assignments(values: Any, argname: str) -> None:
-    """delta-spark's check of a ``set`` / ``values`` dict: column name keys, SQL text or Column values."""
-    if values is None:
-        raise ValueError(f"{argname} cannot be None")
-    if type(values) is not dict:
-        raise TypeError(f"{argname} must be a dict, found to be {type(values)}")
-    for key, value in values.items():
-        if type(key) is not str:
-            raise TypeError(
-                f"Keys of dict in {argname} must contain only strings with column names, "
-                f"found '{key}' of type '{type(key)}'"
-            )
-        if not isinstance(value, (str, Column)):
-            raise TypeError(
-                f"Values of dict in {argname} must contain only Spark SQL Columns or strings (expressions in SQL "
-                f"syntax) as values, found '{value}' of type '{type(value)}'"
-            )
 
 
 def _ts(ms: int | None) -> dt.datetime | None:

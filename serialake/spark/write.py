@@ -17,7 +17,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from serialake.core import DeltaLog, constraints, features
+from serialake.core import DeltaLog, clustering, constraints, features
 from serialake.core import expressions as P
 from serialake.core import properties as props
 from serialake.core.actions import Action, AddFile, Metadata, RemoveFile, SetTransaction, now_ms
@@ -60,6 +60,7 @@ def write(
     txnVersion: int | None = None,
     maxRecordsPerFile: int | None = None,
     partitionOverwriteMode: str | None = None,
+    clusterBy: str | Sequence[str] | None = None,
     *,
     table_operation: str | None = None,
 ) -> int | None:
@@ -74,7 +75,9 @@ def write(
     idempotent: it is skipped when that application already committed that version.
     ``partitionOverwriteMode="dynamic"`` (with ``overwrite``) replaces only the partitions
     the written rows fall in, as Spark's dynamic partition overwrite does; ``static`` (the
-    default) replaces the whole table.
+    default) replaces the whole table. ``clusterBy`` makes a created (or schema-overwritten)
+    table a liquid-clustered one (``serialake.core.clustering``); given for an existing
+    table, it must name its clustering columns.
     ``table_operation`` (``CREATE TABLE AS SELECT``, ``CREATE OR REPLACE TABLE AS SELECT``,
     ...) commits the write as a creation or replacement of the whole table: a concurrent
     one fails with ``ProtocolChangedException``.
@@ -109,8 +112,10 @@ def write(
 
     replace_schema = snap is None or (overwriteSchema and replaceWhere is None)
     metadata: Metadata | None
+    identity_values: invariants.IdentityValues | None = None
     if replace_schema:
-        if not parts and snap is not None:  # overwriteSchema keeps the partitioning unless told otherwise
+        # overwriteSchema keeps the partitioning unless told otherwise (or told to cluster).
+        if not parts and snap is not None and not clusterBy:
             parts = [c for c in snap.partition_columns if c.lower() in {n.lower() for n in df.columns}]
         data, metadata = _new_table(df, table, parts, properties, snap.metadata if snap else None)
         # The schema is the data's: only CHECK constraints (kept by overwriteSchema) can apply.
@@ -119,11 +124,13 @@ def write(
         )
     else:
         assert snap is not None
-        data, metadata = _existing_table(df, snap.metadata, table, parts, mergeSchema, properties)
+        identity_values = invariants.IdentityValues(snap.schema, table, given=df.columns, from_user=True)
+        data, metadata = _existing_table(df, snap.metadata, table, parts, mergeSchema, properties, identity_values)
     if metadata is not None:
         txn.update_metadata(metadata, replace_table=table_operation is not None)
         assert metadata.schema_string is not None  # built from a schema just above
         add_schema_features(txn, StructType.from_json(metadata.schema_string))
+    domains = _clustering(txn, snap, clusterBy, replace_schema, table)
     final_meta = txn.metadata
     # The new metadata, or the table's, whose schema _existing_table parsed.
     assert final_meta is not None and final_meta.schema_string is not None
@@ -147,6 +154,8 @@ def write(
     adds = write_checked_files(
         data, table, part_cols, max_records_per_file=maxRecordsPerFile, configuration=final_meta.configuration
     )
+    if identity_values is not None:
+        identity_values.record(txn)
     if dynamic and snap is not None:
         try:
             removed = _partitions_written(txn, adds, schema, part_cols)
@@ -155,7 +164,7 @@ def write(
             raise
         stamp = now_ms()
         removes = [f.remove(timestamp=stamp) for f in removed]
-    actions: list[Action] = [*removes, *adds]
+    actions: list[Action] = [*removes, *adds, *domains]
     if txnAppId is not None:
         actions.append(SetTransaction(app_id=txnAppId, version=int(txnVersion), last_updated=now_ms()))  # type: ignore[arg-type]
     metrics = _metrics(adds, removes)
@@ -239,6 +248,30 @@ def _check_arguments(
 # ---------------------------------------------------------------------------------------------
 
 
+def _clustering(
+    txn: OptimisticTransaction, snap: Any, cluster_by: str | Sequence[str] | None, replacing: bool, table: str
+) -> list[Action]:
+    """The ``delta.clustering`` domain a write sets: for a new (or replaced) table, from ``clusterBy``."""
+    columns = [cluster_by] if isinstance(cluster_by, str) else list(cluster_by or [])
+    meta = txn.metadata
+    assert meta is not None and meta.schema_string is not None
+    schema = StructType.from_json(meta.schema_string)
+    current = clustering.clustering_columns(snap.domain_metadata, snap.schema, table) if snap is not None else None
+    if not replacing:
+        if columns and [c.lower() for c in columns] != [c.lower() for c in (current or [])]:
+            raise DeltaAnalysisException(
+                f"Table {table} is clustered by [{', '.join(current or [])}], not [{', '.join(columns)}]. Change its "
+                "clustering with ALTER TABLE ... CLUSTER BY, or overwrite it with overwriteSchema."
+            )
+        return []
+    if not columns:
+        # A replaced table keeps no clustering unless asked again (as its partitioning).
+        return [replace(snap.domain_metadata[clustering.DOMAIN], removed=True)] if current else []
+    names = clustering.validate_clustering_columns(schema, columns, meta.partition_columns, meta.configuration, table)
+    txn.update_protocol(features.required_protocol(meta.configuration, clustering.FEATURES, base=txn.protocol))
+    return [clustering.clustering_domain(schema, names)]
+
+
 def _new_table(
     df: DataFrame,
     table: str,
@@ -277,6 +310,7 @@ def _existing_table(
     parts: list[str],
     merge: bool,
     properties: Mapping[str, Any] | None,
+    identity_values: invariants.IdentityValues | None = None,
 ) -> tuple[DataFrame, Metadata | None]:
     """The data aligned to the table, and new metadata when the schema or properties change."""
     if parts and [p.lower() for p in parts] != [p.lower() for p in meta.partition_columns]:
@@ -293,7 +327,9 @@ def _existing_table(
             {k: v for k, v in changed.items() if conf.get(k) != v}, table
         )
         conf.update(changed)
-    data, merged = align_to_schema(df, schema, table=table, merge=merge, configuration=conf)
+    data, merged = align_to_schema(
+        df, schema, table=table, merge=merge, configuration=conf, identity_values=identity_values
+    )
     if merged is None and conf == meta.configuration:
         return data, None
     return data, replace(meta, schema_string=(merged or schema).to_json(), configuration=conf)
@@ -306,6 +342,7 @@ def align_to_schema(
     table: str,
     merge: bool = False,
     configuration: Mapping[str, str] | None = None,
+    identity_values: invariants.IdentityValues | None = None,
 ) -> tuple[DataFrame, StructType | None]:
     """``df`` with the table's columns in table order (missing nullable ones as NULL).
 
@@ -359,7 +396,8 @@ def align_to_schema(
         merged = StructType(schema.fields + added.fields)
         columns.extend(F.col(_q(f.name)) for f in extra)
     aligned = invariants.enforce(
-        df.select(*columns), merged or schema, configuration or {}, table, given=given_names
+        df.select(*columns), merged or schema, configuration or {}, table, given=given_names,
+        identity_values=identity_values,
     )
     return check_not_null(aligned, not_null, table), merged
 

@@ -18,6 +18,9 @@ from serialake.core.cut import ISOLATION_LEVELS
 from serialake.sql.errors import SqlError, UnsupportedStatementError, position_of
 from serialake.sql.statements import (
     AddConstraint,
+    ChangeColumn,
+    Clone,
+    ClusterBy,
     ConvertToDelta,
     DescribeDetail,
     DescribeHistory,
@@ -26,9 +29,11 @@ from serialake.sql.statements import (
     DropFeature,
     Generate,
     Optimize,
+    RenameTable,
     Reorg,
     Restore,
     SetIsolation,
+    SetLocation,
     ShowIsolation,
     ShowProperties,
     Statement,
@@ -212,6 +217,13 @@ class Cursor:
             self.expect(")")
         return names
 
+    def path(self, what: str) -> tuple[str, ...]:
+        """A dotted column path ``a.`b c`.d`` as its names."""
+        names = [self.name(what)]
+        while self.accept("."):
+            names.append(self.name(what))
+        return tuple(names)
+
     def finish(self) -> None:
         if not self.at_end():
             raise self.error("Unexpected text.")
@@ -226,10 +238,9 @@ def _optimize(p: Cursor) -> Statement:
     zorder: list[str] = []
     if p.accept("ZORDER", "BY"):
         zorder = p.name_list("a ZORDER BY column")
-    if p.word() == "FULL":
-        raise UnsupportedStatementError("OPTIMIZE ... FULL (liquid clustering)", statement=p.statement)
+    full = p.accept("FULL")
     p.finish()
-    return Optimize(table=table, where=where, zorder_by=tuple(zorder), text=p.statement)
+    return Optimize(table=table, where=where, zorder_by=tuple(zorder), full=full, text=p.statement)
 
 
 def _reorg(p: Cursor) -> Statement:
@@ -380,7 +391,19 @@ def _alter_table(p: Cursor) -> Statement | None:
         p.finish()
         return DropFeature(table=table, feature=feature, truncate_history=truncate, text=p.statement)
     if p.accept("CLUSTER", "BY"):
-        raise UnsupportedStatementError("ALTER TABLE ... CLUSTER BY (liquid clustering)", statement=p.statement)
+        columns: list[str] = [] if p.accept("NONE") else p.name_list("a clustering column")
+        p.finish()
+        return ClusterBy(table=table, columns=tuple(columns), text=p.statement)
+    if p.word() in ("ALTER", "CHANGE"):
+        return _change_column(p, table)
+    if p.accept("RENAME", "TO"):
+        new_name = ".".join(p.path("the new table name"))
+        p.finish()
+        return RenameTable(table=table, new_name=new_name, text=p.statement)
+    if p.accept("SET", "LOCATION"):
+        location = p.string("the new location")
+        p.finish()
+        return SetLocation(table=table, location=location, text=p.statement)
     if p.accept("ADD", "CONSTRAINT"):
         name = p.name("a constraint name")
         if not p.accept("CHECK"):
@@ -399,6 +422,117 @@ def _alter_table(p: Cursor) -> Statement | None:
         p.finish()
         return DropConstraint(table=table, name=name, if_exists=if_exists, text=p.statement)
     return None
+
+
+_COLUMN_ACTIONS = ("TYPE", "COMMENT", "FIRST", "AFTER", "SET", "DROP")
+
+
+def _change_column(p: Cursor, table: TableRef) -> Statement:
+    """Spark's ALTER COLUMN actions, and Hive's CHANGE COLUMN old new type [COMMENT] [position]."""
+    p.i += 1  # ALTER / CHANGE
+    p.accept("COLUMN")
+    column = p.path("a column name")
+    spec: dict[str, object] = {}
+    if not p.at_end() and p.word() not in _COLUMN_ACTIONS:
+        spec["new_name"] = p.name("the column's new name")
+        s, e = p.raw_until(("NOT", "NULL"), ("COMMENT",), ("FIRST",), ("AFTER",))
+        if s == e:
+            raise p.error("Expected the column's type.")
+        spec["data_type"] = p.statement[s:e].strip()
+        if p.accept("NOT", "NULL"):
+            spec["nullable"] = False
+    while not p.at_end():
+        if p.accept("TYPE"):
+            s, e = p.raw_until(*[(w,) for w in _COLUMN_ACTIONS])
+            spec["data_type"] = p.statement[s:e].strip()
+        elif p.accept("COMMENT"):
+            spec["comment"] = p.string("a comment")
+        elif p.accept("FIRST"):
+            spec["first"] = True
+        elif p.accept("AFTER"):
+            spec["after"] = p.name("the column to put it after")
+        elif p.accept("SET", "NOT", "NULL"):
+            spec["nullable"] = False
+        elif p.accept("DROP", "NOT", "NULL"):
+            spec["nullable"] = True
+        elif p.word() in ("SET", "DROP") and p.matches(p.word(), "DEFAULT"):
+            raise UnsupportedStatementError("ALTER COLUMN ... SET/DROP DEFAULT (column defaults)",
+                                            statement=p.statement)
+        else:
+            raise p.error("Expected TYPE, COMMENT, FIRST, AFTER, SET NOT NULL or DROP NOT NULL.")
+    if not spec:
+        raise p.error("Expected what to change: TYPE, COMMENT, FIRST, AFTER, SET NOT NULL or DROP NOT NULL.")
+    return ChangeColumn(table=table, column=column, text=p.statement, **spec)  # type: ignore[arg-type]
+
+
+def _clone(mode: str) -> Callable[[Cursor], Statement | None]:
+    """CREATE / REPLACE TABLE ... CLONE; None (sqlglot's) for any other CREATE TABLE."""
+
+    def handler(p: Cursor) -> Statement | None:
+        if_not_exists = p.accept("IF", "NOT", "EXISTS")
+        try:
+            table = p.table()
+        except SqlError:
+            return None
+        shallow = p.accept("SHALLOW")
+        deep = not shallow and p.accept("DEEP")
+        if not p.accept("CLONE"):
+            if shallow or deep:
+                raise p.error("Expected CLONE.")
+            return None
+        source = p.table()
+        version = timestamp = None
+        if p.accept("VERSION", "AS", "OF"):
+            version = p.integer("a table version")
+        elif p.accept("TIMESTAMP", "AS", "OF"):
+            s, e = p.raw_until(("TBLPROPERTIES",), ("LOCATION",))
+            timestamp = parse_condition(p.statement, s, e)
+        properties: dict[str, str] = {}
+        location = None
+        while not p.at_end():
+            if p.accept("TBLPROPERTIES"):
+                p.expect("(")
+                while True:
+                    key = _property_name(p)
+                    p.accept("=")
+                    properties[key] = _property_value(p)
+                    if not p.accept(","):
+                        break
+                p.expect(")")
+            elif p.accept("LOCATION"):
+                location = p.string("the clone's location")
+            else:
+                raise p.error("Expected TBLPROPERTIES (...) or LOCATION '...'.")
+        return Clone(table=table, source=source, shallow=shallow, mode=mode, if_not_exists=if_not_exists,  # type: ignore[arg-type]
+                     version=version, timestamp=timestamp, properties=properties, location=location,
+                     text=p.statement)  # fmt: skip
+
+    return handler
+
+
+def _property_name(p: Cursor) -> str:
+    """A TBLPROPERTIES key before ``=``: ``'quoted'`` or a dotted name."""
+    if p.at_end():
+        raise p.error("Expected a property key.")
+    tok = p.tokens[p.i][0]
+    if tok.token_type == TokenType.STRING:
+        p.i += 1
+        return tok.text
+    s = p.offset()
+    while not p.at_end() and p.word() not in ("=", ",", ")"):
+        p.i += 1
+    if p.offset() == s:
+        raise p.error("Expected a property key.")
+    return p.statement[s : p.tokens[p.i - 1][2]].replace(" ", "")
+
+
+def _property_value(p: Cursor) -> str:
+    """A TBLPROPERTIES value: a quoted string, a number or a word (true / false)."""
+    if p.at_end():
+        raise p.error("Expected a property value.")
+    tok = p.tokens[p.i][0]
+    p.i += 1
+    return tok.text
 
 
 def _convert(p: Cursor) -> Statement:
@@ -465,6 +599,9 @@ COMMANDS: list[tuple[re.Pattern[str], Callable[[Cursor], Statement | None]]] = [
     (_head("SHOW TRANSACTION_ISOLATION"), _show_isolation),
     (_head("SHOW TRANSACTION ISOLATION"), _show_isolation),
     (_head("ALTER TABLE"), _alter_table),
+    (_head("CREATE OR REPLACE TABLE"), _clone("createOrReplace")),
+    (_head("CREATE TABLE"), _clone("create")),
+    (_head("REPLACE TABLE"), _clone("replace")),
     (_head("SHOW TBLPROPERTIES"), _show_properties),
     (_head("CONVERT TO DELTA"), _convert),
     (_head("FSCK REPAIR TABLE"), _unsupported("FSCK REPAIR TABLE")),

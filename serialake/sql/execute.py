@@ -20,7 +20,7 @@ from serialake.core.log import format_ms
 from serialake.core.schema import StructType
 from serialake.exceptions import DeltaAnalysisException, DeltaTableNotFoundError
 from serialake.spark import dml, isolation
-from serialake.spark.table import DeltaTable
+from serialake.spark.table import DeltaTable, IdentityGenerator
 from serialake.spark.write import write
 from serialake.sql.errors import SqlError, UnsupportedStatementError
 from serialake.sql.insert import run_insert
@@ -28,6 +28,9 @@ from serialake.sql.results import empty, rows
 from serialake.sql.statements import (
     AddColumns,
     AddConstraint,
+    ChangeColumn,
+    Clone,
+    ClusterBy,
     ColumnSpec,
     ConvertToDelta,
     CreateTable,
@@ -45,9 +48,11 @@ from serialake.sql.statements import (
     Optimize,
     Passthrough,
     Query,
+    RenameTable,
     Reorg,
     Restore,
     SetIsolation,
+    SetLocation,
     SetProperties,
     ShowIsolation,
     ShowProperties,
@@ -123,6 +128,11 @@ def _create_table(spark: SparkSession, st: CreateTable) -> DataFrame:
         if st.if_not_exists:
             _register(name, location)
             return empty(spark)
+        if name is not None and catalog.lookup(name) is not None:
+            raise DeltaAnalysisException(
+                f"Table {st.table.text} already exists (at {log.table_path}). Use CREATE TABLE IF NOT EXISTS, "
+                "CREATE OR REPLACE TABLE, or drop it first."
+            )
         if st.query is not None:
             raise DeltaAnalysisException(f"Table {st.table.text} already exists at {log.table_path}.")
         if st.columns:
@@ -141,6 +151,7 @@ def _create_table(spark: SparkSession, st: CreateTable) -> DataFrame:
             partitionBy=list(st.partition_by) or None,
             overwriteSchema=exists,
             properties=st.properties or None,
+            clusterBy=list(st.cluster_by) or None,
             table_operation=f"{operation} TABLE AS SELECT",
         )
         _register(name, location)
@@ -151,11 +162,20 @@ def _create_table(spark: SparkSession, st: CreateTable) -> DataFrame:
             "createOrReplace": DeltaTable.createOrReplace,
         }[st.mode](spark).location(location)
         for col in st.columns:
+            generator: Any = col.generated
+            by_default = None
+            if col.identity is not None:
+                start, step, always = col.identity
+                generator = IdentityGenerator(start, step) if always else None
+                by_default = None if always else IdentityGenerator(start, step)
             builder = builder.addColumn(
-                col.name, col.type, nullable=col.nullable, generatedAlwaysAs=col.generated, comment=col.comment
+                col.name, col.type, nullable=col.nullable, generatedAlwaysAs=generator,
+                generatedByDefaultAs=by_default, comment=col.comment,
             )
         if st.partition_by:
             builder = builder.partitionedBy(*st.partition_by)
+        if st.cluster_by:
+            builder = builder.clusterBy(*st.cluster_by)
         for key, value in st.properties.items():
             builder = builder.property(key, value)
         if st.comment is not None:
@@ -242,6 +262,8 @@ def _merge(spark: SparkSession, st: Merge) -> DataFrame:
     path = resolve(st.target)
     source = run_query(spark, exp.select("*").from_(st.source) if isinstance(st.source, exp.Table) else st.source)
     builder = dml.merge(spark, path, source.alias(st.source_alias), st.condition, alias=st.target_alias)
+    if st.schema_evolution:
+        builder = builder.withSchemaEvolution()
     for c in st.clauses:
         sets = dict(c.assignments)
         if c.match == "matched":
@@ -284,6 +306,81 @@ def _unset_properties(spark: SparkSession, st: UnsetProperties) -> DataFrame:
     return empty(spark)
 
 
+def _change_column(spark: SparkSession, st: ChangeColumn) -> DataFrame:
+    path = _existing(st.table)
+    dml.change_column(
+        spark, path, st.column, new_name=st.new_name, data_type=st.data_type, comment=st.comment,
+        nullable=st.nullable, first=st.first, after=st.after,
+    )  # fmt: skip
+    return _wrote(spark, path)
+
+
+def _clone(spark: SparkSession, st: Clone) -> DataFrame:
+    """CREATE ... CLONE: ``dml.clone`` to the table's path (or its name's location)."""
+    source = _existing(st.source)
+    name = st.table.name
+    if st.table.path is not None:
+        target = st.table.path
+    elif st.location is not None:
+        target = st.location
+    else:
+        assert name is not None
+        target = catalog.lookup(name) or catalog.managed_location(name)
+    exists = DeltaLog.for_table(target).table_exists()
+    if exists and st.if_not_exists:
+        return empty(spark)
+    if not exists and st.mode == "replace":
+        raise DeltaTableNotFoundError(f"Cannot REPLACE table {st.table.text}: there is no table at {target}.")
+    version = st.version
+    timestamp = None
+    if st.timestamp is not None:
+        timestamp = format_ms(timestamp_millis(spark, st.timestamp)).removesuffix(" UTC")
+    path = dml.clone(
+        source, target, shallow=st.shallow, replace_target=st.mode != "create", properties=st.properties,
+        version=version, timestamp=timestamp,
+    )  # fmt: skip
+    if name is not None:
+        catalog.register(name, path)
+    return _wrote(spark, path)
+
+
+def _cluster_by(spark: SparkSession, st: ClusterBy) -> DataFrame:
+    path = _existing(st.table)
+    dml.cluster_by(path, list(st.columns))
+    return _wrote(spark, path)
+
+
+def _rename_table(spark: SparkSession, st: RenameTable) -> DataFrame:
+    if st.table.name is None:
+        raise DeltaAnalysisException(f"ALTER TABLE {st.table.text} RENAME TO: only a table name can be renamed.")
+    catalog.rename(st.table.name, st.new_name)
+    return empty(spark)
+
+
+def _set_location(spark: SparkSession, st: SetLocation) -> DataFrame:
+    """The name now refers to the Delta table at the location, whose schema must be the table's."""
+    if st.table.name is None:
+        raise DeltaAnalysisException(f"ALTER TABLE {st.table.text} SET LOCATION: only a named table has a location.")
+    old = DeltaLog.for_table(_existing(st.table)).update()
+    log = DeltaLog.for_table(st.location)
+    if not log.table_exists():
+        raise DeltaTableNotFoundError(
+            f"Cannot set the location of table {st.table.name} to {st.location}: it is not a Delta table."
+        )
+    new = log.update()
+    if _shape(old.schema) != _shape(new.schema):
+        raise DeltaAnalysisException(
+            f"Cannot set the location of table {st.table.name} to {st.location}: its schema "
+            f"{new.schema.simple_string()} differs from the table's {old.schema.simple_string()}."
+        )
+    catalog.register(st.table.name, new.table_path)
+    return empty(spark)
+
+
+def _shape(schema: Any) -> list[tuple[str, str]]:
+    return [(f.name.lower(), f.data_type.simple_string()) for f in schema.fields]
+
+
 def _add_columns(spark: SparkSession, st: AddColumns) -> DataFrame:
     table, log = _table(spark, st.table)
     table.addColumns(T.StructType(spark_fields(st.columns)))
@@ -318,7 +415,10 @@ def _optimize(spark: SparkSession, st: Optimize) -> DataFrame:
     builder = table.optimize()
     if st.where:
         builder = builder.where(st.where)
-    result = builder.executeZOrderBy(*st.zorder_by) if st.zorder_by else builder.executeCompaction()
+    if st.zorder_by:
+        result = builder.executeZOrderBy(*st.zorder_by)
+    else:
+        result = builder.result_df(builder.run_compaction(full=st.full))
     isolation.note_write(spark, log.table_path)
     return result
 
@@ -481,6 +581,11 @@ _HANDLERS: dict[type, Callable[[SparkSession, Any], DataFrame]] = {
     SetProperties: _set_properties,
     UnsetProperties: _unset_properties,
     AddColumns: _add_columns,
+    ChangeColumn: _change_column,
+    ClusterBy: _cluster_by,
+    Clone: _clone,
+    RenameTable: _rename_table,
+    SetLocation: _set_location,
     DropFeature: _drop_feature,
     Optimize: _optimize,
     Reorg: _reorg,

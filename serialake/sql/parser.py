@@ -117,6 +117,10 @@ def _from_sqlglot(statement: str, body: str, head: int) -> Statement:
         # sqlglot has no bare REPLACE TABLE: parse it as CREATE (same length keeps positions).
         text = body[:head] + "CREATE " + body[head + len("REPLACE") :]
         mode = "replace"
+    evolution = _MERGE_WITH_EVOLUTION.match(body, head)
+    if evolution:
+        # sqlglot has no MERGE WITH SCHEMA EVOLUTION: blank the clause out (positions kept).
+        text = body[: evolution.start(1)] + " " * len(evolution.group(1)) + body[evolution.end(1) :]
     tree = parse_sql(statement, text)
     if tree is None:
         raise SqlError("Empty statement: there is nothing to run.", statement=statement)
@@ -134,7 +138,7 @@ def _from_sqlglot(statement: str, body: str, head: int) -> Statement:
     if isinstance(tree, exp.Update):
         return _update(statement, tree)
     if isinstance(tree, exp.Merge):
-        return _merge(statement, tree)
+        return _merge(statement, tree, schema_evolution=evolution is not None)
     if isinstance(tree, exp.Alter):
         return _alter(statement, tree)
     if isinstance(tree, exp.Drop) and str(tree.args.get("kind") or "").upper() == "TABLE":
@@ -171,6 +175,7 @@ def _create(statement: str, tree: exp.Create, mode: str) -> Statement:
     ref = table_ref_of(table, statement)
     columns = [_column(statement, c) for c in (schema.expressions if isinstance(schema, exp.Schema) else [])]
     partition_by: list[str] = []
+    cluster_by: list[str] = []
     properties: dict[str, str] = {}
     location = comment = None
     fmt = "delta"
@@ -188,8 +193,11 @@ def _create(statement: str, tree: exp.Create, mode: str) -> Statement:
             location = _text(prop.this)
         elif isinstance(prop, exp.SchemaCommentProperty):
             comment = _text(prop.this)
-        elif isinstance(prop, exp.ClusterProperty) or isinstance(prop, exp.ClusteredByProperty):
-            raise UnsupportedStatementError("CREATE TABLE ... CLUSTER BY (liquid clustering)", statement=statement)
+        elif isinstance(prop, exp.ClusterProperty):
+            cluster_by.extend(e.sql(DIALECT) for e in prop.expressions)
+        elif isinstance(prop, exp.ClusteredByProperty):
+            raise UnsupportedStatementError("CREATE TABLE ... CLUSTERED BY ... INTO n BUCKETS (bucketing)",
+                                            statement=statement, hint="Use CLUSTER BY (liquid clustering).")
         elif isinstance(prop, exp.TemporaryProperty):
             raise UnsupportedStatementError("CREATE TEMPORARY TABLE", statement=statement)
         elif type(prop) is exp.Property:  # TBLPROPERTIES entries (subclasses are other clauses)
@@ -218,6 +226,7 @@ def _create(statement: str, tree: exp.Create, mode: str) -> Statement:
         if_not_exists=bool(tree.args.get("exists")),
         mode=mode,  # type: ignore[arg-type]
         query=query,
+        cluster_by=tuple(cluster_by),
         text=statement,
     )
 
@@ -228,6 +237,7 @@ def _column(statement: str, col: exp.Expr) -> ColumnSpec:
                        statement=statement)  # fmt: skip
     nullable = True
     comment = generated = None
+    identity: tuple[int, int, bool] | None = None
     for constraint in col.args.get("constraints") or []:
         kind = constraint.args.get("kind")
         if isinstance(kind, exp.NotNullColumnConstraint):
@@ -236,12 +246,27 @@ def _column(statement: str, col: exp.Expr) -> ColumnSpec:
             comment = _text(kind.this)
         elif isinstance(kind, exp.ComputedColumnConstraint) and kind.this is not None:
             generated = kind.this.sql(DIALECT)
+        elif isinstance(kind, exp.GeneratedAsIdentityColumnConstraint) and kind.expression is None:
+            start, step = (_integer(statement, kind.args.get(k), col.name, default=1) for k in ("start", "increment"))
+            identity = (start, step, bool(kind.this))
         else:
             raise UnsupportedStatementError(
                 f"column constraint {constraint.sql(DIALECT)!r} (column '{col.name}')", statement=statement
             )
     return ColumnSpec(name=col.name, type=col.args["kind"].sql(DIALECT), nullable=nullable, comment=comment,
-                      generated=generated)  # fmt: skip
+                      generated=generated, identity=identity)  # fmt: skip
+
+
+def _integer(statement: str, node: exp.Expr | None, column: str, *, default: int) -> int:
+    """An identity column's START WITH / INCREMENT BY value (a signed whole number)."""
+    if node is None:
+        return default
+    text = node.sql(DIALECT)
+    try:
+        return int(text)
+    except ValueError:
+        raise SqlError(f"Identity column '{column}': expected a whole number, got {text!r}.",
+                       statement=statement) from None  # fmt: skip
 
 
 def _property(prop: exp.Property) -> tuple[str, str]:
@@ -343,7 +368,10 @@ def _update(statement: str, tree: exp.Update) -> Statement:
                   text=statement)  # fmt: skip
 
 
-def _merge(statement: str, tree: exp.Merge) -> Statement:
+_MERGE_WITH_EVOLUTION = re.compile(r"MERGE\s+(WITH\s+SCHEMA\s+EVOLUTION)\s+INTO\b", re.I)
+
+
+def _merge(statement: str, tree: exp.Merge, *, schema_evolution: bool = False) -> Statement:
     target = tree.this
     if not isinstance(target, exp.Table):
         raise SqlError("MERGE INTO needs a target table.", statement=statement)
@@ -376,6 +404,7 @@ def _merge(statement: str, tree: exp.Merge) -> Statement:
         source_alias=source_alias,
         condition=on.sql(DIALECT),
         clauses=tuple(clauses),
+        schema_evolution=schema_evolution,
         text=statement,
     )
 
@@ -435,7 +464,7 @@ def _alter(statement: str, tree: exp.Alter) -> Statement:
         cols = [c for a in actions for c in (a.expressions if isinstance(a, exp.Schema) else [a])]
         specs = tuple(_column(statement, c) for c in cols)
         for spec in specs:
-            if spec.generated is not None:
+            if spec.generated is not None or spec.identity is not None:
                 raise SqlError(
                     f"ALTER TABLE {ref.text} ADD COLUMNS: column '{spec.name}' cannot be a generated column: "
                     "existing rows have no value for it. Generated columns are declared when the table is created.",

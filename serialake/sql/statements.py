@@ -67,6 +67,7 @@ class ColumnSpec:
     """A column in CREATE TABLE / ADD COLUMNS: name, Spark SQL type, nullability, comment.
 
     ``generated``: the expression of ``GENERATED ALWAYS AS (expr)`` (a generated column).
+    ``identity``: ``(start, step, always)`` of ``GENERATED {ALWAYS | BY DEFAULT} AS IDENTITY``.
     """
 
     name: str
@@ -74,6 +75,7 @@ class ColumnSpec:
     nullable: bool = True
     comment: str | None = None
     generated: str | None = None
+    identity: tuple[int, int, bool] | None = None
 
 
 @dataclass(frozen=True)
@@ -89,6 +91,7 @@ class CreateTable(Statement):
     if_not_exists: bool = False
     mode: Literal["create", "replace", "createOrReplace"] = "create"
     query: exp.Query | None = None
+    cluster_by: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -145,7 +148,7 @@ class MergeClause:
 
 @dataclass(frozen=True)
 class Merge(Statement):
-    """MERGE INTO target [alias] USING source [alias] ON condition WHEN ..."""
+    """MERGE [WITH SCHEMA EVOLUTION] INTO target [alias] USING source [alias] ON condition WHEN ..."""
 
     target: TableRef
     target_alias: str
@@ -153,6 +156,7 @@ class Merge(Statement):
     source_alias: str
     condition: str
     clauses: tuple[MergeClause, ...]
+    schema_evolution: bool = False
 
 
 @dataclass(frozen=True)
@@ -191,11 +195,12 @@ class DropFeature(Statement):
 
 @dataclass(frozen=True)
 class Optimize(Statement):
-    """OPTIMIZE table [WHERE partition predicate] [ZORDER BY (cols)]."""
+    """OPTIMIZE table [WHERE partition predicate] [ZORDER BY (cols)] [FULL]."""
 
     table: TableRef
     where: str | None = None
     zorder_by: tuple[str, ...] = ()
+    full: bool = False
 
 
 @dataclass(frozen=True)
@@ -212,6 +217,61 @@ class DescribeHistory(Statement):
 
     table: TableRef
     limit: int | None = None
+
+
+@dataclass(frozen=True)
+class ChangeColumn(Statement):
+    """ALTER TABLE ... {ALTER|CHANGE} [COLUMN] col [new_name type] [TYPE t] [COMMENT 'c']
+    [FIRST | AFTER c] [{SET|DROP} NOT NULL]."""
+
+    table: TableRef
+    column: tuple[str, ...]
+    new_name: str | None = None
+    data_type: str | None = None
+    comment: str | None = None
+    nullable: bool | None = None
+    first: bool = False
+    after: str | None = None
+
+
+@dataclass(frozen=True)
+class Clone(Statement):
+    """CREATE [OR REPLACE] TABLE [IF NOT EXISTS] t [SHALLOW | DEEP] CLONE source
+    [VERSION AS OF n | TIMESTAMP AS OF ts] [TBLPROPERTIES (...)] [LOCATION 'path']."""
+
+    table: TableRef
+    source: TableRef
+    shallow: bool = False
+    mode: Literal["create", "replace", "createOrReplace"] = "create"
+    if_not_exists: bool = False
+    version: int | None = None
+    timestamp: str | None = None
+    properties: dict[str, str] = field(default_factory=dict)
+    location: str | None = None
+
+
+@dataclass(frozen=True)
+class ClusterBy(Statement):
+    """ALTER TABLE ... CLUSTER BY (cols) | CLUSTER BY NONE (liquid clustering columns)."""
+
+    table: TableRef
+    columns: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class RenameTable(Statement):
+    """ALTER TABLE name RENAME TO new_name (the catalog's name; the files stay)."""
+
+    table: TableRef
+    new_name: str
+
+
+@dataclass(frozen=True)
+class SetLocation(Statement):
+    """ALTER TABLE name SET LOCATION 'path': the name now refers to the Delta table at ``path``."""
+
+    table: TableRef
+    location: str
 
 
 @dataclass(frozen=True)

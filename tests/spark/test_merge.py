@@ -196,8 +196,12 @@ def test_merge_clause_validation(spark: SparkSession, tmp_table: str) -> None:
         builder().whenMatchedUpdate(set={"nope": "s.s"}).run()
     with pytest.raises(DeltaAnalysisException, match="MERGE condition on table"):
         dml.merge(spark, tmp_table, src, "t.id = s.missing", alias="t").whenMatchedDelete().run()
-    with pytest.raises(DeltaIllegalArgumentException, match="non-empty 'set'"):
+    with pytest.raises(ValueError, match="'set' in whenMatchedUpdate cannot be None"):
         builder().whenMatchedUpdate()
+    with pytest.raises(TypeError, match="must be a Spark SQL Column or a string"):
+        builder().whenMatchedDelete(1)  # type: ignore[arg-type]
+    with pytest.raises(DeltaIllegalArgumentException, match="non-empty 'set'"):
+        builder().whenMatchedUpdate(set={}).run()
     assert DeltaLog.for_table(tmp_table).update().version == 0
 
 

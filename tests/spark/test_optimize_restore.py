@@ -101,6 +101,12 @@ def test_compaction_bin_packs_with_row_mapping(
     assert out.columns == ["path", "metrics"] and row.path == snap.table_path
     assert (row.metrics.numFilesRemoved, row.metrics.numFilesAdded) == (len(inputs), n_parts)
     assert row.metrics.partitionsOptimized == n_parts
+    m = row.metrics.asDict()
+    assert m["zOrderStats"] is None and m["clusteringStats"] is None
+    assert (m["numBins"], m["numBatches"], m["totalConsideredFiles"]) == (n_parts, 1, len(inputs))
+    assert m["filesRemoved"]["totalFiles"] == len(inputs)
+    assert m["filesRemoved"]["totalSize"] == sum(f.size for f in inputs.values())
+    assert m["startTimeMs"] <= m["endTimeMs"] and m["numTableColumns"] == len(snap.schema.fields)
     version = DeltaLog.for_table(tmp_table).update().version
     actions = _commit(tmp_table, version)
     adds = [a for a in actions if isinstance(a, AddFile)]
@@ -123,7 +129,7 @@ def test_compaction_where_and_target_size(spark: SparkSession, tmp_table: str) -
     untouched = {f.path for f in before if f.partition_values["date"] != "2009-12-31"}
     assert untouched < _live_paths(tmp_table) and r.metrics["numRemovedFiles"] == 4
     params = _commit_info(tmp_table, r.version)["operationParameters"]
-    assert json.loads(params["predicate"]) == ["date = '2009-12-31'"]
+    assert json.loads(params["predicate"]) == ["('date = 2009-12-31)"]  # Catalyst's form, as delta-spark writes it
     # A target of about two files (sizes are within 1.5x of each other): two bins of two.
     other = [f for f in before if f.partition_values["date"] == "2010-01-02"]
     target = 2 * max(f.size for f in other) + 1
@@ -165,7 +171,12 @@ def test_zorder(spark: SparkSession, tmp_table: str) -> None:
     ref = ref.withColumn("x", F.when(F.col("id") < 4, 100 - F.col("id")).otherwise(F.col("x")).cast("int"))
     before = _live_paths(tmp_table)
     out = dml.optimize(spark, tmp_table).executeZOrderBy("x")
-    assert out.collect()[0].metrics.numFilesRemoved == len(before)
+    metrics = out.collect()[0].metrics
+    assert metrics.numFilesRemoved == len(before)
+    # delta-spark's zOrderStats: every partition rewritten whole into one cube.
+    z = metrics.zOrderStats
+    assert (z.strategyName, z.numOutputCubes, z.inputNumCubes) == ("all", 4, 0)
+    assert z.mergedFiles.num == len(before) and z.inputOtherFiles.num == len(before) and z.inputCubeFiles.num == 0
     files = DeltaLog.for_table(tmp_table).update().all_files
     assert not before & {f.path for f in files} and len(files) == 4
     for f in files:

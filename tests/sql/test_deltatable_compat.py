@@ -138,8 +138,6 @@ def test_argument_checks_raise_what_delta_spark_raises(spark: SparkSession, tmp_
     ):
         with pytest.raises(TypeError):
             call()  # type: ignore[no-untyped-call]
-    with pytest.raises(UnsupportedFeatureError, match="liquid clustering"):
-        builder.clusterBy("a")
     with pytest.raises(ParseException):
         builder.addColumn("a", "1")
 

@@ -59,6 +59,52 @@ def test_save_and_load_with_the_default_error_mode(spark: SparkSession, tmp_path
     assert [r["operation"] for r in DeltaTable.forPath(spark, path).history().collect()] == ["WRITE"] * 3
 
 
+def test_file_metadata_column_is_reachable(spark: SparkSession, tmp_path: Path) -> None:
+    """Spark's hidden ``_metadata`` column names each row's data file, as with delta-spark, with or
+    without partitions and deletion vectors; ``select *`` does not show it."""
+    path = str(tmp_path / "t")
+    table_of(spark, 40).repartition(4).write.format("delta").partitionBy("part").save(path)
+    spark.sql(f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES ('delta.enableDeletionVectors' = 'true')")
+    DeltaTable.forPath(spark, path).delete("id % 10 = 0")
+    df = spark.read.format("delta").load(path)
+    assert df.columns == ["id", "part"]
+    files = {os.path.basename(r[0]) for r in df.select("_metadata.file_path").distinct().collect()}
+    snap = DeltaLog.for_table(path).update()
+    assert files == {os.path.basename(f.path) for f in snap.all_files}
+    rows = df.filter("part = '1'").select("id", "_metadata.file_path", "_metadata.file_size").collect()
+    assert sorted(r["id"] for r in rows) == [i for i in range(40) if i % 2 and i % 10]
+    sizes = {os.path.basename(f.path): f.size for f in snap.all_files}
+    assert all(sizes[os.path.basename(r["file_path"])] == r["file_size"] for r in rows)
+
+
+def test_filters_on_a_loaded_table_skip_files(spark: SparkSession, tmp_path: Path) -> None:
+    """``load(path).filter(...)`` reads only the files the condition can match (partition values,
+    then stats), with the rows a plain filter gives; a write computed from it records that narrower read."""
+    path = str(tmp_path / "t")
+    spark.range(0, 400, 1, 4).withColumn("part", (F.col("id") % 2).cast("string")).write.format("delta") \
+        .partitionBy("part").save(path)  # 8 files: ids in 4 ranges x 2 partitions
+    files = len(DeltaLog.for_table(path).update().all_files)
+
+    def scanned(df: Any) -> int:
+        return len(df.inputFiles())
+
+    df = spark.read.format("delta").load(path)
+    assert scanned(df) == files
+    by_partition = df.filter("part = '1'")
+    assert scanned(by_partition) == files // 2
+    by_stats = df.where(F.col("id") < 50)  # a Column: its SQL skips files, the Column filters rows
+    assert scanned(by_stats) == 2 and ids(by_stats) == list(range(50))
+    both = df.filter("part = '0'").filter(F.col("id") >= 350)
+    assert scanned(both) == 1 and ids(both) == list(range(350, 400, 2))
+    # A condition the core does not read (a Python UDF) is Spark's alone: same rows, every file.
+    odd = F.udf(lambda v: v % 7 == 0, "boolean")
+    assert ids(df.filter(odd("id"))) == list(range(0, 400, 7))
+    # Time travel keeps its version when filtered.
+    table_of(spark, 1, 1000).write.format("delta").mode("append").save(path)
+    old = spark.read.format("delta").option("versionAsOf", 0).load(path).filter("id >= 398")
+    assert ids(old) == [398, 399]
+
+
 def test_time_travel_options_read_old_versions(spark: SparkSession, tmp_path: Path) -> None:
     path = str(tmp_path / "t")
     table_of(spark, 2).write.format("delta").save(path)

@@ -5,8 +5,8 @@
   Spark, from the settings, and catches the one "not exact here" signal (``NotExact``);
 - operations, one ``*_command`` module each (as Delta's ``DeleteCommand``...): ``delete``,
   ``update``, ``merge``, ``optimize``, ``restore``, ``insert`` (a non-blind append),
-  ``reorg`` (REORG ... APPLY (PURGE)), ``drop_feature``, ``alter`` (ADD COLUMNS, UNSET
-  TBLPROPERTIES); this package exposes their entry points (``dml.delete``,
+  ``reorg`` (REORG ... APPLY (PURGE)), ``drop_feature``, ``alter`` (ADD COLUMNS, ALTER
+  COLUMN, UNSET TBLPROPERTIES); this package exposes their entry points (``dml.delete``,
   ``dml.run_delete``, ``dml.merge``...), each module loaded on first use;
 - driver paths (pyarrow, exact subset only): ``driver_files`` (reading and writing data
   files, finding rows, the one rewrite loop), ``driver_merge``, ``driver_compaction``; the
@@ -25,7 +25,8 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from serialake.spark.dml.alter_command import add_columns, unset_properties
+    from serialake.spark.dml.alter_command import add_columns, change_column, cluster_by, unset_properties
+    from serialake.spark.dml.clone_command import clone
     from serialake.spark.dml.constraint_command import add_constraint, drop_constraint
     from serialake.spark.dml.convert_command import convert_to_delta, parquet_identifier_path
     from serialake.spark.dml.delete_command import delete, run_delete
@@ -43,7 +44,10 @@ if TYPE_CHECKING:
 # Each name's module, imported on first use: an operation loads only the modules it runs.
 _MODULE_OF = {
     "add_columns": "alter_command",
+    "change_column": "alter_command",
+    "cluster_by": "alter_command",
     "unset_properties": "alter_command",
+    "clone": "clone_command",
     "add_constraint": "constraint_command",
     "drop_constraint": "constraint_command",
     "convert_to_delta": "convert_command",
@@ -88,6 +92,9 @@ __all__ = [
     "add_columns",
     "add_constraint",
     "affected_rows_df",
+    "change_column",
+    "clone",
+    "cluster_by",
     "convert_to_delta",
     "delete",
     "drop_constraint",

@@ -1,4 +1,4 @@
-"""ALTER TABLE ... ADD COLUMNS / UNSET TBLPROPERTIES: metadata-only commits.
+"""ALTER TABLE ... ADD COLUMNS / {ALTER|CHANGE} COLUMN / UNSET TBLPROPERTIES: metadata commits.
 
 Every concurrent write to the table then fails with ``MetadataChangedException``.
 """
@@ -8,13 +8,15 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import replace
+from typing import Any
 
 from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from serialake.core import DeltaLog
+from serialake.core import DeltaLog, clustering, constraints, features
 from serialake.core import properties as props
-from serialake.core.schema import StructType
+from serialake.core.schema import SchemaError, StructField, StructType, change_field
 from serialake.core.written import BeforeCommit, commit_or_clean_up
 from serialake.exceptions import (
     DeltaAnalysisException,
@@ -25,7 +27,7 @@ from serialake.exceptions import (
 from serialake.spark import io
 from serialake.spark.dml.kernel import open_transaction
 
-__all__ = ["add_columns", "unset_properties"]
+__all__ = ["add_columns", "change_column", "cluster_by", "unset_properties"]
 
 
 def add_columns(
@@ -69,6 +71,118 @@ def add_columns(
         "columns": json.dumps([{"column": f.to_json_value()} for f in added], separators=(",", ":")),
     }
     return commit_or_clean_up(txn, [], "ADD COLUMNS", params, {}, before_commit=before_commit)
+
+
+def change_column(
+    spark: SparkSession,
+    table_path: str,
+    column: Sequence[str],
+    *,
+    new_name: str | None = None,
+    data_type: str | None = None,
+    comment: str | None = None,
+    nullable: bool | None = None,
+    first: bool = False,
+    after: str | None = None,
+    before_commit: BeforeCommit = None,
+) -> int:
+    """``ALTER TABLE ... {ALTER|CHANGE} COLUMN``: a column's comment, nullability or position.
+
+    ``column`` is the path of the column (a nested field: ``["s", "a"]``). ``data_type``
+    must be the column's type: Delta changes a type only with type widening, which
+    serialake does not write. ``new_name`` must be the column's name: renaming needs column
+    mapping. ``nullable=False`` (SET NOT NULL) first checks, in the transaction, that no row
+    holds NULL there; it read the whole table, so a concurrent write fails it. Returns the
+    committed version.
+    """
+    txn, snap = open_transaction(table_path, "CHANGE COLUMN")
+    table = snap.table_path
+    dotted = ".".join(column)
+    old = _field_at(snap.schema, column, table)
+    if new_name is not None and new_name != old.name:
+        raise UnsupportedFeatureError(
+            f"Cannot rename column '{dotted}' of table {table} to '{new_name}': renaming a column needs column "
+            "mapping (delta.columnMapping.mode = 'name'), which serialake reads but cannot write yet."
+        )
+    if data_type is not None:
+        wanted = StructType.from_ddl(f"`x` {data_type}").fields[0].data_type
+        if wanted.simple_string() != old.data_type.simple_string():
+            raise DeltaAnalysisException(
+                f"ALTER TABLE CHANGE COLUMN is not supported for changing column '{dotted}' of table {table} "
+                f"from {old.data_type.simple_string()} to {wanted.simple_string()}: Delta changes a column's type "
+                "only with type widening. Overwrite the table with the new schema (overwriteSchema) instead."
+            )
+    if old.name.lower() in {c.lower() for c in snap.partition_columns} and nullable is False:
+        raise DeltaAnalysisException(f"Cannot SET NOT NULL on partition column '{dotted}' of table {table}.")
+    try:
+        schema = change_field(snap.schema, column, comment=comment, nullable=nullable, first=first, after=after)
+    except SchemaError as e:
+        raise DeltaAnalysisException(f"Cannot change column '{dotted}' of table {table}: {e}") from None
+    if nullable is False and old.nullable:
+        _check_no_nulls(spark, txn, snap, column, table)
+    if schema == snap.schema:
+        return snap.version  # nothing changes: no commit (as SET TBLPROPERTIES of the same value)
+    constraints.validate_generated_columns(schema, table)
+    txn.update_metadata(replace(snap.metadata, schema_string=schema.to_json()))
+    new = _field_at(schema, column, table)
+    params: dict[str, str] = {"column": json.dumps(new.to_json_value(), separators=(",", ":"))}
+    if first:
+        params["position"] = "FIRST"
+    elif after is not None:
+        params["position"] = f"AFTER {after}"
+    return commit_or_clean_up(txn, [], "CHANGE COLUMN", params, {}, before_commit=before_commit)
+
+
+def cluster_by(table_path: str, columns: Sequence[str], *, before_commit: BeforeCommit = None) -> int:
+    """``ALTER TABLE ... CLUSTER BY (cols)`` / ``CLUSTER BY NONE`` (no columns): the clustering columns.
+
+    Only the ``delta.clustering`` domain changes (and, the first time, the protocol gains the
+    ``clustering`` feature); no file is rewritten: the next OPTIMIZE clusters by the new
+    columns the files not yet clustered. A partitioned table cannot be clustered. A
+    concurrent change of the clustering fails this one (the domain is written by both).
+    """
+    txn, snap = open_transaction(table_path, "CLUSTER BY")
+    table = snap.table_path
+    names = clustering.validate_clustering_columns(
+        snap.schema, list(columns), snap.partition_columns, snap.configuration, table
+    )
+    current = clustering.clustering_columns(snap.domain_metadata, snap.schema, table)
+    if current is None and not names:
+        return snap.version  # CLUSTER BY NONE on a table never clustered: nothing to change
+    protocol = features.required_protocol(snap.configuration, clustering.FEATURES, base=snap.protocol)
+    if protocol != snap.protocol:
+        txn.update_protocol(protocol)
+    domain = clustering.clustering_domain(snap.schema, names)
+    params = {"oldClusteringColumns": ",".join(current or []), "newClusteringColumns": ",".join(names)}
+    return commit_or_clean_up(txn, [domain], "CLUSTER BY", params, {}, before_commit=before_commit)
+
+
+def _field_at(schema: StructType, path: Sequence[str], table: str) -> StructField:
+    node: StructType | None = schema
+    found = None
+    for i, name in enumerate(path):
+        found = node.field(name) if node is not None else None
+        if found is None:
+            raise DeltaAnalysisException(
+                f"Column '{'.'.join(path[: i + 1])}' does not exist in table {table} "
+                f"(columns: {', '.join(schema.field_names)})"
+            )
+        node = found.data_type if isinstance(found.data_type, StructType) else None
+    assert found is not None
+    return found
+
+
+def _check_no_nulls(spark: SparkSession, txn: Any, snap: Any, column: Sequence[str], table: str) -> None:
+    files = txn.read_whole_table()
+    if not files:
+        return
+    col = F.col(".".join(io.quote_name(p) for p in column))
+    nulls = io.read_files_df(spark, snap, files).filter(col.isNull()).count()
+    if nulls:
+        raise DeltaAnalysisException(
+            f"Cannot SET NOT NULL on column '{'.'.join(column)}' of table {table}: {nulls} row(s) at version "
+            f"{snap.version} hold NULL there. Update or delete them first."
+        )
 
 
 def unset_properties(table_path: str, keys: Sequence[str], *, if_exists: bool = False) -> int:

@@ -26,7 +26,7 @@ from serialake.core.actions import Action, AddFile
 from serialake.core.transaction import OptimisticTransaction
 from serialake.core.written import BeforeCommit, commit_or_clean_up
 from serialake.exceptions import DeltaTableNotFoundError, UnsupportedFeatureError
-from serialake.spark import io, scans
+from serialake.spark import invariants, io, scans
 from serialake.spark.dml.kernel import DmlResult, file_bytes, json_list, parse_or_true, rows_of
 from serialake.spark.write import align_to_schema, write_checked_files
 
@@ -73,7 +73,10 @@ def run_insert(
     else:
         read = txn.filter_files([parse_or_true(read_predicate)]) if read_predicate else txn.read_whole_table()
         rows = df(txn, read)
-    data, _ = align_to_schema(rows, snap.schema, table=snap.table_path, configuration=snap.configuration)
+    identity_values = invariants.IdentityValues(snap.schema, snap.table_path, given=rows.columns, from_user=True)
+    data, _ = align_to_schema(
+        rows, snap.schema, table=snap.table_path, configuration=snap.configuration, identity_values=identity_values
+    )
     removes: list[Action] = []
     if overwrite:
         if replace_where is None:
@@ -90,6 +93,7 @@ def run_insert(
             data = data.filter(F.expr(replace_where))
         removes = [f.remove() for f in replaced]
     adds = write_checked_files(data, snap.table_path, list(snap.partition_columns), configuration=snap.configuration)
+    identity_values.record(txn)
     metrics = {"numFiles": len(adds), "numOutputRows": rows_of(adds), "numOutputBytes": file_bytes(adds)}
     params = {"mode": "Overwrite" if overwrite else "Append", "partitionBy": json_list(list(snap.partition_columns))}
     if replace_where:

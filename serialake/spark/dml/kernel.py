@@ -40,7 +40,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from serialake.core import DeltaLog, constraints, row_eval
+from serialake.core import DeltaLog, constraints, identity, row_eval
 from serialake.core import expressions as P
 from serialake.core.actions import AddFile
 from serialake.core.deletion_vectors import RowIndexSet
@@ -366,20 +366,37 @@ def table_columns(snap: Snapshot, df: DataFrame, alias: str | None = None) -> li
     ]
 
 
-def write_rows(snap: Snapshot, df: DataFrame, *, data_change: bool = True, new_values: bool = False) -> list[AddFile]:
+def write_rows(
+    snap: Snapshot,
+    df: DataFrame,
+    *,
+    data_change: bool = True,
+    new_values: bool = False,
+    txn: OptimisticTransaction | None = None,
+) -> list[AddFile]:
     """Write ``df`` (the table columns) as data files of the table; NOT NULL columns checked.
 
     ``new_values``: rows carry values an operation computed (UPDATE, MERGE): generated
     columns are recomputed from them, or checked where ``df``'s ``invariants.explicit_flag``
-    columns say the operation assigned them, and CHECK constraints are checked. Rows
-    copied unchanged (DELETE, OPTIMIZE) satisfy both already.
+    columns say the operation assigned them, and CHECK constraints are checked. Identity
+    columns keep their values except where ``invariants.generate_flag`` columns ask for new
+    ones (MERGE's inserts); ``txn`` then commits the high-water marks they raise. Rows
+    copied unchanged (DELETE, OPTIMIZE) satisfy all of this already.
     """
+    identity_values = None
     if new_values:
-        df = invariants.enforce(df, snap.schema, snap.configuration, snap.table_path)
+        names = [c.name for c in identity.identity_columns(snap.schema)]
+        identity_values = invariants.IdentityValues(snap.schema, snap.table_path, given=names, from_user=False)
+        df = invariants.enforce(df, snap.schema, snap.configuration, snap.table_path, identity_values=identity_values)
     df = check_not_null(df, [f.name for f in snap.schema.fields if not f.nullable], snap.table_path)
-    return write_checked_files(
+    adds = write_checked_files(
         df, snap.table_path, list(snap.partition_columns), data_change=data_change, configuration=snap.configuration
     )
+    if identity_values is not None and identity_values.high_water_marks():
+        if txn is None:
+            raise DeltaAnalysisException(f"Table {snap.table_path}: identity values generated outside a transaction")
+        identity_values.record(txn)
+    return adds
 
 
 def json_list(values: Sequence[Any]) -> str:
@@ -537,6 +554,11 @@ def assignment_values(
         if f.name in out:
             raise DeltaAnalysisException(
                 f"{operation} on table {snap.table_path}: column '{f.name}' is assigned more than once"
+            )
+        if any(c.name == f.name and not c.allow_explicit_insert for c in identity.identity_columns(snap.schema)):
+            raise DeltaAnalysisException(
+                f"{operation} on table {snap.table_path}: column '{f.name}' is GENERATED ALWAYS AS IDENTITY; "
+                "its values cannot be set."
             )
         out[f.name] = value
     return out

@@ -26,7 +26,7 @@ from __future__ import annotations
 import datetime as dt
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from decimal import Decimal
 from typing import Any
 
@@ -37,13 +37,16 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from serialake.core import expressions as P
+from serialake.core import identity
 from serialake.core.actions import Action, AddFile, now_ms
 from serialake.core.deletion_vectors import RowIndexSet
 from serialake.core.dv_policy import uses_deletion_vectors
+from serialake.core.schema import merge_schemas
 from serialake.core.values import NotExact
 from serialake.core.written import BeforeCommit, commit_or_clean_up
 from serialake.exceptions import DeltaAnalysisException, DeltaIllegalArgumentException
-from serialake.spark import io, scans
+from serialake.spark import invariants, io, scans
+from serialake.spark.arguments import check_assignments, check_condition
 from serialake.spark.dml import driver_merge, engine
 from serialake.spark.dml.kernel import (
     FILE_COL,
@@ -71,10 +74,13 @@ from serialake.spark.dml.kernel import (
     updated_columns,
     write_rows,
 )
+from serialake.spark.errors import pyspark_errors
 from serialake.spark.invariants import EXPLICIT_PREFIX
+from serialake.spark.write import add_schema_features
 
-__all__ = ["DeltaMergeBuilder", "MAX_KEY_VALUES", "merge", "merge_result_df"]
+__all__ = ["AUTO_MERGE_CONF", "DeltaMergeBuilder", "MAX_KEY_VALUES", "merge", "merge_result_df"]
 
+AUTO_MERGE_CONF = "spark.databricks.delta.schema.autoMerge.enabled"
 MAX_KEY_VALUES = 10_000  # distinct source key values turned into an IN list of the read predicate
 _SOURCE_PRESENT = "__serialake_source_row"
 _CLAUSE = "__serialake_clause"
@@ -117,6 +123,7 @@ class MergeClause:
         return out
 
 
+@pyspark_errors
 class DeltaMergeBuilder:
     """Builder returned by ``DeltaTable.merge(source, condition)``; ``execute()`` runs the MERGE."""
 
@@ -139,11 +146,14 @@ class DeltaMergeBuilder:
         self._condition = condition
         self._alias = alias
         self._clauses: list[MergeClause] = []
+        self._schema_evolution = False
 
     # -- clauses ------------------------------------------------------------------
-    def _add(self, clause: MergeClause) -> DeltaMergeBuilder:
-        if clause.condition is not None and not isinstance(clause.condition, (str, Column)):
-            raise DeltaIllegalArgumentException("A MERGE clause condition must be a SQL string or a pyspark Column")
+    def _add(self, clause: MergeClause, values_name: str | None = None) -> DeltaMergeBuilder:
+        # delta-spark's checks, in its order: the dict first, then the condition.
+        if values_name is not None:
+            check_assignments(clause.assignments, values_name)
+        check_condition(clause.condition)
         self._clauses.append(clause)
         return self
 
@@ -151,9 +161,7 @@ class DeltaMergeBuilder:
         self, condition: str | Column | None = None, set: Mapping[str, str | Column] | None = None  # noqa: A002
     ) -> DeltaMergeBuilder:
         """Update matched target rows: ``set`` maps target columns to SQL strings or Columns."""
-        if not set:
-            raise DeltaIllegalArgumentException("whenMatchedUpdate needs a non-empty 'set' dict")
-        return self._add(MergeClause(MATCHED, "update", condition, dict(set)))
+        return self._add(MergeClause(MATCHED, "update", condition, set), "'set' in whenMatchedUpdate")
 
     def whenMatchedUpdateAll(self, condition: str | Column | None = None) -> DeltaMergeBuilder:  # noqa: N802
         """Update every target column from the source column of the same name."""
@@ -167,9 +175,7 @@ class DeltaMergeBuilder:
         self, condition: str | Column | None = None, values: Mapping[str, str | Column] | None = None
     ) -> DeltaMergeBuilder:
         """Insert unmatched source rows: ``values`` maps target columns to expressions (others NULL)."""
-        if not values:
-            raise DeltaIllegalArgumentException("whenNotMatchedInsert needs a non-empty 'values' dict")
-        return self._add(MergeClause(NOT_MATCHED, "insert", condition, dict(values)))
+        return self._add(MergeClause(NOT_MATCHED, "insert", condition, values), "'values' in whenNotMatchedInsert")
 
     def whenNotMatchedInsertAll(self, condition: str | Column | None = None) -> DeltaMergeBuilder:  # noqa: N802
         """Insert unmatched source rows, every target column from the source column of the same name."""
@@ -179,13 +185,22 @@ class DeltaMergeBuilder:
         self, condition: str | Column | None = None, set: Mapping[str, str | Column] | None = None  # noqa: A002
     ) -> DeltaMergeBuilder:
         """Update target rows no source row matches (expressions may use target columns only)."""
-        if not set:
-            raise DeltaIllegalArgumentException("whenNotMatchedBySourceUpdate needs a non-empty 'set' dict")
-        return self._add(MergeClause(NOT_MATCHED_BY_SOURCE, "update", condition, dict(set)))
+        clause = MergeClause(NOT_MATCHED_BY_SOURCE, "update", condition, set)
+        return self._add(clause, "'set' in whenNotMatchedBySourceUpdate")
 
     def whenNotMatchedBySourceDelete(self, condition: str | Column | None = None) -> DeltaMergeBuilder:  # noqa: N802
         """Delete target rows no source row matches."""
         return self._add(MergeClause(NOT_MATCHED_BY_SOURCE, "delete", condition))
+
+    def withSchemaEvolution(self) -> DeltaMergeBuilder:  # noqa: N802
+        """Add to the table the source columns (and nested struct fields) the clauses assign.
+
+        ``updateAll``/``insertAll`` bring every source column; ``set``/``values`` the ones they
+        name. New columns come last and are nullable; existing columns keep their type. The
+        same as setting ``spark.databricks.delta.schema.autoMerge.enabled``.
+        """
+        self._schema_evolution = True
+        return self
 
     # -- execution ----------------------------------------------------------------
     def execute(self) -> DataFrame:
@@ -202,6 +217,12 @@ class DeltaMergeBuilder:
             raise DeltaAnalysisException(
                 f"MERGE into table {self._path} needs at least one WHEN clause (whenMatched..., whenNotMatched...)"
             )
+        for c in self._clauses:
+            if not c.star and c.action != "delete" and not c.assignments:
+                what = "'values'" if c.action == "insert" else "'set'"
+                raise DeltaIllegalArgumentException(
+                    f"MERGE into table {self._path}: a {c.kind} {c.action} clause needs a non-empty {what} dict"
+                )
         for kind in (MATCHED, NOT_MATCHED, NOT_MATCHED_BY_SOURCE):
             group = [c for c in self._clauses if c.kind == kind]
             for c in group[:-1]:
@@ -236,6 +257,9 @@ class _MergeRun:
         self.source_names = {n.lower(): n for n in self.source.columns}
         self.local_source: Any = None  # the source as Arrow, once collected for the driver path
         self.files: list[AddFile] | None = None
+        self.evolved = builder._schema_evolution or _auto_merge(self.spark)
+        if self.evolved:
+            self.evolved = self._evolve_schema()
 
     # -- planning -----------------------------------------------------------------
     def run(self) -> DmlResult:
@@ -248,9 +272,37 @@ class _MergeRun:
         self.on_sql = resolved_condition_sql(probe)
         # The ON condition parsed once: as given, or Spark's SQL for a Column (target columns qualified).
         self.on_parsed = parse_condition(self.b._condition if isinstance(self.b._condition, str) else self.on_sql)
-        return engine.for_dml(self.spark).run(
-            None, driver=lambda: self._run_on_driver(empty), spark=lambda: self._run_on_spark(empty)
-        )
+        self.empty = empty
+        # The driver path reads the files with their own schema: an evolving MERGE runs on Spark.
+        driver = None if self.evolved else (lambda: self._run_on_driver(empty))
+        return engine.for_dml(self.spark).run(None, driver=driver, spark=lambda: self._run_on_spark(empty))
+
+    def _evolve_schema(self) -> bool:
+        """Schema evolution: the source columns the clauses assign join the table's schema.
+
+        Every source column with a star clause (``updateAll``/``insertAll``), else those an
+        explicit assignment names; NOT MATCHED BY SOURCE clauses never see the source. The
+        transaction commits the new schema with the MERGE, and the MERGE reads and writes
+        the table under it (old files lack the new columns: NULL). True when it changed.
+        """
+        clauses = self.matched + self.inserts
+        star = any(c.star for c in clauses)
+        named = {self._assigned_name(k) for c in clauses if not c.star for k in (c.assignments or {})}
+        wanted = [f for f in self.source.schema.fields if star or f.name.lower() in named]
+        evolved = merge_schemas(self.snap.schema, io.to_delta_schema(T.StructType(wanted)))
+        if evolved == self.snap.schema:
+            return False
+        self.txn.update_metadata(replace(self.snap.metadata, schema_string=evolved.to_json()))
+        add_schema_features(self.txn, evolved)
+        assert self.txn.metadata is not None
+        self.snap = self.snap.with_metadata(self.txn.metadata)
+        return True
+
+    def _assigned_name(self, key: str) -> str:
+        """A ``set``/``values`` key as a lower-case column name (the target alias and backticks off)."""
+        prefix = self.alias.lower() + "."
+        name = key.lower()
+        return (name[len(prefix):] if name.startswith(prefix) else name).strip("`")
 
     def _run_on_spark(self, empty: DataFrame) -> DmlResult:
         snap = self.snap
@@ -466,20 +518,50 @@ class _MergeRun:
                 self.assignments[i] = self._star_assignments(clause)
             else:
                 assert clause.assignments is not None
-                self.assignments[i] = resolve_assignments(
+                self.assignments[i] = self._conformed(resolve_assignments(
                     self.snap, clause.assignments, self.alias, f"MERGE {clause.kind} {clause.action}"
-                )
+                ))
+
+    def _conformed(self, assigned: dict[str, Column]) -> dict[str, Column]:
+        """Assignments to struct columns (at any depth) with their fields matched by name.
+
+        Only needed when a struct's fields may differ from the value's (schema evolution):
+        the values' types come from Spark's analysis of one empty query.
+        """
+        if not self.evolved:
+            return assigned
+        types = io.to_spark_schema(self.snap.schema)
+        nested = [k for k in assigned if io.has_spark_struct(types[k].dataType)]
+        if not nested:
+            return assigned
+        probe = self.empty.join(self.source, self.cond, "inner").select(*[assigned[k] for k in nested])
+        out = dict(assigned)
+        for k, f in zip(nested, probe.schema.fields):
+            out[k] = io.conform(assigned[k], f.dataType, types[k].dataType)
+        return out
 
     def _star_assignments(self, clause: MergeClause) -> dict[str, Column]:
+        """Every table column from the source column of the same name.
+
+        With schema evolution a table column the source lacks is left alone: kept by
+        ``updateAll``, NULL for ``insertAll``. Without, it is an error. Identity columns are
+        never required: one the source lacks (and every GENERATED ALWAYS one) is kept by
+        ``updateAll`` and generated by ``insertAll``.
+        """
         out: dict[str, Column] = {}
         missing = []
-        for f in self.snap.schema.fields:
+        idents = {c.name: c for c in identity.identity_columns(self.snap.schema)}
+        for f in io.to_spark_schema(self.snap.schema).fields:
             name = self.source_names.get(f.name.lower())
+            ident = idents.get(f.name)
+            if ident is not None and (name is None or not ident.allow_explicit_insert):
+                continue
             if name is None:
                 missing.append(f.name)
                 continue
-            out[f.name] = self.source[name]
-        if missing:
+            given = self.source.schema[name].dataType
+            out[f.name] = io.conform(self.source[name], given, f.dataType) if self.evolved else self.source[name]
+        if missing and not self.evolved:
             what = "updateAll" if clause.action == "update" else "insertAll"
             raise DeltaAnalysisException(
                 f"MERGE {what} into table {self.table}: the source has no column(s) {', '.join(missing)} "
@@ -527,6 +609,7 @@ class _MergeRun:
             F.lit(_INSERT).alias(_CODE),
             *self._inserted_columns(),
             *explicit_flags(self.snap, self._insert_branches()),
+            *self._generate_flags(F.lit(True)),
         )
 
     def _changes_one_join(self, kinds: list[str]) -> DataFrame:
@@ -562,7 +645,8 @@ class _MergeRun:
                    for c, n, name in zip(changed, inserted, (f.name for f in self.snap.schema.fields))]
         # Which rows assign a generated column (checked) rather than leave it to be computed.
         flags = explicit_flags(self.snap, branches + self._insert_branches())
-        return joined.select(FILE_COL, ROW_COL, code.alias(_CODE), *columns, *flags)
+        generate = self._generate_flags(is_insert) if self.inserts else []
+        return joined.select(FILE_COL, ROW_COL, code.alias(_CODE), *columns, *flags, *generate)
 
     def _target_changes(self, rows: DataFrame, clauses: Sequence[MergeClause], update: int, delete: int) -> DataFrame:
         """Target rows a clause of ``clauses`` fires for, with the change code and new values."""
@@ -621,13 +705,23 @@ class _MergeRun:
     def _outputs(self, changes: DataFrame, touched: dict[str, Touched], copy_on_write: bool) -> DataFrame:
         """Rows to write: updated and inserted rows, and (copy-on-write) the unchanged rows of touched files."""
         names = [io.quote_name(f.name) for f in self.snap.schema.fields]
-        flags = [c for c in changes.columns if c.startswith(EXPLICIT_PREFIX)]
+        flags = [c for c in changes.columns if c.startswith((EXPLICIT_PREFIX, invariants.GENERATE_PREFIX))]
         out = changes.where(F.col(_CODE).isin(_MATCHED_UPDATE, _NMBS_UPDATE, _INSERT)).select(*names, *flags)
         if copy_on_write and touched:
             rows = self.target.where(F.col(FILE_COL).isin(list(touched)))
             changed = changes.where(F.col(FILE_COL).isNotNull()).select(FILE_COL, ROW_COL)
             kept = rows.join(changed, [FILE_COL, ROW_COL], "left_anti")
             out = out.union(kept.select(*table_columns(self.snap, kept), *[F.lit(False).alias(f) for f in flags]))
+        return out
+
+    def _generate_flags(self, is_insert: Column) -> list[Column]:
+        """Per identity column: whether this row is an insert whose firing clause leaves it to be generated."""
+        out: list[Column] = []
+        for c in identity.identity_columns(self.snap.schema):
+            flag: Column = F.lit(False)
+            for guard, assigned in reversed(self._insert_branches()):
+                flag = F.when(guard, F.lit(c.name not in assigned)).otherwise(flag)
+            out.append((is_insert & flag).alias(invariants.generate_flag(c.name)))
         return out
 
     def _insert_branches(self) -> list[tuple[Column, dict[str, Column]]]:
@@ -651,7 +745,7 @@ class _MergeRun:
         adds: list[AddFile] = []
         if touched or counts[_INSERT]:
             outputs = self._outputs(changes, touched, copy_on_write=not uses_deletion_vectors(self.snap))
-            adds = write_rows(self.snap, outputs, new_values=True)
+            adds = write_rows(self.snap, outputs, new_values=True, txn=self.txn)
         return self._finish(touched, counts, adds, rewrite_start)
 
     def _finish(
@@ -715,6 +809,12 @@ def _literal(value: Any, data_type: T.DataType) -> P.Literal:
     if isinstance(data_type, T.DecimalType) and not isinstance(value, Decimal):
         return P.Literal(Decimal(str(value)), "decimal")
     return P.Literal(value)
+
+
+def _auto_merge(spark: SparkSession) -> bool:
+    """``spark.databricks.delta.schema.autoMerge.enabled``: schema evolution for every MERGE."""
+    value = spark.conf.get(AUTO_MERGE_CONF, None)
+    return str(value).strip().lower() == "true"
 
 
 def merge_result_df(spark: SparkSession, result: DmlResult) -> DataFrame:

@@ -31,11 +31,12 @@ from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from serialake.core import clustering, skipping
 from serialake.core import expressions as P
 from serialake.core import properties as props
-from serialake.core import skipping
 from serialake.core.actions import Action, AddFile, FileAction, RemoveFile, now_ms
 from serialake.core.row_level import COMPACTED_FROM_TAG
+from serialake.core.schema import StructType
 from serialake.core.snapshot import Snapshot
 from serialake.core.written import BeforeCommit, commit_or_clean_up
 from serialake.exceptions import DeltaAnalysisException, DeltaIllegalArgumentException
@@ -56,6 +57,7 @@ from serialake.spark.dml.kernel import (
     table_columns,
     write_rows,
 )
+from serialake.spark.errors import pyspark_errors
 
 __all__ = [
     "DeltaOptimizeBuilder",
@@ -86,30 +88,54 @@ _FILE_STATS = T.StructType(
         T.StructField("totalSize", T.LongType()),
     ]
 )
-_RESULT_SCHEMA = T.StructType(
-    [
-        T.StructField("path", T.StringType()),
-        T.StructField(
-            "metrics",
-            T.StructType(
-                [
-                    T.StructField("numFilesAdded", T.LongType()),
-                    T.StructField("numFilesRemoved", T.LongType()),
-                    T.StructField("filesAdded", _FILE_STATS),
-                    T.StructField("filesRemoved", _FILE_STATS),
-                    T.StructField("partitionsOptimized", T.LongType()),
-                    T.StructField("numBatches", T.LongType()),
-                    T.StructField("totalConsideredFiles", T.LongType()),
-                    T.StructField("totalFilesSkipped", T.LongType()),
-                    T.StructField("preserveInsertionOrder", T.BooleanType()),
-                    T.StructField("numDeletionVectorsRemoved", T.LongType()),
-                ]
-            ),
-        ),
-    ]
-)
+def _struct(*fields: tuple[str, T.DataType]) -> T.StructType:
+    return T.StructType([T.StructField(name, t) for name, t in fields])
 
 
+_LONG = T.LongType()
+_ZORDER_FILES = _struct(("num", _LONG), ("size", _LONG))
+_CLUSTERING_FILES = _struct(("numFiles", _LONG), ("size", _LONG))
+# delta-spark's OptimizeMetrics, field for field (its Scala case class, in order).
+_RESULT_SCHEMA = _struct(
+    ("path", T.StringType()),
+    ("metrics", _struct(
+        ("numFilesAdded", _LONG),
+        ("numFilesRemoved", _LONG),
+        ("filesAdded", _FILE_STATS),
+        ("filesRemoved", _FILE_STATS),
+        ("partitionsOptimized", _LONG),
+        ("zOrderStats", _struct(
+            ("strategyName", T.StringType()), ("inputCubeFiles", _ZORDER_FILES), ("inputOtherFiles", _ZORDER_FILES),
+            ("inputNumCubes", _LONG), ("mergedFiles", _ZORDER_FILES), ("numOutputCubes", _LONG),
+            ("mergedNumCubes", _LONG),
+        )),
+        ("clusteringStats", _struct(
+            ("inputZCubeFiles", _CLUSTERING_FILES), ("inputOtherFiles", _CLUSTERING_FILES),
+            ("inputNumZCubes", _LONG), ("mergedFiles", _CLUSTERING_FILES), ("numOutputZCubes", _LONG),
+        )),
+        ("numBins", _LONG),
+        ("numBatches", _LONG),
+        ("totalConsideredFiles", _LONG),
+        ("totalFilesSkipped", _LONG),
+        ("preserveInsertionOrder", T.BooleanType()),
+        ("numFilesSkippedToReduceWriteAmplification", _LONG),
+        ("numBytesSkippedToReduceWriteAmplification", _LONG),
+        ("startTimeMs", _LONG),
+        ("endTimeMs", _LONG),
+        ("totalClusterParallelism", _LONG),
+        ("totalScheduledTasks", _LONG),
+        ("autoCompactParallelismStats", _struct(
+            ("maxClusterActiveParallelism", _LONG), ("minClusterActiveParallelism", _LONG),
+            ("maxSessionActiveParallelism", _LONG), ("minSessionActiveParallelism", _LONG),
+        )),
+        ("deletionVectorStats", _struct(("numDeletionVectorsRemoved", _LONG), ("numDeletionVectorRowsRemoved", _LONG))),
+        ("numTableColumns", _LONG),
+        ("numTableColumnsWithStats", _LONG),
+    )),
+)  # fmt: skip
+
+
+@pyspark_errors
 class DeltaOptimizeBuilder:
     """Builder returned by ``DeltaTable.optimize()``."""
 
@@ -130,18 +156,26 @@ class DeltaOptimizeBuilder:
 
     def executeCompaction(self) -> DataFrame:  # noqa: N802
         """Bin-pack small files; one row ``(path, metrics)`` as delta-spark returns."""
-        return self._result_df(self.run_compaction())
+        return self.result_df(self.run_compaction())
 
     def executeZOrderBy(self, *cols: str | Sequence[str]) -> DataFrame:  # noqa: N802
         """Rewrite the selected partitions clustered by a z-order of ``cols``."""
         names = [c for group in cols for c in ([group] if isinstance(group, str) else list(group))]
-        return self._result_df(self.run_zorder(names))
+        return self.result_df(self.run_zorder(names))
 
     # -- runs ---------------------------------------------------------------------
-    def run_compaction(self, *, before_commit: BeforeCommit = None) -> DmlResult:
-        """Compaction as a ``DmlResult`` (``before_commit`` runs just before committing)."""
+    def run_compaction(self, *, full: bool = False, before_commit: BeforeCommit = None) -> DmlResult:
+        """Compaction as a ``DmlResult`` (``before_commit`` runs just before committing).
+
+        On a clustered table this clusters: the files no OPTIMIZE clustered yet (``full``:
+        every file) are rewritten ordered by the z-value of the clustering columns, and the
+        new files say ``clusteringProvider: liquid``.
+        """
         start = time.monotonic()
         txn, snap = open_transaction(self._path, "OPTIMIZE")
+        cluster_by = clustering.clustering_columns(snap.domain_metadata, snap.schema, snap.table_path)
+        if cluster_by:
+            return self._cluster(txn, snap, cluster_by, full, start, before_commit)
         target = self._target_size(snap)
         files = self._selected_files(snap)
         bins = _bins(snap, files, target, self._max_deleted_ratio())
@@ -153,15 +187,48 @@ class DeltaOptimizeBuilder:
         """Z-order as a ``DmlResult``."""
         start = time.monotonic()
         txn, snap = open_transaction(self._path, "OPTIMIZE")
+        cluster_by = clustering.clustering_columns(snap.domain_metadata, snap.schema, snap.table_path)
+        if cluster_by:
+            raise DeltaAnalysisException(
+                f"OPTIMIZE ZORDER BY on table {snap.table_path}: the table is clustered by {', '.join(cluster_by)}; "
+                "OPTIMIZE clusters it by those columns (executeCompaction / OPTIMIZE without ZORDER BY)."
+            )
         names = self._zorder_columns(snap, columns)
         files = self._selected_files(snap)
         adds: list[AddFile] = []
         if files:
             n_files = max(1, math.ceil(file_bytes(files) / self._target_size(snap)))
             df = io.read_files_df(self._spark, snap, files)
-            adds = write_rows(snap, _zordered(df, list(snap.partition_columns), names, n_files), data_change=False)
-        batches = 1 if files else 0
-        return self._commit(txn, snap, files, adds, files, batches, names, start, before_commit)
+            keys = [F.col(io.quote_name(n)) for n in names]
+            adds = write_rows(snap, _zordered(df, list(snap.partition_columns), keys, n_files), data_change=False)
+        cubes = len({_partition_key(f) for f in files})  # one z-ordered cube per partition
+        return self._commit(txn, snap, files, adds, files, cubes, names, start, before_commit)
+
+    def _as_catalyst(self, text: str) -> str:
+        """A ``where`` predicate as delta-spark records it: Catalyst's unresolved expression, ``('key = a)``."""
+        try:
+            return str(self._spark._jsparkSession.sessionState().sqlParser().parseExpression(text).toString())
+        except Exception:  # noqa: BLE001 - a parse Spark refuses was refused earlier; the text is still right
+            return text
+
+    def _cluster(
+        self, txn: Any, snap: Snapshot, cluster_by: list[str], full: bool, start: float, before_commit: BeforeCommit
+    ) -> DmlResult:
+        if self._where:
+            raise DeltaAnalysisException(
+                f"OPTIMIZE on table {snap.table_path}: a clustered table takes no WHERE predicate "
+                f"(it has no partitions; it is clustered by {', '.join(cluster_by)})."
+            )
+        files = [f for f in snap.all_files if full or f.clustering_provider != clustering.PROVIDER]
+        adds: list[AddFile] = []
+        if files:
+            n_files = max(1, math.ceil(file_bytes(files) / self._target_size(snap)))
+            df = io.read_files_df(self._spark, snap, files)
+            keys = [F.col(c) for c in cluster_by]
+            written = write_rows(snap, _zordered(df, [], keys, n_files), data_change=False)
+            adds = [replace(a, clustering_provider=clustering.PROVIDER) for a in written]
+        return self._commit(txn, snap, files, adds, files, 1 if files else 0, [], start, before_commit,
+                            cluster_by=cluster_by, full=full)
 
     # -- planning -----------------------------------------------------------------
     def _target_size(self, snap: Snapshot) -> int:
@@ -190,10 +257,11 @@ class DeltaOptimizeBuilder:
                 raise DeltaAnalysisException(f"OPTIMIZE on table {snap.table_path}: {e}") from None
             bad = sorted({n for _, n in P.column_refs(expr) if n.lower() not in parts})
             if bad:
+                bad_list = "', '".join(bad)
                 raise DeltaAnalysisException(
-                    f"OPTIMIZE on table {snap.table_path}: predicate '{text}' references non-partition column(s) "
-                    f"{', '.join(bad)}. Only the partition columns may be referenced: "
-                    f"[{', '.join(snap.partition_columns)}]"
+                    f"OPTIMIZE on table {snap.table_path}: Predicate references non-partition column "
+                    f"'{bad_list}'. Only the partition columns may be referenced: "
+                    f"[{', '.join(snap.partition_columns)}] (predicate: {text})"
                 )
             exprs.append(expr)
         match = skipping.compile_predicate(P.conjunction(exprs), snap.schema, snap.partition_columns)
@@ -213,8 +281,8 @@ class DeltaOptimizeBuilder:
                 )
             if f.name.lower() in parts:
                 raise DeltaAnalysisException(
-                    f"OPTIMIZE ZORDER BY on table {snap.table_path}: '{f.name}' is a partition column; "
-                    "Z-ordering can only use data columns."
+                    f"OPTIMIZE ZORDER BY on table {snap.table_path}: {f.name} is a partition column. "
+                    "Z-Ordering can only be performed on data columns."
                 )
             out.append(f.name)
         return out
@@ -227,10 +295,13 @@ class DeltaOptimizeBuilder:
         inputs: list[AddFile],
         adds: list[AddFile],
         considered: list[AddFile],
-        batches: int,
+        bins: int,
         zorder: list[str],
         start: float,
         before_commit: BeforeCommit,
+        *,
+        cluster_by: list[str] | None = None,
+        full: bool = False,
     ) -> DmlResult:
         """Commit the compaction; metrics describe what the final commit holds.
 
@@ -239,15 +310,18 @@ class DeltaOptimizeBuilder:
         ``work_already_done_in`` names the version that already holds the work.
         """
         if not inputs:
-            return DmlResult(None, _metrics(snap, inputs, adds, considered, batches, start))
+            return DmlResult(None, _metrics(snap, inputs, adds, considered, bins, zorder, start, cluster_by))
         stamp = now_ms()
         actions: list[Action] = [f.remove(data_change=False, timestamp=stamp) for f in inputs] + list(adds)
         params = {
-            "predicate": json_list(self._where),
+            "predicate": json_list([self._as_catalyst(w) for w in self._where]),
             "zOrderBy": json_list(zorder),
             "auto": "false",
         }
-        metrics = _metrics(snap, inputs, adds, considered, batches, start)
+        if cluster_by:
+            params["clusterBy"] = json_list(cluster_by)
+            params["isFull"] = json.dumps(full)
+        metrics = _metrics(snap, inputs, adds, considered, bins, zorder, start, cluster_by)
         commit_metrics = {k: v for k, v in metrics.items() if k not in _DETAIL_KEYS}
         version = commit_or_clean_up(
             txn, actions, "OPTIMIZE", params, commit_metrics, new_files=adds, before_commit=before_commit
@@ -255,28 +329,41 @@ class DeltaOptimizeBuilder:
         final = txn.committed_actions or []
         removed = [a for a in final if isinstance(a, RemoveFile)]
         added = [a for a in final if isinstance(a, AddFile)]
-        metrics = _metrics(snap, removed, added, considered, batches, start)
+        metrics = _metrics(snap, removed, added, considered, bins, zorder, start, cluster_by)
         if txn.committed is not None and txn.committed.work_already_done:
             return DmlResult(None, metrics, work_already_done_in=version)
         return DmlResult(version, metrics)
 
-    def _result_df(self, result: DmlResult) -> DataFrame:
+    def result_df(self, result: DmlResult) -> DataFrame:
+        """delta-spark's result row: ``(path, metrics)`` with every field of its ``OptimizeMetrics``."""
         m = result.metrics
-        row = (
-            m["path"],
-            (
-                m["numAddedFiles"],
-                m["numRemovedFiles"],
-                m["filesAdded"],
-                m["filesRemoved"],
-                m["partitionsOptimized"],
-                m["numBatches"],
-                m["totalConsideredFiles"],
-                m["totalFilesSkipped"],
-                True,
-                m["numDeletionVectorsRemoved"],
-            ),
-        )
+        zorder = None
+        if m["zOrderBy"]:
+            # Each selected partition is rewritten whole into one z-ordered cube ("all"); no input file
+            # is counted as part of an earlier cube (serialake writes no ZCUBE tags).
+            merged = (m["numRemovedFiles"], m["numRemovedBytes"])
+            zorder = ("all", (0, 0), merged, 0, merged, m["partitionsOptimized"], None)
+        stats = None
+        if m["clusterBy"]:
+            merged = (m["numRemovedFiles"], m["numRemovedBytes"])
+            cubed = m["clusteredInputs"]
+            other = (merged[0] - cubed[0], merged[1] - cubed[1])
+            stats = (cubed, other, 1 if cubed[0] else 0, merged, 1 if m["numAddedFiles"] else 0)
+        metrics = {
+            "numFilesAdded": m["numAddedFiles"], "numFilesRemoved": m["numRemovedFiles"],
+            "filesAdded": m["filesAdded"], "filesRemoved": m["filesRemoved"],
+            "partitionsOptimized": m["partitionsOptimized"], "zOrderStats": zorder, "clusteringStats": stats,
+            "numBins": m["numBins"], "numBatches": m["numBatches"],
+            "totalConsideredFiles": m["totalConsideredFiles"], "totalFilesSkipped": m["totalFilesSkipped"],
+            "preserveInsertionOrder": True, "numFilesSkippedToReduceWriteAmplification": 0,
+            "numBytesSkippedToReduceWriteAmplification": 0, "startTimeMs": m["startTimeMs"],
+            "endTimeMs": m["endTimeMs"], "totalClusterParallelism": self._spark.sparkContext.defaultParallelism,
+            "totalScheduledTasks": m["numBins"], "autoCompactParallelismStats": None,
+            "deletionVectorStats": (m["numDeletionVectorsRemoved"], m["numDeletionVectorRowsRemoved"]),
+            "numTableColumns": m["numTableColumns"], "numTableColumnsWithStats": m["numTableColumnsWithStats"],
+        }  # fmt: skip
+        fields = _RESULT_SCHEMA["metrics"].dataType.fieldNames()  # type: ignore[attr-defined]
+        row = (m["path"], tuple(metrics[f] for f in fields))
         return self._spark.createDataFrame([row], _RESULT_SCHEMA)
 
 
@@ -331,8 +418,10 @@ def _write_bin(spark: SparkSession, snap: Snapshot, inputs: Sequence[AddFile], b
 
 
 _DETAIL_KEYS = frozenset(
-    {"path", "filesAdded", "filesRemoved", "partitionsOptimized", "numBatches", "totalConsideredFiles",
-     "totalFilesSkipped", "executionTimeMs"}
+    {"path", "filesAdded", "filesRemoved", "partitionsOptimized", "numBins", "numBatches", "totalConsideredFiles",
+     "totalFilesSkipped", "executionTimeMs", "zOrderBy", "clusterBy", "clusteredInputs", "startTimeMs", "endTimeMs",
+     "numDeletionVectorRowsRemoved",
+     "numTableColumns", "numTableColumnsWithStats"}
 )
 
 
@@ -341,11 +430,19 @@ def _metrics(
     removed: Sequence[FileAction],
     added: Sequence[FileAction],
     considered: Sequence[AddFile],
-    batches: int,
+    bins: int,
+    zorder: Sequence[str],
     start: float,
+    cluster_by: Sequence[str] | None = None,
 ) -> dict[str, Any]:
     """delta-spark's OPTIMIZE metrics (commitInfo) and result details for files removed and added."""
     sizes = sorted(a.size or 0 for a in added)
+    # Inputs an earlier OPTIMIZE clustered (removes do not say: their adds among the considered files do).
+    providers = {f.path: f.clustering_provider for f in considered}
+    clustered = [f for f in removed if providers.get(f.path)]
+    stored = StructType(tuple(io.data_fields(snap.schema, snap.partition_columns)))
+    columns = io.stats_columns(stored, snap.configuration)
+    end_ms = now_ms()
     return {
         "numAddedFiles": len(added),
         "numRemovedFiles": len(removed),
@@ -361,10 +458,19 @@ def _metrics(
         "filesAdded": _file_stats(added),
         "filesRemoved": _file_stats(removed),
         "partitionsOptimized": len({_partition_key(f) for f in removed}),
-        "numBatches": batches,
+        "numBins": bins,
+        "numBatches": 1 if bins else 0,
         "totalConsideredFiles": len(considered),
         "totalFilesSkipped": len(considered) - len(removed),
         "executionTimeMs": elapsed_ms(start),
+        "startTimeMs": end_ms - elapsed_ms(start),
+        "endTimeMs": end_ms,
+        "zOrderBy": list(zorder),
+        "clusterBy": list(cluster_by or []),
+        "clusteredInputs": (len(clustered), sum(f.size or 0 for f in clustered)),
+        "numDeletionVectorRowsRemoved": sum(f.deletion_vector.cardinality for f in removed if f.deletion_vector),
+        "numTableColumns": len(snap.schema.fields),
+        "numTableColumnsWithStats": len(columns),
     }
 
 
@@ -421,14 +527,14 @@ def _live(snap: Snapshot, f: AddFile) -> int:
 # ---------------------------------------------------------------------------------------------
 
 
-def _zordered(df: DataFrame, partition_columns: list[str], columns: list[str], n_files: int) -> DataFrame:
+def _zordered(df: DataFrame, partition_columns: list[str], columns: list[Column], n_files: int) -> DataFrame:
     """``df`` clustered by the z-value of ``columns`` within each partition (``n_files`` ranges)."""
     parts = [F.col(io.quote_name(c)) for c in partition_columns]
     bits = max(1, min(ZORDER_BITS, 62 // len(columns)))
     scale = float((1 << bits) - 1)
     ranks: list[Column] = []
-    for name in columns:
-        window = Window.partitionBy(*parts).orderBy(F.col(io.quote_name(name)).asc_nulls_first())
+    for key in columns:
+        window = Window.partitionBy(*parts).orderBy(key.asc_nulls_first())
         ranks.append(F.floor(F.percent_rank().over(window) * scale).cast("long"))
     z: Column | None = None
     n = len(columns)

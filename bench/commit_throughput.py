@@ -1,4 +1,8 @@
-"""Blind-append commit throughput: N processes appending to one local table, serialake vs delta-rs.
+"""Blind-append commit throughput: N processes appending to one table, serialake vs delta-rs.
+
+On the local file system, or (``--s3``) on an S3 server started on 127.0.0.1 (moto, with
+conditional PUTs serialised as on S3: ``tests.s3server``), where both libraries commit by
+``If-None-Match`` PUTs (delta-rs with ``conditional_put=etag``).
 
 Data files are not written (each commit adds one pre-described file), so what is timed is
 the log path: snapshot refresh, conflict checks, the atomic commit itself and its fsyncs.
@@ -36,13 +40,14 @@ def _create_serialake(path: str) -> None:
     txn.commit([], operation="CREATE TABLE")
 
 
-def _create_deltars(path: str) -> None:
+def _create_deltars(path: str, options: dict[str, str] | None = None) -> None:
     import pyarrow as pa
     from deltalake import DeltaTable
 
     DeltaTable.create(
-        path, schema=pa.schema([("id", pa.int64())]), configuration={"delta.checkpointInterval": INTERVAL}
-    )
+        path, schema=pa.schema([("id", pa.int64())]), configuration={"delta.checkpointInterval": INTERVAL},
+        storage_options=options,
+    )  # fmt: skip
 
 
 def _worker_serialake(path: str, wid: int, duration: float, start_at: float, q: Any) -> None:
@@ -72,11 +77,13 @@ def _worker_serialake(path: str, wid: int, duration: float, start_at: float, q: 
     q.put((ok, fail, latencies))
 
 
-def _worker_deltars(path: str, wid: int, duration: float, start_at: float, q: Any) -> None:
+def _worker_deltars(
+    path: str, wid: int, duration: float, start_at: float, q: Any, options: dict[str, str] | None = None
+) -> None:
     from deltalake import DeltaTable
     from deltalake.transaction import AddAction
 
-    dt = DeltaTable(path)
+    dt = DeltaTable(path, storage_options=options)
     schema = dt.schema()
     ok = fail = 0
     latencies: list[float] = []
@@ -101,17 +108,32 @@ def _worker_deltars(path: str, wid: int, duration: float, start_at: float, q: An
     q.put((ok, fail, latencies))
 
 
-def run_one(impl: str, writers: int, duration: float) -> dict[str, Any]:
-    """One run: ``writers`` processes for ``duration`` seconds; returns commits/s and failures."""
+def run_one(impl: str, writers: int, duration: float, s3: Any = None) -> dict[str, Any]:
+    """One run: ``writers`` processes for ``duration`` seconds; returns commits/s and failures.
+
+    ``s3``: a started ``tests.s3server.S3Server``; the table goes in a new bucket on it.
+    """
     root = tempfile.mkdtemp(prefix=f"bench-{impl}-")
     path = os.path.join(root, "t")
+    options: dict[str, str] | None = None
+    if s3 is not None:
+        path = f"s3://{s3.new_bucket()}/t"
+        os.environ.update(s3.environment())  # serialake's processes read the AWS variables
+        options = {**s3.environment(), "conditional_put": "etag"}
     try:
-        (_create_serialake if impl == "serialake" else _create_deltars)(path)
+        if impl == "serialake":
+            _create_serialake(path)
+        else:
+            _create_deltars(path, options)
         ctx = mp.get_context("spawn")
         q = ctx.Queue()
-        target = _worker_serialake if impl == "serialake" else _worker_deltars
         start_at = time.time() + 2.0  # let every process import first
-        procs = [ctx.Process(target=target, args=(path, w, duration, start_at, q)) for w in range(writers)]
+        if impl == "serialake":
+            procs = [ctx.Process(target=_worker_serialake, args=(path, w, duration, start_at, q))
+                     for w in range(writers)]  # fmt: skip
+        else:
+            procs = [ctx.Process(target=_worker_deltars, args=(path, w, duration, start_at, q, options))
+                     for w in range(writers)]  # fmt: skip
         for p in procs:
             p.start()
         results = [q.get(timeout=duration + 120) for _ in procs]
@@ -140,13 +162,23 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--writers", default="1,4,8")
     ap.add_argument("--duration", type=float, default=5.0)
+    ap.add_argument("--s3", action="store_true", help="on an S3 server started on 127.0.0.1")
     args = ap.parse_args(argv)
+    server = None
+    if args.s3:
+        from tests.s3server import S3Server
+
+        server = S3Server().start()
     rows = []
-    for w in [int(x) for x in args.writers.split(",")]:
-        for impl in ("serialake", "delta-rs"):
-            r = run_one(impl, w, args.duration)
-            rows.append(r)
-            print(json.dumps(r), file=sys.stderr)
+    try:
+        for w in [int(x) for x in args.writers.split(",")]:
+            for impl in ("serialake", "delta-rs"):
+                r = run_one(impl, w, args.duration, server)
+                rows.append(r)
+                print(json.dumps(r), file=sys.stderr)
+    finally:
+        if server is not None:
+            server.stop()
     return rows
 
 

@@ -60,6 +60,29 @@ def _commits(quick: bool) -> list[dict[str, Any]]:
     return out
 
 
+def _commits_s3(quick: bool) -> list[dict[str, Any]]:
+    from bench import commit_throughput as m
+
+    rows = m.main(["--writers", "1,4,8", "--duration", "3" if quick else "6", "--s3"])
+    out = []
+    for w in sorted({r["writers"] for r in rows}):
+        ours = next(r for r in rows if r["writers"] == w and r["impl"] == "serialake")
+        rs = next(r for r in rows if r["writers"] == w and r["impl"] == "delta-rs")
+        out.append({
+            "writers": w,
+            "serialake commits/s": ours["commits_per_s"],
+            "serialake failed %": ours["failed_pct"],
+            "serialake p50 ms": ours["p50_ms"],
+            "serialake p99 ms": ours["p99_ms"],
+            "delta-rs commits/s": rs["commits_per_s"],
+            "delta-rs failed %": rs["failed_pct"],
+            "delta-rs p50 ms": rs["p50_ms"],
+            "delta-rs p99 ms": rs["p99_ms"],
+            "ratio (serialake/delta-rs)": ours["commits_per_s"] / max(rs["commits_per_s"], 1e-9),
+        })
+    return out
+
+
 def _validation(quick: bool) -> list[dict[str, Any]]:
     from bench import validation as m
 
@@ -82,6 +105,7 @@ def _load(quick: bool) -> list[dict[str, Any]]:
 
 BENCHES: dict[str, tuple[str, Callable[[bool], list[dict[str, Any]]]]] = {
     "commits": ("Blind-append commit throughput (log path only)", _commits),
+    "commits_s3": ("Blind-append commit throughput on an S3 server (moto on 127.0.0.1; log path only)", _commits_s3),
     "validation": ("Validating one transaction against many winning commits", _validation),
     "load": ("Snapshot load", _load),
 }

@@ -19,6 +19,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from serialake.core.schema import split_dotted
 from serialake.exceptions import CorruptLogError, DeltaAnalysisException, DeltaIllegalArgumentException
 from serialake.storage import normalize_table_path
 
@@ -84,7 +85,7 @@ def table_location(name: str, location: str | None, *, exclusive: bool) -> str:
 
 def normalize_name(name: str) -> str:
     """The registry key of a (possibly qualified, possibly backquoted) table name."""
-    parts = [p.strip().strip("`").lower() for p in _split_name(name)]
+    parts = [p.strip().strip("`").lower() for p in split_dotted(name)]
     if not parts or any(not p for p in parts):
         raise DeltaIllegalArgumentException(f"Invalid table name {name!r}")
     if len(parts) == 3 and parts[0] == "spark_catalog":
@@ -163,23 +164,6 @@ def list_tables() -> dict[str, str]:
     with _lock:
         out.update(_session)
     return dict(sorted(out.items()))
-
-
-def _split_name(name: str) -> list[str]:
-    """Split ``a.`b.c`.d`` on dots outside backquotes."""
-    parts: list[str] = []
-    buf: list[str] = []
-    quoted = False
-    for ch in name:
-        if ch == "`":
-            quoted = not quoted
-        if ch == "." and not quoted:
-            parts.append("".join(buf))
-            buf = []
-        else:
-            buf.append(ch)
-    parts.append("".join(buf))
-    return parts
 
 
 def _read_file() -> dict[str, Any]:

@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 
 from serialake.core import properties as props
 from serialake.core.actions import DomainMetadata
-from serialake.core.schema import DataType, DecimalType, PrimitiveType, StructType, physical_name
+from serialake.core.schema import DataType, DecimalType, PrimitiveType, StructType, physical_name, split_dotted
 from serialake.exceptions import CorruptLogError, DeltaAnalysisException
 
 __all__ = [
@@ -109,7 +109,7 @@ def validate_clustering_columns(
 def _field_path(schema: StructType, name: str, table: str) -> list[str]:
     node: StructType | None = schema
     path: list[str] = []
-    for part in _split(name):
+    for part in (p.strip("`") for p in split_dotted(name)):
         f = node.field(part) if node is not None else None
         if f is None:
             raise DeltaAnalysisException(
@@ -118,22 +118,6 @@ def _field_path(schema: StructType, name: str, table: str) -> list[str]:
         path.append(f.name)
         node = f.data_type if isinstance(f.data_type, StructType) else None
     return path
-
-
-def _split(name: str) -> list[str]:
-    parts: list[str] = []
-    buf: list[str] = []
-    quoted = False
-    for ch in name:
-        if ch == "`":
-            quoted = not quoted
-        elif ch == "." and not quoted:
-            parts.append("".join(buf))
-            buf = []
-        else:
-            buf.append(ch)
-    parts.append("".join(buf))
-    return parts
 
 
 def _leaf(schema: StructType, path: Sequence[str]) -> DataType:
@@ -169,7 +153,7 @@ def _stats_columns(schema: StructType, configuration: Mapping[str, str]) -> set[
 def _physical_path(schema: StructType, dotted: str) -> list[str]:
     node: StructType | None = schema
     out: list[str] = []
-    for part in _split(dotted):
+    for part in (p.strip("`") for p in split_dotted(dotted)):
         f = node.field(part) if node is not None else None
         if f is None:
             raise DeltaAnalysisException(f"Clustering column '{dotted}' does not exist")

@@ -190,8 +190,13 @@ def check_together(
 
 
 def _moved(path: str, version: int) -> bool:
+    """Whether ``path`` has a commit after ``version``; a table that cannot be probed (its store
+    unreachable) counts as moved: nothing is claimed about it, and reads of others go on."""
     log = DeltaLog.for_table(path)
-    return log.store.exists(log.commit_path(version + 1))
+    try:
+        return log.store.exists(log.commit_path(version + 1))
+    except OSError:
+        return True
 
 
 @contextlib.contextmanager

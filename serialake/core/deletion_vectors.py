@@ -26,8 +26,8 @@ from urllib.parse import unquote, urlparse
 from pyroaring import BitMap, BitMap64, FrozenBitMap64
 
 from serialake.core.actions import DeletionVectorDescriptor, FileAction
-from serialake.exceptions import CorruptLogError, DeltaIllegalArgumentException
-from serialake.storage import normalize_table_path
+from serialake.exceptions import CorruptLogError, DeltaIllegalArgumentException, UnsupportedFeatureError
+from serialake.storage import is_local_path, normalize_table_path
 from serialake.storage.local import fsync_dir
 
 if TYPE_CHECKING:
@@ -666,6 +666,10 @@ def write_deletion_vector(
             offset=None,
         )
     root = normalize_table_path(table_path)
+    if not is_local_path(root):
+        raise UnsupportedFeatureError(
+            f"Table {root}: serialake cannot write deletion-vector files on object storage yet; nothing was written."
+        )
     directory = os.path.join(root, prefix) if prefix else root
     if not os.path.isdir(directory):
         os.makedirs(directory, exist_ok=True)

@@ -31,6 +31,7 @@ __all__ = [
     "data_type_from_json_value",
     "merge_schemas",
     "physical_name",
+    "split_dotted",
 ]
 
 COLUMN_MAPPING_PHYSICAL_NAME = "delta.columnMapping.physicalName"
@@ -313,6 +314,23 @@ def _nullable_type(t: DataType) -> DataType:
     if isinstance(t, MapType):
         return MapType(_nullable_type(t.key_type), _nullable_type(t.value_type), True)
     return t
+
+
+def split_dotted(name: str) -> list[str]:
+    """``a.`b.c`.d`` split on the dots outside backquotes (the backquotes kept)."""
+    parts: list[str] = []
+    buf: list[str] = []
+    quoted = False
+    for ch in name:
+        if ch == "`":
+            quoted = not quoted
+        if ch == "." and not quoted:
+            parts.append("".join(buf))
+            buf = []
+        else:
+            buf.append(ch)
+    parts.append("".join(buf))
+    return parts
 
 
 def physical_name(f: StructField) -> str:

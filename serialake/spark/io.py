@@ -52,7 +52,9 @@ from serialake.exceptions import (
     DeltaAnalysisException,
     StagingMismatchError,
     StorageWriteError,
+    UnsupportedFeatureError,
 )
+from serialake.storage import is_local_path
 
 if TYPE_CHECKING:
     from serialake.core.snapshot import Snapshot
@@ -367,10 +369,26 @@ def _check_written_rows(table_path: str, staging: str, adds: Sequence[AddFile], 
     )
 
 
+def require_local_data(table_path: str, what: str) -> None:
+    """Refuse, clearly, data-file work on a table whose files are not on a local file system.
+
+    The transaction log of an ``s3://`` table works (``serialake.storage.s3``); writing its
+    data files from Spark does not yet: without this, a staging path like ``s3://b/t/_staging``
+    would become a local directory named ``s3:``.
+    """
+    if not is_local_path(table_path):
+        raise UnsupportedFeatureError(
+            f"Table {table_path}: serialake cannot {what} on object storage yet (its transaction log "
+            "works there: serialake.core commits, reads and checkpoints on S3, and delta-rs can write the data). "
+            "Nothing was written."
+        )
+
+
 @contextmanager
 def staging_area(table_path: str) -> Iterator[str]:
     """A fresh ``<table>/_staging/<uuid>`` for files being written, removed (with ``_staging`` if
     then empty) on exit: concurrent writers never collide and readers never see partial files."""
+    require_local_data(table_path, "write data files")
     staging = os.path.join(table_path, STAGING_DIR, uuid.uuid4().hex)
     try:
         _make_staging_dir(staging)
@@ -698,6 +716,7 @@ def read_files_df(
     """
     schema = snapshot.schema
     table = snapshot.table_path
+    require_local_data(table, "read data files with Spark")
     parts = list(snapshot.partition_columns)
     out_fields = select_fields(schema, columns, table)
     extra = [FILE_COLUMN, ROW_INDEX_COLUMN] if with_file_path else []

@@ -176,7 +176,7 @@ class Cursor:
         return tok.text
 
     def property_key(self) -> str:
-        """A table property key: ``'quoted'`` or a dotted name (``delta.appendOnly``)."""
+        """A table property key: ``'quoted'`` or a dotted name (``delta.appendOnly``), up to ``=``, ``,`` or ``)``."""
         if self.at_end():
             raise self.error("Expected a property key.")
         tok = self.tokens[self.i][0]
@@ -184,7 +184,7 @@ class Cursor:
             self.i += 1
             return tok.text
         s = self.offset()
-        while not self.at_end() and self.word() not in (",", ")"):
+        while not self.at_end() and self.word() not in (",", ")", "="):
             self.i += 1
         return self.statement[s : self.tokens[self.i - 1][2]].replace(" ", "")
 
@@ -493,7 +493,7 @@ def _clone(mode: str) -> Callable[[Cursor], Statement | None]:
             if p.accept("TBLPROPERTIES"):
                 p.expect("(")
                 while True:
-                    key = _property_name(p)
+                    key = p.property_key()
                     p.accept("=")
                     properties[key] = _property_value(p)
                     if not p.accept(","):
@@ -508,22 +508,6 @@ def _clone(mode: str) -> Callable[[Cursor], Statement | None]:
                      text=p.statement)  # fmt: skip
 
     return handler
-
-
-def _property_name(p: Cursor) -> str:
-    """A TBLPROPERTIES key before ``=``: ``'quoted'`` or a dotted name."""
-    if p.at_end():
-        raise p.error("Expected a property key.")
-    tok = p.tokens[p.i][0]
-    if tok.token_type == TokenType.STRING:
-        p.i += 1
-        return tok.text
-    s = p.offset()
-    while not p.at_end() and p.word() not in ("=", ",", ")"):
-        p.i += 1
-    if p.offset() == s:
-        raise p.error("Expected a property key.")
-    return p.statement[s : p.tokens[p.i - 1][2]].replace(" ", "")
 
 
 def _property_value(p: Cursor) -> str:

@@ -1,4 +1,5 @@
-"""Table paths with a URI scheme other than ``file`` are refused before they become local directories."""
+"""Table paths with a URI scheme serialake does not serve are refused before they become local
+directories; S3 tables' data files, not yet written or read by Spark here, are refused as clearly."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from serialake.exceptions import DeltaError, DeltaIllegalArgumentException
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-REMOTE = ["s3a://bucket/t", "s3://bucket/dir/t", "abfss://c@acct.dfs.core.windows.net/t", "gs://b/t", "hdfs:/t"]
+REMOTE = ["abfss://c@acct.dfs.core.windows.net/t", "gs://b/t", "hdfs:/t", "gs://bucket/dir/t"]
 
 
 @pytest.fixture(autouse=True)
@@ -42,14 +43,14 @@ def test_core_log_refuses_other_schemes(path: str, in_tmp: Path) -> None:
 
 
 def test_cli_refuses_other_schemes(in_tmp: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert cli_main(["history", "s3a://bucket/t"]) == 1
+    assert cli_main(["history", "gs://bucket/t"]) == 1
     err = capsys.readouterr().err
-    assert "s3a://bucket/t" in err and "not supported yet" in err
-    assert not (in_tmp / "s3a:").exists()
+    assert "gs://bucket/t" in err and "not supported yet" in err
+    assert not (in_tmp / "gs:").exists()
 
 
 @pytest.mark.spark
-@pytest.mark.parametrize("path", REMOTE[:2])
+@pytest.mark.parametrize("path", REMOTE[1:])
 def test_write_refuses_other_schemes(spark: SparkSession, path: str, in_tmp: Path) -> None:
     df = spark.range(3)
     _refused(lambda: serialake.write(df, path), path, in_tmp)
@@ -60,7 +61,7 @@ def test_write_refuses_other_schemes(spark: SparkSession, path: str, in_tmp: Pat
 def test_read_table_api_and_sql_refuse_other_schemes(spark: SparkSession, in_tmp: Path) -> None:
     from serialake.spark.table import DeltaTable
 
-    path = "s3a://bucket/t"
+    path = "gs://bucket/t"
     _refused(lambda: serialake.read(spark, path), path, in_tmp)
     _refused(lambda: DeltaTable.forPath(spark, path), path, in_tmp)
     _refused(lambda: DeltaTable.isDeltaTable(spark, path), path, in_tmp)
@@ -76,3 +77,41 @@ def test_file_uris_and_plain_paths_still_work(spark: SparkSession, in_tmp: Path)
     assert serialake.write(spark.range(5, 6), "t", mode="append") == 2  # relative plain path
     assert sorted(r.id for r in serialake.read(spark, str(table)).collect()) == list(range(6))
     assert DeltaLog.for_table(f"FILE://{table}").table_path == str(table)
+
+
+@pytest.mark.spark
+@pytest.mark.s3
+def test_s3_data_files_are_refused_clearly(
+    spark: SparkSession, in_tmp: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The log of an s3:// table works; Spark writing or reading its data files is refused by name,
+    and no local directory appears (the bug this file guards against: an 's3a:' directory)."""
+    import deltalake
+    import pyarrow as pa
+
+    from serialake.exceptions import UnsupportedFeatureError
+    from serialake.storage import s3 as s3store
+    from tests.s3server import S3Server
+
+    server = S3Server().start()
+    try:
+        for key, value in server.environment().items():
+            monkeypatch.setenv(key, value)
+        s3store._stores.clear()
+        uri = f"s3a://{server.new_bucket()}/t"
+        with pytest.raises(UnsupportedFeatureError, match="object storage"):
+            serialake.write(spark.range(3), uri)
+        options = {**server.environment(), "conditional_put": "etag"}
+        deltalake.write_deltalake(uri.replace("s3a://", "s3://"), pa.table({"id": [1]}), storage_options=options)
+        assert DeltaLog.for_table(uri).update().num_files == 1  # the log is read from S3
+        with pytest.raises(UnsupportedFeatureError, match="object storage"):
+            serialake.read(spark, uri).collect()
+        assert list(in_tmp.iterdir()) == []
+    finally:
+        server.stop()
+        s3store._stores.clear()
+        from serialake.spark import isolation
+
+        # The session would keep probing this table (gone with its server) as a recent read.
+        isolation._recent.pop(spark, None)
+        isolation._cache.pop(spark, None)

@@ -1,0 +1,259 @@
+"""S3 log store: put-if-absent by a conditional PUT (``If-None-Match: *``), never a rename.
+
+Table URIs are ``s3://bucket/path`` (``s3a://`` is the same store, as Spark users spell it).
+Requests go through ``obstore`` (Rust ``object_store``, the library delta-rs uses; one
+wheel): measured here 1.5-5x faster per conditional PUT than boto3 against a local server,
+and its ``mode="create"`` is exactly S3's conditional write.
+
+Outcomes of a commit PUT, and what the commit loop (``core.transaction``) does with them:
+
+- 200: committed.
+- 412 Precondition Failed: the version exists (``FileAlreadyExistsError``). It may be our
+  own commit, when a response was lost and the PUT was retried: the loop reads the winners
+  and recognises its own ``txnId`` (delta-rs commits twice here).
+- 409 ``ConditionalRequestConflict`` (real S3 under racing conditional PUTs): nothing was
+  written; the same version is tried again (``WriteNotDoneError`` with EAGAIN).
+- 403 / 401 / 400 / 404 bucket: certainly not written (``WriteNotDoneError``).
+- a timeout, a dropped connection, a 5xx after the retries: the PUT may have landed
+  (``WriteOutcomeUnknownError``); the loop reads the log to decide.
+
+Checkpoints and ``_last_checkpoint`` are plain PUTs (atomic on S3: a reader sees the old
+object or the new one). Commits are never multipart. Listing starts at a key
+(``list_from``), so a refresh lists only the newest commits.
+
+Configuration, in order: ``configure(...)`` (options named as Spark's S3A ones or
+object_store's), then the standard AWS environment variables (``AWS_ACCESS_KEY_ID``,
+``AWS_SECRET_ACCESS_KEY``, ``AWS_SESSION_TOKEN``, ``AWS_REGION`` / ``AWS_DEFAULT_REGION``,
+``AWS_ENDPOINT_URL`` / ``AWS_ENDPOINT_URL_S3``, ``AWS_ALLOW_HTTP``).
+"""
+
+from __future__ import annotations
+
+import datetime
+import errno
+import os
+import threading
+from collections.abc import Mapping
+from typing import Any
+from urllib.parse import urlparse
+
+from serialake.exceptions import DeltaIllegalArgumentException, FileAlreadyExistsError
+from serialake.storage.base import FileStatus, LogStore, WriteNotDoneError, WriteOutcomeUnknownError
+
+__all__ = ["S3_SCHEMES", "S3LogStore", "configure", "is_s3_uri", "normalize_s3_uri", "split_s3_uri"]
+
+S3_SCHEMES = ("s3", "s3a")
+
+# Spark / Hadoop S3A option names (``spark.hadoop.`` prefix optional) -> object_store's.
+_S3A_KEYS = {
+    "fs.s3a.endpoint": "endpoint",
+    "fs.s3a.access.key": "access_key_id",
+    "fs.s3a.secret.key": "secret_access_key",
+    "fs.s3a.session.token": "session_token",
+    "fs.s3a.endpoint.region": "region",
+    "fs.s3a.path.style.access": "virtual_hosted_style_request",  # inverted below
+    "fs.s3a.connection.ssl.enabled": "allow_http",  # inverted below
+}
+_OBJECT_STORE_KEYS = frozenset(
+    {"endpoint", "access_key_id", "secret_access_key", "session_token", "region", "virtual_hosted_style_request",
+     "allow_http", "skip_signature"}
+)  # fmt: skip
+
+_lock = threading.Lock()
+_options: dict[str, str] = {}
+_stores: dict[str, Any] = {}
+
+
+def is_s3_uri(path: str) -> bool:
+    scheme = path.split("://", 1)[0].lower() if "://" in path else ""
+    return scheme in S3_SCHEMES
+
+
+def split_s3_uri(uri: str) -> tuple[str, str]:
+    """``(bucket, key)`` of ``s3://bucket/key`` (the key without a leading slash)."""
+    parsed = urlparse(uri)
+    if parsed.scheme.lower() not in S3_SCHEMES or not parsed.netloc:
+        raise DeltaIllegalArgumentException(f"Not an S3 URI with a bucket: {uri!r} (expected s3://bucket/path)")
+    return parsed.netloc, parsed.path.lstrip("/")
+
+
+def normalize_s3_uri(uri: str) -> str:
+    """``s3://bucket/a/b`` without a trailing slash or doubled slashes (the scheme kept as given)."""
+    bucket, key = split_s3_uri(uri)
+    scheme = uri.split("://", 1)[0].lower()
+    parts = [p for p in key.split("/") if p not in ("", ".")]
+    if ".." in parts:
+        raise DeltaIllegalArgumentException(f"S3 table URI {uri!r} contains '..'")
+    return f"{scheme}://{bucket}" + ("/" + "/".join(parts) if parts else "")
+
+
+def configure(options: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
+    """Set S3 options for every table of this process: S3A names (``fs.s3a.endpoint``,
+    ``fs.s3a.access.key``, ``fs.s3a.path.style.access``, ... with or without
+    ``spark.hadoop.``) or object_store's (``endpoint``, ``access_key_id``, ``allow_http``, ...).
+    Stores made earlier are dropped, so the new options apply to the next request."""
+    given = {**(options or {}), **kwargs}
+    translated: dict[str, str] = {}
+    for raw, value in given.items():
+        key = raw.removeprefix("spark.hadoop.")
+        text = str(value).strip()
+        if key in _S3A_KEYS:
+            target = _S3A_KEYS[key]
+            if key == "fs.s3a.path.style.access":
+                text = "false" if text.lower() == "true" else "true"
+            elif key == "fs.s3a.connection.ssl.enabled":
+                text = "false" if text.lower() == "true" else "true"
+            translated[target] = text
+        elif key in _OBJECT_STORE_KEYS:
+            translated[key] = text
+        elif key.startswith("fs.s3a."):
+            continue  # S3A tuning (connection pools, committers) has no meaning here
+        else:
+            raise DeltaIllegalArgumentException(f"Unknown S3 option {raw!r}")
+    with _lock:
+        _options.update(translated)
+        _stores.clear()
+
+
+def _store(bucket: str) -> Any:
+    with _lock:
+        store = _stores.get(bucket)
+        if store is not None:
+            return store
+        from obstore.store import S3Store
+
+        opts = dict(_options)
+        env = os.environ
+        endpoint = opts.pop("endpoint", None) or env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL")
+        allow_http = opts.pop("allow_http", None) or env.get("AWS_ALLOW_HTTP")
+        config: dict[str, Any] = {k: v for k, v in opts.items() if k != "virtual_hosted_style_request"}
+        if "virtual_hosted_style_request" in opts:
+            config["virtual_hosted_style_request"] = opts["virtual_hosted_style_request"].lower() == "true"
+        if endpoint:
+            config["endpoint"] = endpoint
+            if "virtual_hosted_style_request" not in config:
+                config["virtual_hosted_style_request"] = False  # a custom endpoint: path style
+        if "region" not in config:
+            config["region"] = env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or "us-east-1"
+        client: dict[str, Any] = {"timeout": "30s", "connect_timeout": "5s"}
+        if allow_http is not None and str(allow_http).lower() == "true" or (endpoint or "").startswith("http://"):
+            client["allow_http"] = True
+        # Bounded retries: a commit whose outcome stays unknown is decided by reading the log,
+        # not by minutes of hidden retries (object_store's default is 10 retries over 3 minutes).
+        retry: Any = {"max_retries": 3, "retry_timeout": datetime.timedelta(seconds=20)}
+        store = S3Store(bucket, config=config, client_options=client, retry_config=retry)  # type: ignore[arg-type]
+        _stores[bucket] = store
+        return store
+
+
+def _errno_of(error: BaseException) -> int:
+    text = str(error)
+    if "403" in text or "Forbidden" in text or "AccessDenied" in text or "401" in text:
+        return errno.EACCES
+    if "NoSuchBucket" in text:
+        return errno.ENOENT
+    return errno.EIO
+
+
+class S3LogStore(LogStore):
+    """The log store of tables at ``s3://`` / ``s3a://`` URIs (see module docstring)."""
+
+    def _locate(self, path: str) -> tuple[Any, str]:
+        bucket, key = split_s3_uri(path)
+        return _store(bucket), key
+
+    def read(self, path: str) -> bytes:
+        import obstore
+        from obstore.exceptions import NotFoundError
+
+        store, key = self._locate(path)
+        try:
+            return bytes(obstore.get(store, key).bytes())
+        except (NotFoundError, FileNotFoundError):
+            raise FileNotFoundError(errno.ENOENT, "No such object", path) from None
+        except Exception as e:  # noqa: BLE001 - obstore raises its own classes for I/O
+            raise OSError(_errno_of(e), f"S3 GET failed: {e}", path) from e
+
+    def list_from(self, directory: str, start_name: str = "") -> list[FileStatus]:
+        import obstore
+
+        store, key = self._locate(directory)
+        prefix = key.rstrip("/") + "/" if key else ""
+        try:
+            # ``offset`` lists the keys after it: start just before ``start_name`` (earlier names are dropped below).
+            kwargs: dict[str, Any] = {}
+            if start_name and ord(start_name[-1]) > 0:
+                kwargs["offset"] = prefix + start_name[:-1] + chr(ord(start_name[-1]) - 1)
+            out: list[FileStatus] = []
+            for batch in obstore.list(store, prefix, **kwargs):
+                for meta in batch:
+                    name = str(meta["path"])[len(prefix):]
+                    if "/" in name or name < start_name:
+                        continue  # deeper keys (_delta_log/_commits/...) are not this directory's files
+                    stamp = meta.get("last_modified")
+                    ms = int(stamp.timestamp() * 1000) if stamp is not None else 0
+                    out.append(FileStatus(name, int(meta["size"]), ms))
+        except Exception as e:  # noqa: BLE001
+            if "NoSuchBucket" in str(e):
+                raise OSError(errno.ENOENT, f"S3 bucket does not exist: {e}", directory) from e
+            raise OSError(_errno_of(e), f"S3 LIST failed: {e}", directory) from e
+        out.sort()
+        return out
+
+    def put_if_absent(self, path: str, data: bytes) -> None:
+        import obstore
+        from obstore.exceptions import (
+            AlreadyExistsError,
+            PermissionDeniedError,
+            PreconditionError,
+            UnauthenticatedError,
+        )
+
+        store, key = self._locate(path)
+        try:
+            obstore.put(store, key, data, mode="create", use_multipart=False)
+        except (AlreadyExistsError, PreconditionError):
+            raise FileAlreadyExistsError(f"{path} already exists") from None
+        except (PermissionDeniedError, UnauthenticatedError) as e:
+            raise WriteNotDoneError(OSError(errno.EACCES, str(e)), path, "PUT the commit (refused)") from e
+        except Exception as e:  # noqa: BLE001
+            text = str(e)
+            if "409" in text or "ConditionalRequestConflict" in text:
+                raise WriteNotDoneError(OSError(errno.EAGAIN, text), path, "PUT the commit (409 conflict)") from e
+            if any(s in text for s in ("400 Bad Request", "NoSuchBucket", "InvalidAccessKeyId", "403")):
+                raise WriteNotDoneError(OSError(_errno_of(e), text), path, "PUT the commit (refused)") from e
+            raise WriteOutcomeUnknownError(OSError(errno.EIO, text), path, "PUT the commit") from e
+
+    def write(self, path: str, data: bytes) -> None:
+        import obstore
+
+        store, key = self._locate(path)
+        try:
+            obstore.put(store, key, data, mode="overwrite", use_multipart=len(data) > 64 << 20)
+        except Exception as e:  # noqa: BLE001
+            raise OSError(_errno_of(e), f"S3 PUT failed: {e}", path) from e
+
+    def exists(self, path: str) -> bool:
+        import obstore
+        from obstore.exceptions import NotFoundError
+
+        store, key = self._locate(path)
+        try:
+            obstore.head(store, key)
+            return True
+        except (NotFoundError, FileNotFoundError):
+            return False
+        except Exception as e:  # noqa: BLE001
+            raise OSError(_errno_of(e), f"S3 HEAD failed: {e}", path) from e
+
+    def delete(self, path: str) -> None:
+        import obstore
+        from obstore.exceptions import NotFoundError
+
+        store, key = self._locate(path)
+        try:
+            obstore.delete(store, key)
+        except (NotFoundError, FileNotFoundError):
+            return
+        except Exception as e:  # noqa: BLE001
+            raise OSError(_errno_of(e), f"S3 DELETE failed: {e}", path) from e

@@ -62,7 +62,22 @@ def configure(spark: SparkSession) -> SparkSession:
     _install()
     spark.conf.set(ENABLED_CONF, "true")
     spark.__dict__["_serialake_enabled"] = True
+    _s3_options_from(spark)
     return spark
+
+
+def _s3_options_from(spark: SparkSession) -> None:
+    """The session's S3A settings (``spark.hadoop.fs.s3a.endpoint``, access keys, path-style access)
+    for serialake's S3 log store, as Spark users configure them for ``s3a://`` tables."""
+    try:
+        conf = dict(spark.sparkContext.getConf().getAll())
+    except Exception:  # noqa: BLE001 - Spark Connect and stopped sessions have no SparkContext
+        return
+    options = {k: v for k, v in conf.items() if k.startswith("spark.hadoop.fs.s3a.")}
+    if options:
+        from serialake.storage import s3
+
+        s3.configure(options)
 
 
 def is_configured(spark: SparkSession | None) -> bool:

@@ -255,3 +255,27 @@ def test_an_unreachable_table_counts_as_moved_in_cut_probes(monkeypatch: pytest.
     s3store._stores.clear()
     assert cut._moved(uri, 0) is True  # the probe fails: nothing is claimed about the table
     s3store._stores.clear()
+
+
+def test_s3a_option_names_configure_the_store(server: S3Server, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Spark users' settings (``spark.hadoop.fs.s3a.*``) reach the store, with no AWS variables set."""
+    for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_ENDPOINT_URL", "AWS_ALLOW_HTTP"):
+        monkeypatch.delenv(key, raising=False)
+    bucket = server.new_bucket()
+    try:
+        s3store.configure({
+            "spark.hadoop.fs.s3a.endpoint": server.endpoint,
+            "spark.hadoop.fs.s3a.access.key": "testing",
+            "spark.hadoop.fs.s3a.secret.key": "testing",
+            "spark.hadoop.fs.s3a.path.style.access": "true",
+            "spark.hadoop.fs.s3a.connection.ssl.enabled": "false",
+            "spark.hadoop.fs.s3a.connection.maximum": "100",  # S3A tuning: ignored
+        })
+        _new_table(f"s3a://{bucket}/configured")
+        assert DeltaLog(f"s3a://{bucket}/configured").update().version == 0
+        with pytest.raises(DeltaIllegalArgumentException, match="Unknown S3 option"):
+            s3store.configure({"bogus.option": "1"})
+    finally:
+        with s3store._lock:
+            s3store._options.clear()
+            s3store._stores.clear()

@@ -39,48 +39,33 @@ def _table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(out)
 
 
-def _commits(quick: bool) -> list[dict[str, Any]]:
+def _commit_rows(quick: bool, *extra: str) -> list[dict[str, Any]]:
+    """``bench.commit_throughput`` at 1/4/8 writers (``extra``: e.g. ``--s3``), one row per writer count."""
     from bench import commit_throughput as m
 
-    rows = m.main(["--writers", "1,4,8", "--duration", "3" if quick else "6"])
+    rows = m.main(["--writers", "1,4,8", "--duration", "3" if quick else "6", *extra])
     out = []
     for w in sorted({r["writers"] for r in rows}):
         ours = next(r for r in rows if r["writers"] == w and r["impl"] == "serialake")
         rs = next(r for r in rows if r["writers"] == w and r["impl"] == "delta-rs")
-        out.append({
-            "writers": w,
-            "serialake commits/s": ours["commits_per_s"],
-            "serialake failed %": ours["failed_pct"],
-            "serialake p50 ms": ours["p50_ms"],
-            "delta-rs commits/s": rs["commits_per_s"],
-            "delta-rs failed %": rs["failed_pct"],
-            "delta-rs p50 ms": rs["p50_ms"],
-            "ratio (serialake/delta-rs)": ours["commits_per_s"] / max(rs["commits_per_s"], 1e-9),
-        })
+        row: dict[str, Any] = {"writers": w}
+        for label, r in (("serialake", ours), ("delta-rs", rs)):
+            row[f"{label} commits/s"] = r["commits_per_s"]
+            row[f"{label} failed %"] = r["failed_pct"]
+            row[f"{label} p50 ms"] = r["p50_ms"]
+            if extra:
+                row[f"{label} p99 ms"] = r["p99_ms"]
+        row["ratio (serialake/delta-rs)"] = ours["commits_per_s"] / max(rs["commits_per_s"], 1e-9)
+        out.append(row)
     return out
+
+
+def _commits(quick: bool) -> list[dict[str, Any]]:
+    return _commit_rows(quick)
 
 
 def _commits_s3(quick: bool) -> list[dict[str, Any]]:
-    from bench import commit_throughput as m
-
-    rows = m.main(["--writers", "1,4,8", "--duration", "3" if quick else "6", "--s3"])
-    out = []
-    for w in sorted({r["writers"] for r in rows}):
-        ours = next(r for r in rows if r["writers"] == w and r["impl"] == "serialake")
-        rs = next(r for r in rows if r["writers"] == w and r["impl"] == "delta-rs")
-        out.append({
-            "writers": w,
-            "serialake commits/s": ours["commits_per_s"],
-            "serialake failed %": ours["failed_pct"],
-            "serialake p50 ms": ours["p50_ms"],
-            "serialake p99 ms": ours["p99_ms"],
-            "delta-rs commits/s": rs["commits_per_s"],
-            "delta-rs failed %": rs["failed_pct"],
-            "delta-rs p50 ms": rs["p50_ms"],
-            "delta-rs p99 ms": rs["p99_ms"],
-            "ratio (serialake/delta-rs)": ours["commits_per_s"] / max(rs["commits_per_s"], 1e-9),
-        })
-    return out
+    return _commit_rows(quick, "--s3")
 
 
 def _validation(quick: bool) -> list[dict[str, Any]]:

@@ -16,9 +16,9 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 
-from serialake.core import properties as props
 from serialake.core.actions import DomainMetadata
-from serialake.core.schema import DataType, DecimalType, PrimitiveType, StructType, physical_name, split_dotted
+from serialake.core.schema import DecimalType, PrimitiveType, StructField, StructType, physical_name, split_dotted
+from serialake.core.skipping import stats_columns
 from serialake.exceptions import CorruptLogError, DeltaAnalysisException
 
 __all__ = [
@@ -59,7 +59,7 @@ def _quoted(name: str) -> str:
 
 def clustering_domain(schema: StructType, columns: Sequence[str]) -> DomainMetadata:
     """The ``delta.clustering`` domain action for these (logical, dotted) columns."""
-    paths = [_physical_path(schema, c) for c in columns]
+    paths = [[physical_name(f) for f in _resolve(schema, c, "")] for c in columns]
     return DomainMetadata(DOMAIN, json.dumps({"clusteringColumns": paths}, separators=(",", ":")), False)
 
 
@@ -77,22 +77,19 @@ def validate_clustering_columns(
             f"(by {', '.join(columns)}): choose clusterBy or partitionedBy."
         )
     out: list[str] = []
-    seen: set[str] = set()
-    indexed = _stats_columns(schema, configuration)
+    indexed = {tuple(p.lower() for p in path) for path, _ in stats_columns(schema, configuration)}
     for name in columns:
-        path = _field_path(schema, name, table)
-        dotted = ".".join(f for f in path)
-        if dotted.lower() in seen:
+        fields = _resolve(schema, name, table)
+        dotted = ".".join(_quoted(f.name) for f in fields)
+        if dotted.lower() in (o.lower() for o in out):
             raise DeltaAnalysisException(f"Clustering column '{dotted}' of table {table} is given more than once.")
-        seen.add(dotted.lower())
-        leaf = _leaf(schema, path)
-        type_name = leaf.simple_string() if isinstance(leaf, (PrimitiveType, DecimalType)) else None
-        if type_name is None or type_name.split("(")[0] in _UNCOMPARABLE:
+        leaf = fields[-1].data_type
+        if not isinstance(leaf, (PrimitiveType, DecimalType)) or leaf.simple_string() in _UNCOMPARABLE:
             raise DeltaAnalysisException(
                 f"Column '{dotted}' of table {table} cannot be a clustering column: its type "
                 f"{leaf.simple_string()} has no min/max statistics for data skipping."
             )
-        if tuple(p.lower() for p in path) not in indexed:
+        if tuple(f.name.lower() for f in fields) not in indexed:
             raise DeltaAnalysisException(
                 f"Clustering column '{dotted}' of table {table} is not among the columns the table collects "
                 "statistics for (the first delta.dataSkippingNumIndexedCols leaf columns). Move it forward or "
@@ -106,60 +103,20 @@ def validate_clustering_columns(
     return out
 
 
-def _field_path(schema: StructType, name: str, table: str) -> list[str]:
+def _resolve(schema: StructType, dotted: str, table: str) -> list[StructField]:
+    """The fields a dotted column name (``s.`a.b```) passes through, outermost first."""
     node: StructType | None = schema
-    path: list[str] = []
-    for part in (p.strip("`") for p in split_dotted(name)):
-        f = node.field(part) if node is not None else None
+    fields: list[StructField] = []
+    for part in split_dotted(dotted):
+        f = node.field(part.strip("`")) if node is not None else None
         if f is None:
             raise DeltaAnalysisException(
-                f"Clustering column '{name}' does not exist in table {table} (columns: {', '.join(schema.field_names)})"
+                f"Clustering column '{dotted}' does not exist in table {table} "
+                f"(columns: {', '.join(schema.field_names)})"
             )
-        path.append(f.name)
+        fields.append(f)
         node = f.data_type if isinstance(f.data_type, StructType) else None
-    return path
-
-
-def _leaf(schema: StructType, path: Sequence[str]) -> DataType:
-    node: DataType = schema
-    for part in path:
-        assert isinstance(node, StructType)
-        f = node.field(part)
-        assert f is not None
-        node = f.data_type
-    return node
-
-
-def _stats_columns(schema: StructType, configuration: Mapping[str, str]) -> set[tuple[str, ...]]:
-    """Lower-case paths of the leaf columns serialake's writers collect statistics for: the first
-    ``delta.dataSkippingNumIndexedCols`` leaves (``serialake.spark.io.stats_columns``)."""
-    leaves: list[tuple[str, ...]] = []
-
-    def walk(prefix: tuple[str, ...], st: StructType) -> None:
-        for f in st.fields:
-            path = (*prefix, f.name.lower())
-            if isinstance(f.data_type, StructType):
-                walk(path, f.data_type)
-            else:
-                leaves.append(path)
-
-    walk((), schema)
-    limit = props.get(configuration, "delta.dataSkippingNumIndexedCols")
-    if isinstance(limit, int) and limit >= 0:
-        leaves = leaves[:limit]
-    return set(leaves)
-
-
-def _physical_path(schema: StructType, dotted: str) -> list[str]:
-    node: StructType | None = schema
-    out: list[str] = []
-    for part in (p.strip("`") for p in split_dotted(dotted)):
-        f = node.field(part) if node is not None else None
-        if f is None:
-            raise DeltaAnalysisException(f"Clustering column '{dotted}' does not exist")
-        out.append(physical_name(f))
-        node = f.data_type if isinstance(f.data_type, StructType) else None
-    return out
+    return fields
 
 
 def _logical_path(schema: StructType, physical: Sequence[str]) -> list[str]:

@@ -25,6 +25,7 @@ from decimal import Decimal, InvalidOperation
 from functools import lru_cache
 from typing import Any
 
+from serialake.core import properties as props
 from serialake.core.expressions import (
     And,
     Column,
@@ -40,7 +41,7 @@ from serialake.core.expressions import (
     or3,
 )
 from serialake.core.partition_values import parse_boolean, parse_date, parse_partition_value, parse_timestamp
-from serialake.core.schema import StructType, physical_name
+from serialake.core.schema import DataType, DecimalType, PrimitiveType, StructType, physical_name
 from serialake.core.types import type_family
 
 __all__ = [
@@ -51,7 +52,31 @@ __all__ = [
     "compile_predicate",
     "file_may_match",
     "file_may_match_any",
+    "stats_columns",
 ]
+
+
+def stats_columns(file_schema: StructType, configuration: Mapping[str, str]) -> list[tuple[tuple[str, ...], DataType]]:
+    """Leaf columns (paths of names, type) that get stats: the first ``dataSkippingNumIndexedCols``.
+
+    Arrays and maps count as leaves but get no stats. Writers collect exactly these
+    (``serialake.spark.io``); clustering columns must be among them (``core.clustering``).
+    """
+    limit = props.get(configuration, "delta.dataSkippingNumIndexedCols")
+    leaves: list[tuple[tuple[str, ...], DataType]] = []
+
+    def walk(prefix: tuple[str, ...], schema: StructType) -> None:
+        for f in schema.fields:
+            path = (*prefix, f.name)
+            if isinstance(f.data_type, StructType):
+                walk(path, f.data_type)
+            else:
+                leaves.append((path, f.data_type))
+
+    walk((), file_schema)
+    if isinstance(limit, int) and limit >= 0:
+        leaves = leaves[:limit]
+    return [(p, t) for p, t in leaves if isinstance(t, (PrimitiveType, DecimalType))]
 
 
 # ---------------------------------------------------------------------------------------------

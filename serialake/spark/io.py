@@ -40,13 +40,13 @@ from serialake.core.paths import absolute_path
 from serialake.core.schema import (
     ArrayType,
     DataType,
-    DecimalType,
     MapType,
     PrimitiveType,
     StructField,
     StructType,
     physical_name,
 )
+from serialake.core.skipping import stats_columns
 from serialake.exceptions import (
     CorruptLogError,
     DeltaAnalysisException,
@@ -572,30 +572,6 @@ def _remove_if_empty(path: str) -> None:
 # ---------------------------------------------------------------------------------------------
 # Stats from Parquet footers
 # ---------------------------------------------------------------------------------------------
-
-
-def stats_columns(
-    file_schema: StructType, configuration: Mapping[str, str]
-) -> list[tuple[tuple[str, ...], DataType]]:
-    """Leaf columns (paths of names, type) that get stats: the first ``dataSkippingNumIndexedCols``.
-
-    Arrays and maps count as leaves but get no stats.
-    """
-    limit = props.get(configuration, "delta.dataSkippingNumIndexedCols")
-    leaves: list[tuple[tuple[str, ...], DataType]] = []
-
-    def walk(prefix: tuple[str, ...], fields: Iterable[StructField]) -> None:
-        for f in fields:
-            path = prefix + (f.name,)
-            if isinstance(f.data_type, StructType):
-                walk(path, f.data_type.fields)
-            else:
-                leaves.append((path, f.data_type))
-
-    walk((), file_schema.fields)
-    if isinstance(limit, int) and limit >= 0:
-        leaves = leaves[:limit]
-    return [(p, t) for p, t in leaves if isinstance(t, (PrimitiveType, DecimalType))]
 
 
 def file_stats(metadata: pq.FileMetaData, indexed: list[tuple[tuple[str, ...], DataType]]) -> str:

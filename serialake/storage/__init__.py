@@ -7,12 +7,13 @@ import re
 from serialake.exceptions import DeltaIllegalArgumentException
 from serialake.storage.base import FileStatus, LogStore
 from serialake.storage.local import LocalLogStore
+from serialake.storage.s3 import S3_SCHEMES, S3LogStore, normalize_s3_uri
 
 __all__ = [
     "FileStatus",
     "LocalLogStore",
     "LogStore",
-    "check_local_uri",
+    "check_supported_uri",
     "is_local_path",
     "normalize_table_path",
     "store_for",
@@ -20,6 +21,12 @@ __all__ = [
 
 # A URI scheme (RFC 3986) followed by ':/' -- 's3a://b/t', 'hdfs:/t', 'file:///t'.
 _URI_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]*):/")
+
+
+def _scheme(path: str) -> str | None:
+    """The lower-case URI scheme of ``path`` (None for a plain path)."""
+    match = _URI_SCHEME.match(str(path))
+    return match.group(1).lower() if match else None
 
 
 def normalize_table_path(path: str) -> str:
@@ -31,50 +38,38 @@ def normalize_table_path(path: str) -> str:
     import os
     from urllib.parse import unquote, urlparse
 
-    from serialake.storage.s3 import is_s3_uri, normalize_s3_uri
-
-    if is_s3_uri(str(path)):
+    if _scheme(path) in S3_SCHEMES:
         return normalize_s3_uri(str(path))
-    check_local_uri(path)
+    check_supported_uri(path)
     if path[:5].lower() == "file:":
         path = unquote(urlparse(path).path)
     return os.path.abspath(os.path.expanduser(path)).rstrip("/") or "/"
 
 
-def check_local_uri(path: str) -> None:
-    """Raise ``DeltaIllegalArgumentException`` when ``path`` is a URI whose scheme is not ``file``."""
-    match = _URI_SCHEME.match(str(path))
-    if match is None or match.group(1).lower() == "file":
-        return
-    if match.group(1).lower() in ("s3", "s3a"):
+def check_supported_uri(path: str) -> None:
+    """Raise ``DeltaIllegalArgumentException`` when ``path`` is a URI of a scheme serialake does not serve."""
+    scheme = _scheme(path)
+    if scheme is None or scheme == "file" or scheme in S3_SCHEMES:
         return
     raise DeltaIllegalArgumentException(
-        f"Table path {path} uses the URI scheme '{match.group(1)}': serialake supports local paths, "
-        "file:// URIs and S3 (s3:// or s3a://); other object stores and file systems are not supported yet.\n"
+        f"Table path {path} uses the URI scheme '{str(path).split(':', 1)[0]}': serialake supports "
+        "local paths, file:// URIs and S3 (s3:// or s3a://); other object stores and file systems are not "
+        "supported yet.\n"
         "Help: put the table on S3, or on a local or mounted file system, and pass its path."
     )
 
 
 def is_local_path(path: str) -> bool:
     """Whether a (normalized) table path is on the local file system (not an object store)."""
-    match = _URI_SCHEME.match(str(path))
-    return match is None or match.group(1).lower() == "file"
+    return _scheme(path) in (None, "file")
 
 
-_S3_STORE: LogStore | None = None
+_S3_STORE = S3LogStore()  # stateless: its connections are per bucket, inside serialake.storage.s3
 
 
 def store_for(path: str) -> LogStore:
     """The log store that serves ``path``: S3's for ``s3://`` / ``s3a://``, else the local one."""
-    global _S3_STORE
-    from serialake.storage.s3 import is_s3_uri
-
-    if is_s3_uri(path):
-        if _S3_STORE is None:
-            from serialake.storage.s3 import S3LogStore
-
-            _S3_STORE = S3LogStore()
+    if _scheme(path) in S3_SCHEMES:
         return _S3_STORE
-    if "://" in path and not path.startswith("file:"):
-        check_local_uri(path)
+    check_supported_uri(path)
     return LocalLogStore()

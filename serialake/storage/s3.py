@@ -40,7 +40,7 @@ from urllib.parse import urlparse
 from serialake.exceptions import DeltaIllegalArgumentException, FileAlreadyExistsError
 from serialake.storage.base import FileStatus, LogStore, WriteNotDoneError, WriteOutcomeUnknownError
 
-__all__ = ["S3_SCHEMES", "S3LogStore", "configure", "is_s3_uri", "normalize_s3_uri", "split_s3_uri"]
+__all__ = ["S3_SCHEMES", "S3LogStore", "configure", "normalize_s3_uri", "split_s3_uri"]
 
 S3_SCHEMES = ("s3", "s3a")
 
@@ -51,9 +51,11 @@ _S3A_KEYS = {
     "fs.s3a.secret.key": "secret_access_key",
     "fs.s3a.session.token": "session_token",
     "fs.s3a.endpoint.region": "region",
-    "fs.s3a.path.style.access": "virtual_hosted_style_request",  # inverted below
-    "fs.s3a.connection.ssl.enabled": "allow_http",  # inverted below
+    "fs.s3a.path.style.access": "virtual_hosted_style_request",
+    "fs.s3a.connection.ssl.enabled": "allow_http",
 }
+# S3A settings that say the opposite of the object_store setting they map to.
+_INVERTED = frozenset({"fs.s3a.path.style.access", "fs.s3a.connection.ssl.enabled"})
 _OBJECT_STORE_KEYS = frozenset(
     {"endpoint", "access_key_id", "secret_access_key", "session_token", "region", "virtual_hosted_style_request",
      "allow_http", "skip_signature"}
@@ -62,11 +64,6 @@ _OBJECT_STORE_KEYS = frozenset(
 _lock = threading.Lock()
 _options: dict[str, str] = {}
 _stores: dict[str, Any] = {}
-
-
-def is_s3_uri(path: str) -> bool:
-    scheme = path.split("://", 1)[0].lower() if "://" in path else ""
-    return scheme in S3_SCHEMES
 
 
 def split_s3_uri(uri: str) -> tuple[str, str]:
@@ -98,12 +95,9 @@ def configure(options: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
         key = raw.removeprefix("spark.hadoop.")
         text = str(value).strip()
         if key in _S3A_KEYS:
-            target = _S3A_KEYS[key]
-            if key == "fs.s3a.path.style.access":
+            if key in _INVERTED:
                 text = "false" if text.lower() == "true" else "true"
-            elif key == "fs.s3a.connection.ssl.enabled":
-                text = "false" if text.lower() == "true" else "true"
-            translated[target] = text
+            translated[_S3A_KEYS[key]] = text
         elif key in _OBJECT_STORE_KEYS:
             translated[key] = text
         elif key.startswith("fs.s3a."):
@@ -125,18 +119,16 @@ def _store(bucket: str) -> Any:
         opts = dict(_options)
         env = os.environ
         endpoint = opts.pop("endpoint", None) or env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL")
-        allow_http = opts.pop("allow_http", None) or env.get("AWS_ALLOW_HTTP")
-        config: dict[str, Any] = {k: v for k, v in opts.items() if k != "virtual_hosted_style_request"}
-        if "virtual_hosted_style_request" in opts:
-            config["virtual_hosted_style_request"] = opts["virtual_hosted_style_request"].lower() == "true"
+        allow_http = (opts.pop("allow_http", None) or env.get("AWS_ALLOW_HTTP") or "").lower() == "true"
+        virtual_hosted = opts.pop("virtual_hosted_style_request", None)
+        config: dict[str, Any] = dict(opts)
         if endpoint:
             config["endpoint"] = endpoint
-            if "virtual_hosted_style_request" not in config:
-                config["virtual_hosted_style_request"] = False  # a custom endpoint: path style
-        if "region" not in config:
-            config["region"] = env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or "us-east-1"
+        if virtual_hosted is not None or endpoint:  # a custom endpoint: path style unless told otherwise
+            config["virtual_hosted_style_request"] = (virtual_hosted or "false").lower() == "true"
+        config.setdefault("region", env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or "us-east-1")
         client: dict[str, Any] = {"timeout": "30s", "connect_timeout": "5s"}
-        if allow_http is not None and str(allow_http).lower() == "true" or (endpoint or "").startswith("http://"):
+        if allow_http or (endpoint or "").startswith("http://"):
             client["allow_http"] = True
         # Bounded retries: a commit whose outcome stays unknown is decided by reading the log,
         # not by minutes of hidden retries (object_store's default is 10 retries over 3 minutes).
@@ -144,6 +136,11 @@ def _store(bucket: str) -> Any:
         store = S3Store(bucket, config=config, client_options=client, retry_config=retry)  # type: ignore[arg-type]
         _stores[bucket] = store
         return store
+
+
+def _failed(request: str, path: str, error: BaseException) -> OSError:
+    """An S3 request's failure as an ``OSError`` naming the request, the path and the cause."""
+    return OSError(_errno_of(error), f"S3 {request} failed: {error}", path)
 
 
 def _errno_of(error: BaseException) -> int:
@@ -172,7 +169,7 @@ class S3LogStore(LogStore):
         except (NotFoundError, FileNotFoundError):
             raise FileNotFoundError(errno.ENOENT, "No such object", path) from None
         except Exception as e:  # noqa: BLE001 - obstore raises its own classes for I/O
-            raise OSError(_errno_of(e), f"S3 GET failed: {e}", path) from e
+            raise _failed("GET", path, e) from e
 
     def list_from(self, directory: str, start_name: str = "") -> list[FileStatus]:
         import obstore
@@ -194,9 +191,7 @@ class S3LogStore(LogStore):
                     ms = int(stamp.timestamp() * 1000) if stamp is not None else 0
                     out.append(FileStatus(name, int(meta["size"]), ms))
         except Exception as e:  # noqa: BLE001
-            if "NoSuchBucket" in str(e):
-                raise OSError(errno.ENOENT, f"S3 bucket does not exist: {e}", directory) from e
-            raise OSError(_errno_of(e), f"S3 LIST failed: {e}", directory) from e
+            raise _failed("LIST", directory, e) from e
         out.sort()
         return out
 
@@ -231,7 +226,7 @@ class S3LogStore(LogStore):
         try:
             obstore.put(store, key, data, mode="overwrite", use_multipart=len(data) > 64 << 20)
         except Exception as e:  # noqa: BLE001
-            raise OSError(_errno_of(e), f"S3 PUT failed: {e}", path) from e
+            raise _failed("PUT", path, e) from e
 
     def exists(self, path: str) -> bool:
         import obstore
@@ -244,7 +239,7 @@ class S3LogStore(LogStore):
         except (NotFoundError, FileNotFoundError):
             return False
         except Exception as e:  # noqa: BLE001
-            raise OSError(_errno_of(e), f"S3 HEAD failed: {e}", path) from e
+            raise _failed("HEAD", path, e) from e
 
     def delete(self, path: str) -> None:
         import obstore
@@ -256,4 +251,4 @@ class S3LogStore(LogStore):
         except (NotFoundError, FileNotFoundError):
             return
         except Exception as e:  # noqa: BLE001
-            raise OSError(_errno_of(e), f"S3 DELETE failed: {e}", path) from e
+            raise _failed("DELETE", path, e) from e

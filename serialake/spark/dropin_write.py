@@ -14,7 +14,7 @@ from pyspark.sql import functions as F
 
 from serialake.core import DeltaLog, catalog
 from serialake.exceptions import DeltaAnalysisException, DeltaIllegalArgumentException, DeltaTableNotFoundError
-from serialake.spark import isolation
+from serialake.spark import io, isolation
 from serialake.spark.read import read
 from serialake.spark.write import MODES, write
 
@@ -188,12 +188,16 @@ def write_to(df: DataFrame, name: str, st: dict[str, Any], kind: str, *args: Any
 
 def _column_sql(df: DataFrame, condition: Any) -> str:
     """The SQL text of a Column condition (``overwrite(F.col("p") == 1)``), as Spark analyses it over ``df``."""
+    java = getattr(condition, "_jc", None)  # None: a Column without a JVM expression (Spark Connect)
     try:
-        return str(df.filter(condition)._jdf.queryExecution().analyzed().condition().sql())
-    except Exception as e:  # noqa: BLE001 - a Column without a JVM expression (Spark Connect)
+        sql = io.plan_condition_sql(df._jdf.filter(java)) if java is not None else None
+    except Exception:  # noqa: BLE001 - Spark refused the condition (e.g. an unknown column)
+        sql = None
+    if sql is None:
         raise DeltaIllegalArgumentException(
             f"Cannot use {condition!r} as an overwrite condition: pass it as a SQL string"
-        ) from e
+        )
+    return sql
 
 
 def load(spark: SparkSession, path: Any, st: dict[str, Any], *, name: str | None = None) -> DataFrame:

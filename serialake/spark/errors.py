@@ -37,6 +37,7 @@ _PAIRS: tuple[tuple[type[BaseException], type[PySparkException]], ...] = (
 )
 
 
+_OURS = tuple(ours for ours, _ in _PAIRS)
 _BRIDGED: dict[type[BaseException], type[BaseException]] = {}
 
 
@@ -73,7 +74,7 @@ def raising_pyspark(fn: _F) -> _F:
     def call(*args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
-        except (DeltaAnalysisException, DeltaIllegalArgumentException, UnsupportedFeatureError) as e:
+        except _OURS as e:
             bridged = as_pyspark(e)
             if bridged is e:
                 raise

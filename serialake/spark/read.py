@@ -124,10 +124,10 @@ def _column_sql(df: DataFrame, condition: Column) -> str | None:
     """A Column condition on ``df`` as SQL over the table's columns: Spark's analysis of the filter
     (through the JVM API: no Python wrapper runs), with the scan's alias taken off."""
     java: Any = getattr(condition, "_jc", None)
-    plan = df._jdf.filter(java).queryExecution().analyzed()
-    if plan.getClass().getSimpleName() != "Filter":
+    sql = io.plan_condition_sql(df._jdf.filter(java))
+    if sql is None:
         return None
-    expr = P.parse_predicate(str(plan.condition().sql()))
+    expr = P.parse_predicate(sql)
     for qualifier in {q for q, _ in P.column_refs(expr) if q is not None}:
         if not qualifier.startswith(scans.SCAN_PREFIX):
             return None

@@ -175,22 +175,8 @@ def condition_text(condition: ConditionLike, resolved_sql: str | None = None) ->
 
 
 def resolved_condition_sql(df: DataFrame) -> str | None:
-    """The analysed condition of a Filter or Join plan as SQL (columns qualified by their table).
-
-    Spark's resolution says which side every column belongs to, which a Column object alone
-    does not. None when the plan has another shape.
-    """
-    try:
-        plan = df._jdf.queryExecution().analyzed()
-        name = plan.getClass().getSimpleName()
-        if name == "Filter":
-            return str(plan.condition().sql())
-        if name == "Join":
-            cond = plan.condition()
-            return str(cond.get().sql()) if cond.isDefined() else None
-    except Exception:  # noqa: BLE001 - a best effort: an unparsed condition is read conservatively
-        return None
-    return None
+    """The analysed condition of ``df``'s top Filter or Join as SQL (``io.plan_condition_sql``)."""
+    return io.plan_condition_sql(df._jdf)
 
 
 def parse_or_true(text: str | None) -> P.Expr:

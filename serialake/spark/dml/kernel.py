@@ -68,6 +68,8 @@ __all__ = [
     "Touched",
     "affected_rows_df",
     "analysis_error",
+    "assigned_column",
+    "assigned_in_row",
     "assignment_values",
     "condition_row_evaluator",
     "condition_text",
@@ -526,11 +528,7 @@ def assignment_values(
     for key, value in assignments.items():
         if not isinstance(key, str):
             raise DeltaIllegalArgumentException(f"{operation}: column names must be strings, not {key!r}")
-        name = key
-        prefix = alias + "."
-        if name.lower().startswith(prefix.lower()):
-            name = name[len(prefix):]
-        name = name.strip("`")
+        name = assigned_column(key, alias)
         f = snap.schema.field(name)
         if f is None:
             raise DeltaAnalysisException(
@@ -548,6 +546,13 @@ def assignment_values(
             )
         out[f.name] = value
     return out
+
+
+def assigned_column(key: str, alias: str) -> str:
+    """The column a ``set``/``values`` key names: the target alias and backquotes taken off."""
+    prefix = alias + "."
+    name = key[len(prefix):] if key.lower().startswith(prefix.lower()) else key
+    return name.strip("`")
 
 
 def resolve_assignments(
@@ -582,15 +587,19 @@ def explicit_flags(snap: Snapshot, branches: Sequence[tuple[Column, Mapping[str,
     ``invariants.explicit_flag`` columns to write beside ``updated_columns``: ``write_rows``
     (``new_values=True``) checks the values assigned and recomputes the others.
     """
-    out: list[Column] = []
-    for g in constraints.generated_columns(snap.schema):
-        if not any(g.name in assigned for _, assigned in branches):
-            continue
-        flag: Column = F.lit(False)
-        for guard, assigned in reversed(branches):
-            flag = F.when(guard, F.lit(g.name in assigned)).otherwise(flag)
-        out.append(flag.alias(invariants.explicit_flag(g.name)))
-    return out
+    return [
+        assigned_in_row(g.name, branches).alias(invariants.explicit_flag(g.name))
+        for g in constraints.generated_columns(snap.schema)
+        if any(g.name in assigned for _, assigned in branches)
+    ]
+
+
+def assigned_in_row(column: str, branches: Sequence[tuple[Column, Mapping[str, Column]]]) -> Column:
+    """Whether, in this row, the first branch whose guard holds assigns ``column`` (FALSE: none holds)."""
+    flag: Column = F.lit(False)
+    for guard, assigned in reversed(branches):
+        flag = F.when(guard, F.lit(column in assigned)).otherwise(flag)
+    return flag
 
 
 def rewrite_metrics(

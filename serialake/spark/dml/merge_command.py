@@ -55,6 +55,8 @@ from serialake.spark.dml.kernel import (
     DmlResult,
     Touched,
     analysis_error,
+    assigned_column,
+    assigned_in_row,
     condition_text,
     elapsed_ms,
     explicit_flags,
@@ -257,9 +259,8 @@ class _MergeRun:
         self.source_names = {n.lower(): n for n in self.source.columns}
         self.local_source: Any = None  # the source as Arrow, once collected for the driver path
         self.files: list[AddFile] | None = None
-        self.evolved = builder._schema_evolution or _auto_merge(self.spark)
-        if self.evolved:
-            self.evolved = self._evolve_schema()
+        # Schema evolution asked for, and the schema did change.
+        self.evolved = (builder._schema_evolution or _auto_merge(self.spark)) and self._evolve_schema()
 
     # -- planning -----------------------------------------------------------------
     def run(self) -> DmlResult:
@@ -287,7 +288,7 @@ class _MergeRun:
         """
         clauses = self.matched + self.inserts
         star = any(c.star for c in clauses)
-        named = {self._assigned_name(k) for c in clauses if not c.star for k in (c.assignments or {})}
+        named = {assigned_column(k, self.alias).lower() for c in clauses if not c.star for k in (c.assignments or {})}
         wanted = [f for f in self.source.schema.fields if star or f.name.lower() in named]
         evolved = merge_schemas(self.snap.schema, io.to_delta_schema(T.StructType(wanted)))
         if evolved == self.snap.schema:
@@ -297,12 +298,6 @@ class _MergeRun:
         assert self.txn.metadata is not None
         self.snap = self.snap.with_metadata(self.txn.metadata)
         return True
-
-    def _assigned_name(self, key: str) -> str:
-        """A ``set``/``values`` key as a lower-case column name (the target alias and backticks off)."""
-        prefix = self.alias.lower() + "."
-        name = key.lower()
-        return (name[len(prefix):] if name.startswith(prefix) else name).strip("`")
 
     def _run_on_spark(self, empty: DataFrame) -> DmlResult:
         snap = self.snap
@@ -716,13 +711,11 @@ class _MergeRun:
 
     def _generate_flags(self, is_insert: Column) -> list[Column]:
         """Per identity column: whether this row is an insert whose firing clause leaves it to be generated."""
-        out: list[Column] = []
-        for c in identity.identity_columns(self.snap.schema):
-            flag: Column = F.lit(False)
-            for guard, assigned in reversed(self._insert_branches()):
-                flag = F.when(guard, F.lit(c.name not in assigned)).otherwise(flag)
-            out.append((is_insert & flag).alias(invariants.generate_flag(c.name)))
-        return out
+        inserts = self._insert_branches()
+        return [
+            (is_insert & ~assigned_in_row(c.name, inserts)).alias(invariants.generate_flag(c.name))
+            for c in identity.identity_columns(self.snap.schema)
+        ]
 
     def _insert_branches(self) -> list[tuple[Column, dict[str, Column]]]:
         return [(F.col(_CLAUSE) == i, self.assignments[i]) for i in self._ids(self.inserts, "insert")]

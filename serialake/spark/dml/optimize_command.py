@@ -195,12 +195,7 @@ class DeltaOptimizeBuilder:
             )
         names = self._zorder_columns(snap, columns)
         files = self._selected_files(snap)
-        adds: list[AddFile] = []
-        if files:
-            n_files = max(1, math.ceil(file_bytes(files) / self._target_size(snap)))
-            df = io.read_files_df(self._spark, snap, files)
-            keys = [F.col(io.quote_name(n)) for n in names]
-            adds = write_rows(snap, _zordered(df, list(snap.partition_columns), keys, n_files), data_change=False)
+        adds = self._write_zordered(snap, files, [F.col(io.quote_name(n)) for n in names])
         cubes = len({_partition_key(f) for f in files})  # one z-ordered cube per partition
         return self._commit(txn, snap, files, adds, files, cubes, names, start, before_commit)
 
@@ -220,15 +215,19 @@ class DeltaOptimizeBuilder:
                 f"(it has no partitions; it is clustered by {', '.join(cluster_by)})."
             )
         files = [f for f in snap.all_files if full or f.clustering_provider != clustering.PROVIDER]
-        adds: list[AddFile] = []
-        if files:
-            n_files = max(1, math.ceil(file_bytes(files) / self._target_size(snap)))
-            df = io.read_files_df(self._spark, snap, files)
-            keys = [F.col(c) for c in cluster_by]
-            written = write_rows(snap, _zordered(df, [], keys, n_files), data_change=False)
-            adds = [replace(a, clustering_provider=clustering.PROVIDER) for a in written]
+        written = self._write_zordered(snap, files, [F.col(c) for c in cluster_by])
+        adds = [replace(a, clustering_provider=clustering.PROVIDER) for a in written]
         return self._commit(txn, snap, files, adds, files, 1 if files else 0, [], start, before_commit,
                             cluster_by=cluster_by, full=full)
+
+    def _write_zordered(self, snap: Snapshot, files: list[AddFile], keys: list[Column]) -> list[AddFile]:
+        """The rows of ``files`` rewritten in the z-order of ``keys`` (within each partition), in
+        files of about the target size (OPTIMIZE ZORDER BY and the clustering of a clustered table)."""
+        if not files:
+            return []
+        n_files = max(1, math.ceil(file_bytes(files) / self._target_size(snap)))
+        df = io.read_files_df(self._spark, snap, files)
+        return write_rows(snap, _zordered(df, list(snap.partition_columns), keys, n_files), data_change=False)
 
     # -- planning -----------------------------------------------------------------
     def _target_size(self, snap: Snapshot) -> int:
@@ -337,15 +336,14 @@ class DeltaOptimizeBuilder:
     def result_df(self, result: DmlResult) -> DataFrame:
         """delta-spark's result row: ``(path, metrics)`` with every field of its ``OptimizeMetrics``."""
         m = result.metrics
+        merged = (m["numRemovedFiles"], m["numRemovedBytes"])
         zorder = None
         if m["zOrderBy"]:
             # Each selected partition is rewritten whole into one z-ordered cube ("all"); no input file
             # is counted as part of an earlier cube (serialake writes no ZCUBE tags).
-            merged = (m["numRemovedFiles"], m["numRemovedBytes"])
             zorder = ("all", (0, 0), merged, 0, merged, m["partitionsOptimized"], None)
         stats = None
         if m["clusterBy"]:
-            merged = (m["numRemovedFiles"], m["numRemovedBytes"])
             cubed = m["clusteredInputs"]
             other = (merged[0] - cubed[0], merged[1] - cubed[1])
             stats = (cubed, other, 1 if cubed[0] else 0, merged, 1 if m["numAddedFiles"] else 0)

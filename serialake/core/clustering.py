@@ -17,7 +17,16 @@ import json
 from collections.abc import Mapping, Sequence
 
 from serialake.core.actions import DomainMetadata
-from serialake.core.schema import DecimalType, PrimitiveType, StructField, StructType, physical_name, split_dotted
+from serialake.core.schema import (
+    DecimalType,
+    PrimitiveType,
+    SchemaError,
+    StructField,
+    StructType,
+    field_path,
+    physical_name,
+    split_dotted,
+)
 from serialake.core.skipping import stats_columns
 from serialake.exceptions import CorruptLogError, DeltaAnalysisException
 
@@ -105,18 +114,10 @@ def validate_clustering_columns(
 
 def _resolve(schema: StructType, dotted: str, table: str) -> list[StructField]:
     """The fields a dotted column name (``s.`a.b```) passes through, outermost first."""
-    node: StructType | None = schema
-    fields: list[StructField] = []
-    for part in split_dotted(dotted):
-        f = node.field(part.strip("`")) if node is not None else None
-        if f is None:
-            raise DeltaAnalysisException(
-                f"Clustering column '{dotted}' does not exist in table {table} "
-                f"(columns: {', '.join(schema.field_names)})"
-            )
-        fields.append(f)
-        node = f.data_type if isinstance(f.data_type, StructType) else None
-    return fields
+    try:
+        return field_path(schema, [part.strip("`") for part in split_dotted(dotted)])
+    except SchemaError as e:
+        raise DeltaAnalysisException(f"Clustering column '{dotted}' of table {table}: {e}") from None
 
 
 def _logical_path(schema: StructType, physical: Sequence[str]) -> list[str]:

@@ -30,6 +30,7 @@ __all__ = [
     "change_field",
     "data_type_from_json_value",
     "merge_schemas",
+    "field_path",
     "physical_name",
     "split_dotted",
 ]
@@ -314,6 +315,24 @@ def _nullable_type(t: DataType) -> DataType:
     if isinstance(t, MapType):
         return MapType(_nullable_type(t.key_type), _nullable_type(t.value_type), True)
     return t
+
+
+def field_path(schema: StructType, names: Sequence[str]) -> list[StructField]:
+    """The fields that ``names`` (outermost first) pass through, matched case-insensitively.
+
+    ``SchemaError`` names the first part that does not exist (``'s.x'``).
+    """
+    node: StructType | None = schema
+    fields: list[StructField] = []
+    for i, name in enumerate(names):
+        f = node.field(name) if node is not None else None
+        if f is None:
+            raise SchemaError(
+                f"column '{'.'.join(names[: i + 1])}' does not exist (columns: {', '.join(schema.field_names)})"
+            )
+        fields.append(f)
+        node = f.data_type if isinstance(f.data_type, StructType) else None
+    return fields
 
 
 def split_dotted(name: str) -> list[str]:

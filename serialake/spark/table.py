@@ -275,6 +275,7 @@ class DeltaTable:
                 check_type(key, str, f"All property keys including {key}", "a str")
                 check_type(value, str, f"All property values including {value}", "a str")
         path = dml.clone(self.path, target, shallow=shallow, replace_target=replace, properties=properties, **at)
+        assert path is not None  # returned None only for if_not_exists
         return DeltaTable(self.spark, path)
 
     def generate(self, mode: str) -> None:

@@ -317,28 +317,19 @@ def _change_column(spark: SparkSession, st: ChangeColumn) -> DataFrame:
 
 def _clone(spark: SparkSession, st: Clone) -> DataFrame:
     """CREATE ... CLONE: ``dml.clone`` to the table's path (or its name's location)."""
-    source = _existing(st.source)
     name = st.table.name
-    if st.table.path is not None:
-        target = st.table.path
-    elif st.location is not None:
-        target = st.location
-    else:
-        assert name is not None
-        target = catalog.lookup(name) or catalog.managed_location(name)
-    exists = DeltaLog.for_table(target).table_exists()
-    if exists and st.if_not_exists:
-        return empty(spark)
-    if not exists and st.mode == "replace":
-        raise DeltaTableNotFoundError(f"Cannot REPLACE table {st.table.text}: there is no table at {target}.")
-    version = st.version
+    target = st.table.path or st.location or name  # a name alone: the clone finds (or makes) its location
+    assert target is not None
     timestamp = None
     if st.timestamp is not None:
         timestamp = format_ms(timestamp_millis(spark, st.timestamp)).removesuffix(" UTC")
     path = dml.clone(
-        source, target, shallow=st.shallow, replace_target=st.mode != "create", properties=st.properties,
-        version=version, timestamp=timestamp,
+        resolve(st.source), target, shallow=st.shallow, replace_target=st.mode != "create",
+        must_exist=st.mode == "replace", if_not_exists=st.if_not_exists, properties=st.properties,
+        version=st.version, timestamp=timestamp,
     )  # fmt: skip
+    if path is None:
+        return empty(spark)
     if name is not None:
         catalog.register(name, path)
     return _wrote(spark, path)

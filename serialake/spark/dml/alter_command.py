@@ -16,7 +16,7 @@ from pyspark.sql import types as T
 
 from serialake.core import DeltaLog, clustering, constraints, features
 from serialake.core import properties as props
-from serialake.core.schema import SchemaError, StructField, StructType, change_field
+from serialake.core.schema import SchemaError, StructField, StructType, change_field, field_path
 from serialake.core.written import BeforeCommit, commit_or_clean_up
 from serialake.exceptions import (
     DeltaAnalysisException,
@@ -158,18 +158,10 @@ def cluster_by(table_path: str, columns: Sequence[str], *, before_commit: Before
 
 
 def _field_at(schema: StructType, path: Sequence[str], table: str) -> StructField:
-    node: StructType | None = schema
-    found = None
-    for i, name in enumerate(path):
-        found = node.field(name) if node is not None else None
-        if found is None:
-            raise DeltaAnalysisException(
-                f"Column '{'.'.join(path[: i + 1])}' does not exist in table {table} "
-                f"(columns: {', '.join(schema.field_names)})"
-            )
-        node = found.data_type if isinstance(found.data_type, StructType) else None
-    assert found is not None
-    return found
+    try:
+        return field_path(schema, path)[-1]
+    except SchemaError as e:
+        raise DeltaAnalysisException(f"Table {table}: {e}") from None
 
 
 def _check_no_nulls(spark: SparkSession, txn: Any, snap: Any, column: Sequence[str], table: str) -> None:

@@ -53,24 +53,35 @@ def clone(
     *,
     shallow: bool,
     replace_target: bool = False,
+    must_exist: bool = False,
+    if_not_exists: bool = False,
     properties: Mapping[str, str] | None = None,
     version: int | None = None,
     timestamp: Any = None,
     before_commit: BeforeCommit = None,
-) -> str:
+) -> str | None:
     """Clone the table at ``source_path`` (at ``version`` / ``timestamp``, else latest) to
-    ``target`` (a path, or a table name registered in the catalog); the clone's path."""
-    source_log = DeltaLog.for_table(source_path)
-    if not source_log.table_exists():
-        raise DeltaTableNotFoundError(f"Cannot CLONE {source_path}: it is not a Delta table.")
-    snap = source_log.snapshot(version=version, timestamp=timestamp)
+    ``target`` (a path, or a table name registered in the catalog); the clone's path.
+
+    An existing target is replaced with ``replace_target``, left alone with ``if_not_exists``
+    (None is returned), else an error; ``must_exist`` (REPLACE TABLE) refuses a missing one.
+    """
+    try:
+        snap = DeltaLog.for_table(source_path).snapshot(version=version, timestamp=timestamp)
+    except DeltaTableNotFoundError as e:
+        raise DeltaTableNotFoundError(f"Cannot CLONE {source_path}: {e}") from None
     name = None if is_path(target) else target
-    location = target if name is None else catalog.table_location(name, None, exclusive=not replace_target)
+    exclusive = not (replace_target or if_not_exists)
+    location = target if name is None else catalog.table_location(name, None, exclusive=exclusive)
     log = DeltaLog.for_table(location)
     if log.table_path == snap.table_path:
         raise DeltaAnalysisException(f"Cannot CLONE table {snap.table_path} onto itself.")
     txn = log.start_transaction()
     shown = name or log.table_path
+    if txn.snapshot is not None and if_not_exists:
+        return None
+    if txn.snapshot is None and must_exist:
+        raise DeltaTableNotFoundError(f"Cannot REPLACE table {shown}: there is no table at {log.table_path}.")
     if txn.snapshot is not None and not replace_target:
         raise DeltaAnalysisException(
             f"Cannot CLONE into {shown}: table {shown} already exists (at {log.table_path}). Pass replace=True "

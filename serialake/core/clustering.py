@@ -15,7 +15,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from typing import TYPE_CHECKING
 
+from serialake.core import features
 from serialake.core.actions import DomainMetadata
 from serialake.core.schema import (
     DecimalType,
@@ -28,14 +31,20 @@ from serialake.core.schema import (
     split_dotted,
 )
 from serialake.core.skipping import stats_columns
+
+if TYPE_CHECKING:
+    from serialake.core.snapshot import Snapshot
+    from serialake.core.transaction import OptimisticTransaction
 from serialake.exceptions import CorruptLogError, DeltaAnalysisException
 
 __all__ = [
     "DOMAIN",
     "FEATURES",
     "PROVIDER",
+    "cluster_table",
     "clustering_columns",
     "clustering_domain",
+    "clustering_removed",
     "validate_clustering_columns",
 ]
 
@@ -70,6 +79,26 @@ def clustering_domain(schema: StructType, columns: Sequence[str]) -> DomainMetad
     """The ``delta.clustering`` domain action for these (logical, dotted) columns."""
     paths = [[physical_name(f) for f in _resolve(schema, c, "")] for c in columns]
     return DomainMetadata(DOMAIN, json.dumps({"clusteringColumns": paths}, separators=(",", ":")), False)
+
+
+def cluster_table(txn: OptimisticTransaction, columns: Sequence[str], table: str) -> tuple[list[str], DomainMetadata]:
+    """Make the table ``txn`` commits clustered by ``columns`` (checked against the schema, partitioning
+    and properties it will commit): the protocol gains the clustering features if it lacks them;
+    returns the column names and the domain action to commit."""
+    meta = txn.metadata
+    assert meta is not None, "the table's metadata is set before its clustering"
+    names = validate_clustering_columns(meta.schema, columns, meta.partition_columns, meta.configuration, table)
+    protocol = features.required_protocol(meta.configuration, FEATURES, base=txn.protocol)
+    if protocol != txn.protocol:
+        txn.update_protocol(protocol)
+    return names, clustering_domain(meta.schema, names)
+
+
+def clustering_removed(snapshot: Snapshot | None) -> list[DomainMetadata]:
+    """The tombstone that ends ``snapshot``'s clustering (none when it has none): a replaced table keeps
+    no clustering unless it is asked for again, as with its partitioning."""
+    d = snapshot.domain_metadata.get(DOMAIN) if snapshot is not None else None
+    return [replace(d, removed=True)] if d is not None and not d.removed else []
 
 
 def validate_clustering_columns(

@@ -651,18 +651,15 @@ class DeltaTableBuilder:
         schema = StructType(tuple(self._fields))
         metadata = self._metadata(txn.snapshot.metadata if txn.snapshot else None, shown, schema)
         invariants.check_definitions(spark, schema, metadata.configuration, shown)
-        cluster_by = clustering.validate_clustering_columns(
-            schema, self._clustering, metadata.partition_columns, metadata.configuration, shown
-        )
         txn.update_metadata(metadata, replace_table=True)
         add_schema_features(txn, schema)
         removes: list[Any] = [f.remove() for f in txn.read_whole_table()] if exists else []
-        if cluster_by:
-            txn.update_protocol(features.required_protocol(metadata.configuration, clustering.FEATURES,
-                                                           base=txn.protocol))
-            removes.append(clustering.clustering_domain(schema, cluster_by))
-        elif exists and txn.snapshot is not None and clustering.DOMAIN in txn.snapshot.domain_metadata:
-            removes.append(replace(txn.snapshot.domain_metadata[clustering.DOMAIN], removed=True))
+        cluster_by: list[str] = []
+        if self._clustering:
+            cluster_by, domain = clustering.cluster_table(txn, self._clustering, shown)
+            removes.append(domain)
+        else:
+            removes.extend(clustering.clustering_removed(txn.snapshot))
         params: dict[str, Any] = {
             "isManaged": "true" if self._location is None else "false",
             "partitionBy": json.dumps(list(metadata.partition_columns), separators=(",", ":")),

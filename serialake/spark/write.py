@@ -250,14 +250,11 @@ def _check_arguments(
 
 def _clustering(
     txn: OptimisticTransaction, snap: Any, cluster_by: str | Sequence[str] | None, replacing: bool, table: str
-) -> list[Action]:
+) -> Sequence[Action]:
     """The ``delta.clustering`` domain a write sets: for a new (or replaced) table, from ``clusterBy``."""
     columns = [cluster_by] if isinstance(cluster_by, str) else list(cluster_by or [])
-    meta = txn.metadata
-    assert meta is not None and meta.schema_string is not None
-    schema = StructType.from_json(meta.schema_string)
-    current = clustering.clustering_columns(snap.domain_metadata, snap.schema, table) if snap is not None else None
     if not replacing:
+        current = clustering.clustering_columns(snap.domain_metadata, snap.schema, table)
         if columns and [c.lower() for c in columns] != [c.lower() for c in (current or [])]:
             raise DeltaAnalysisException(
                 f"Table {table} is clustered by [{', '.join(current or [])}], not [{', '.join(columns)}]. Change its "
@@ -265,11 +262,8 @@ def _clustering(
             )
         return []
     if not columns:
-        # A replaced table keeps no clustering unless asked again (as its partitioning).
-        return [replace(snap.domain_metadata[clustering.DOMAIN], removed=True)] if current else []
-    names = clustering.validate_clustering_columns(schema, columns, meta.partition_columns, meta.configuration, table)
-    txn.update_protocol(features.required_protocol(meta.configuration, clustering.FEATURES, base=txn.protocol))
-    return [clustering.clustering_domain(schema, names)]
+        return clustering.clustering_removed(snap)
+    return [clustering.cluster_table(txn, columns, table)[1]]
 
 
 def _new_table(

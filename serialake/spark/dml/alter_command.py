@@ -14,7 +14,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from serialake.core import DeltaLog, clustering, constraints, features
+from serialake.core import DeltaLog, clustering, constraints
 from serialake.core import properties as props
 from serialake.core.schema import SchemaError, StructField, StructType, change_field, field_path
 from serialake.core.written import BeforeCommit, commit_or_clean_up
@@ -143,16 +143,10 @@ def cluster_by(table_path: str, columns: Sequence[str], *, before_commit: Before
     """
     txn, snap = open_transaction(table_path, "CLUSTER BY")
     table = snap.table_path
-    names = clustering.validate_clustering_columns(
-        snap.schema, list(columns), snap.partition_columns, snap.configuration, table
-    )
     current = clustering.clustering_columns(snap.domain_metadata, snap.schema, table)
-    if current is None and not names:
+    if current is None and not columns:
         return snap.version  # CLUSTER BY NONE on a table never clustered: nothing to change
-    protocol = features.required_protocol(snap.configuration, clustering.FEATURES, base=snap.protocol)
-    if protocol != snap.protocol:
-        txn.update_protocol(protocol)
-    domain = clustering.clustering_domain(snap.schema, names)
+    names, domain = clustering.cluster_table(txn, list(columns), table)
     params = {"oldClusteringColumns": ",".join(current or []), "newClusteringColumns": ",".join(names)}
     return commit_or_clean_up(txn, [domain], "CLUSTER BY", params, {}, before_commit=before_commit)
 

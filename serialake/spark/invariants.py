@@ -82,53 +82,58 @@ class IdentityValues:
     """
 
     def __init__(self, schema: StructType, table: str, *, given: Collection[str], from_user: bool) -> None:
-        self.schema = schema
         self.table = table
         self.columns = identity.identity_columns(schema)
         self.given = {g.lower() for g in given}
         self.from_user = from_user
-        self._observed: list[tuple[identity.IdentityColumn, Observation]] = []
+        self._observed: list[identity.IdentityColumn] = []  # the columns whose values the write observes
+        self._observation: Observation | None = None
 
     def fill(self, df: DataFrame) -> DataFrame:
         """``df`` with identity values generated where needed (its generate flags dropped)."""
         flags = [c for c in df.columns if c.startswith(GENERATE_PREFIX)]
-        out = df
+        generated: list[identity.IdentityColumn] = []
         for c in self.columns:
-            flag = generate_flag(c.name)
-            if flag not in flags and c.name.lower() in self.given:
-                if self.from_user and not c.allow_explicit_insert:
-                    raise DeltaAnalysisException(
-                        f"Providing values for GENERATED ALWAYS AS IDENTITY column '{c.name}' of table {self.table} "
-                        "is not supported: leave the column out, and every row gets a generated value."
-                    )
-                if self.from_user:  # values given explicitly raise the mark past them
-                    out = self._observe(out, c, F.col(_q(c.name)))
-                continue
+            if generate_flag(c.name) in flags or c.name.lower() not in self.given:
+                generated.append(c)
+            elif self.from_user and not c.allow_explicit_insert:
+                raise DeltaAnalysisException(
+                    f"Providing values for GENERATED ALWAYS AS IDENTITY column '{c.name}' of table {self.table} "
+                    "is not supported: leave the column out, and every row gets a generated value."
+                )
+        out = df
+        if generated:
             # coalesce: at most ``partitions`` at run time, whatever adaptive execution does to the
             # plan (a skewed join split into more partitions would break the residue classes).
             partitions = max(1, out.rdd.getNumPartitions())
             out = out.coalesce(partitions)
             row_id = F.monotonically_increasing_id()
-            part = F.shiftright(row_id, _PARTITION_BITS)
-            k = row_id.bitwiseAND(F.lit((1 << _PARTITION_BITS) - 1))
-            value = F.lit(c.next_base) + F.lit(c.step) * (part + F.lit(partitions) * k)
-            generate = F.col(flag) if flag in flags else F.lit(True)
-            out = out.withColumn(c.name, F.when(generate, value).otherwise(F.col(_q(c.name))))
-            # Every value stored counts: generated ones, and those a MERGE insert assigned explicitly.
-            out = self._observe(out, c, F.col(_q(c.name)))
+            slot = F.shiftright(row_id, _PARTITION_BITS) + F.lit(partitions) * row_id.bitwiseAND(
+                F.lit((1 << _PARTITION_BITS) - 1)
+            )
+            for c in generated:
+                flag = generate_flag(c.name)
+                generate = F.col(flag) if flag in flags else F.lit(True)
+                value = F.lit(c.next_base) + F.lit(c.step) * slot
+                out = out.withColumn(c.name, F.when(generate, value).otherwise(F.col(_q(c.name))))
+        # Every value stored counts: generated ones, those a MERGE insert assigned, and those a
+        # user's data gives a BY DEFAULT column (later generated values then never repeat them).
+        self._observed = [c for c in self.columns if c in generated or self.from_user]
+        if self._observed:
+            self._observation = Observation()
+            aggs = [agg(F.col(_q(c.name))).alias(f"{kind}{i}") for i, c in enumerate(self._observed)
+                    for kind, agg in (("lo", F.min), ("hi", F.max))]  # fmt: skip
+            out = out.observe(self._observation, *aggs)
         return out.drop(*flags) if flags else out
-
-    def _observe(self, df: DataFrame, c: identity.IdentityColumn, values: Column) -> DataFrame:
-        observation = Observation()
-        self._observed.append((c, observation))
-        return df.observe(observation, F.min(values).alias("lo"), F.max(values).alias("hi"))
 
     def high_water_marks(self) -> dict[str, int]:
         """The new high-water mark of each column that got values (after the write ran)."""
+        if self._observation is None:
+            return {}
+        got = self._observation.get
         marks: dict[str, int] = {}
-        for c, observation in self._observed:
-            got = observation.get
-            mark = c.raised(got.get("lo"), got.get("hi"))
+        for i, c in enumerate(self._observed):
+            mark = c.raised(got.get(f"lo{i}"), got.get(f"hi{i}"))
             if mark is not None and mark != c.high_water_mark:
                 marks[c.name] = mark
         return marks

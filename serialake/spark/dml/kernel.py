@@ -380,10 +380,11 @@ def write_rows(
     adds = write_checked_files(
         df, snap.table_path, list(snap.partition_columns), data_change=data_change, configuration=snap.configuration
     )
-    if identity_values is not None and identity_values.high_water_marks():
-        if txn is None:
+    if identity_values is not None:
+        if txn is not None:
+            identity_values.record(txn)
+        elif identity_values.high_water_marks():
             raise DeltaAnalysisException(f"Table {snap.table_path}: identity values generated outside a transaction")
-        identity_values.record(txn)
     return adds
 
 

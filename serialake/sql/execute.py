@@ -208,9 +208,7 @@ def _check_same_schema(log: DeltaLog, st: CreateTable) -> None:
     """CREATE TABLE (cols) LOCATION of an existing table: allowed when the schemas agree."""
     have = log.update().schema
     given = StructType.from_ddl(", ".join(f"`{c.name}` {c.type}" for c in st.columns))
-    mine = [(f.name.lower(), f.data_type.simple_string()) for f in have.fields]
-    theirs = [(f.name.lower(), f.data_type.simple_string()) for f in given.fields]
-    if mine != theirs:
+    if _shape(have) != _shape(given):
         raise DeltaAnalysisException(
             f"Table {st.table.text}: a Delta table already exists at {log.table_path} with schema "
             f"{have.simple_string()}, which differs from the one given ({given.simple_string()}). "
@@ -353,12 +351,12 @@ def _set_location(spark: SparkSession, st: SetLocation) -> DataFrame:
     if st.table.name is None:
         raise DeltaAnalysisException(f"ALTER TABLE {st.table.text} SET LOCATION: only a named table has a location.")
     old = DeltaLog.for_table(_existing(st.table)).update()
-    log = DeltaLog.for_table(st.location)
-    if not log.table_exists():
+    try:
+        new = DeltaLog.for_table(st.location).update()
+    except DeltaTableNotFoundError:
         raise DeltaTableNotFoundError(
             f"Cannot set the location of table {st.table.name} to {st.location}: it is not a Delta table."
-        )
-    new = log.update()
+        ) from None
     if _shape(old.schema) != _shape(new.schema):
         raise DeltaAnalysisException(
             f"Cannot set the location of table {st.table.name} to {st.location}: its schema "
@@ -369,6 +367,7 @@ def _set_location(spark: SparkSession, st: SetLocation) -> DataFrame:
 
 
 def _shape(schema: Any) -> list[tuple[str, str]]:
+    """A schema's column names (case-insensitive) and types, for "the same columns" checks."""
     return [(f.name.lower(), f.data_type.simple_string()) for f in schema.fields]
 
 

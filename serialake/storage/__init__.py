@@ -38,9 +38,11 @@ def normalize_table_path(path: str) -> str:
     import os
     from urllib.parse import unquote, urlparse
 
-    if _scheme(path) in S3_SCHEMES:
+    scheme = _scheme(path)
+    if scheme in S3_SCHEMES:
         return normalize_s3_uri(str(path))
-    check_supported_uri(path)
+    if scheme not in (None, "file"):
+        check_supported_uri(path)  # raises, naming the scheme
     if path[:5].lower() == "file:":
         path = unquote(urlparse(path).path)
     return os.path.abspath(os.path.expanduser(path)).rstrip("/") or "/"

@@ -40,7 +40,7 @@ from urllib.parse import urlparse
 from serialake.exceptions import DeltaIllegalArgumentException, FileAlreadyExistsError
 from serialake.storage.base import FileStatus, LogStore, WriteNotDoneError, WriteOutcomeUnknownError
 
-__all__ = ["S3_SCHEMES", "S3LogStore", "configure", "normalize_s3_uri", "split_s3_uri"]
+__all__ = ["S3_SCHEMES", "S3LogStore", "configure", "normalize_s3_uri", "split_s3_uri", "store_with", "worker_access"]
 
 S3_SCHEMES = ("s3", "s3a")
 
@@ -107,6 +107,7 @@ def configure(options: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
     with _lock:
         _options.update(translated)
         _stores.clear()
+        _worker_stores.clear()
 
 
 def _store(bucket: str) -> Any:
@@ -114,27 +115,80 @@ def _store(bucket: str) -> Any:
         store = _stores.get(bucket)
         if store is not None:
             return store
-        from obstore.store import S3Store
-
-        opts = dict(_options)
-        env = os.environ
-        endpoint = opts.pop("endpoint", None) or env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL")
-        allow_http = (opts.pop("allow_http", None) or env.get("AWS_ALLOW_HTTP") or "").lower() == "true"
-        virtual_hosted = opts.pop("virtual_hosted_style_request", None)
-        config: dict[str, Any] = dict(opts)
-        if endpoint:
-            config["endpoint"] = endpoint
-        if virtual_hosted is not None or endpoint:  # a custom endpoint: path style unless told otherwise
-            config["virtual_hosted_style_request"] = (virtual_hosted or "false").lower() == "true"
-        config.setdefault("region", env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or "us-east-1")
-        client: dict[str, Any] = {"timeout": "30s", "connect_timeout": "5s"}
-        if allow_http or (endpoint or "").startswith("http://"):
-            client["allow_http"] = True
-        # Bounded retries: a commit whose outcome stays unknown is decided by reading the log,
-        # not by minutes of hidden retries (object_store's default is 10 retries over 3 minutes).
-        retry: Any = {"max_retries": 3, "retry_timeout": datetime.timedelta(seconds=20)}
-        store = S3Store(bucket, config=config, client_options=client, retry_config=retry)  # type: ignore[arg-type]
+        store = _build(bucket, _resolved_config())
         _stores[bucket] = store
+        return store
+
+
+def _resolved_config() -> dict[str, Any]:
+    """The object_store settings this process uses: ``configure(...)`` options over the AWS
+    environment variables, plus the client's timeouts and whether plain HTTP is allowed."""
+    opts = dict(_options)
+    env = os.environ
+    endpoint = opts.pop("endpoint", None) or env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL")
+    allow_http = (opts.pop("allow_http", None) or env.get("AWS_ALLOW_HTTP") or "").lower() == "true"
+    virtual_hosted = opts.pop("virtual_hosted_style_request", None)
+    config: dict[str, Any] = dict(opts)
+    for key, names in _ENV_KEYS.items():
+        value = next((env[n] for n in names if env.get(n)), None)
+        if value and key not in config:
+            config[key] = value
+    if endpoint:
+        config["endpoint"] = endpoint
+    if virtual_hosted is not None or endpoint:  # a custom endpoint: path style unless told otherwise
+        config["virtual_hosted_style_request"] = (virtual_hosted or "false").lower() == "true"
+    config.setdefault("region", env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or "us-east-1")
+    client: dict[str, Any] = {"timeout": "30s", "connect_timeout": "5s"}
+    if allow_http or (endpoint or "").startswith("http://"):
+        client["allow_http"] = True
+    return {"config": config, "client": client}
+
+
+# Credentials object_store would find in the environment itself, resolved here so that they
+# travel with ``worker_access`` to executors whose environment lacks them.
+_ENV_KEYS = {
+    "access_key_id": ("AWS_ACCESS_KEY_ID",),
+    "secret_access_key": ("AWS_SECRET_ACCESS_KEY",),
+    "session_token": ("AWS_SESSION_TOKEN",),
+}
+
+
+def _build(bucket: str, resolved: Mapping[str, Any]) -> Any:
+    from obstore.store import S3Store
+
+    # Bounded retries: a commit whose outcome stays unknown is decided by reading the log,
+    # not by minutes of hidden retries (object_store's default is 10 retries over 3 minutes).
+    retry: Any = {"max_retries": 3, "retry_timeout": datetime.timedelta(seconds=20)}
+    config: Any = dict(resolved["config"])
+    client: Any = dict(resolved["client"])
+    return S3Store(bucket, config=config, client_options=client, retry_config=retry)
+
+
+def worker_access() -> dict[str, Any]:
+    """This process's resolved S3 settings, to ship to Spark executors (``use_access`` there).
+
+    Executors are other processes, often on other machines, without the driver's
+    ``configure(...)`` calls or environment: the driver's view of the store travels with the
+    job (as Spark ships its Hadoop configuration), so both sides reach the same objects.
+    """
+    with _lock:
+        return _resolved_config()
+
+
+_worker_stores: dict[tuple[str, str], Any] = {}
+
+
+def store_with(bucket: str, access: Mapping[str, Any] | None) -> Any:
+    """The store of ``bucket``: built from shipped ``access`` (``worker_access``), or this process's own."""
+    if access is None:
+        return _store(bucket)
+    import json
+
+    key = (bucket, json.dumps(access, sort_keys=True, default=str))
+    with _lock:
+        store = _worker_stores.get(key)
+        if store is None:
+            store = _worker_stores[key] = _build(bucket, access)
         return store
 
 

@@ -1,8 +1,10 @@
-"""Where a table's data file is on the local file system.
+"""Where a table's data file is: a local file-system path, or an ``s3://`` URI.
 
 ``add.path`` is a relative, URI-encoded path under the table directory, or an absolute URI
 (the protocol allows both). A relative path that leaves the table directory
-(``../x.parquet``, also percent-encoded) is refused: readers must never follow it.
+(``../x.parquet``, also percent-encoded) is refused: readers must never follow it. The files
+of an ``s3://`` table are named by URIs below it (``storage.datafiles`` reads and writes both
+kinds).
 """
 
 from __future__ import annotations
@@ -13,22 +15,28 @@ from urllib.parse import unquote, urlparse
 from serialake.core.actions import decode_path
 from serialake.core.validate import escapes_table
 from serialake.exceptions import InvalidTableError, UnsupportedFeatureError
+from serialake.storage.datafiles import is_remote
+from serialake.storage.s3 import S3_SCHEMES
 
 __all__ = ["absolute_path"]
 
 
 def absolute_path(table_path: str, add_path: str) -> str:
-    """The local file-system path of an ``add.path`` (relative URI-encoded, or an absolute URI).
+    """Where an ``add.path`` (relative URI-encoded, or an absolute URI) is: a local file-system path,
+    or for a file on S3 (an ``s3://`` URI, or a relative path in an ``s3://`` table) its decoded URI.
 
     A relative path that leaves the table directory (``../x.parquet``) is refused with
     ``InvalidTableError``; absolute paths and URIs are allowed, as the protocol says.
     """
     if "://" in add_path or add_path.startswith("file:"):
         parsed = urlparse(add_path)
-        if parsed.scheme not in ("", "file"):
+        scheme = parsed.scheme.lower()
+        if scheme in S3_SCHEMES and parsed.netloc:
+            return f"{scheme}://{parsed.netloc}{posixpath.normpath('/' + unquote(parsed.path).lstrip('/'))}"
+        if scheme not in ("", "file"):
             raise UnsupportedFeatureError(
                 f"Table {table_path}: data file {add_path} is on '{parsed.scheme}', "
-                "only local files are supported"
+                "only local files and S3 are supported"
             )
         if parsed.scheme:
             return posixpath.normpath(unquote(parsed.path))
@@ -39,4 +47,6 @@ def absolute_path(table_path: str, add_path: str) -> str:
         raise InvalidTableError(
             f"relative path {add_path!r} leaves the table directory", table=table_path, field="add.path"
         )
+    if is_remote(table_path):  # an S3 table (normalized: no trailing slash); normpath would fold its '//'
+        return f"{table_path}/{posixpath.normpath(decoded)}"
     return posixpath.normpath(posixpath.join(table_path, decoded))

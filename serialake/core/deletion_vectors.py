@@ -26,8 +26,9 @@ from urllib.parse import unquote, urlparse
 from pyroaring import BitMap, BitMap64, FrozenBitMap64
 
 from serialake.core.actions import DeletionVectorDescriptor, FileAction
-from serialake.exceptions import CorruptLogError, DeltaIllegalArgumentException, UnsupportedFeatureError
+from serialake.exceptions import CorruptLogError, DeltaIllegalArgumentException
 from serialake.storage import is_local_path, normalize_table_path
+from serialake.storage.datafiles import Access, is_remote
 from serialake.storage.local import fsync_dir
 
 if TYPE_CHECKING:
@@ -544,8 +545,12 @@ def dv_referenced_files(
 # -- reading ----------------------------------------------------------------------------
 
 
-def read_deletion_vector(table_path: str, dv: DeletionVectorDescriptor) -> RowIndexSet:
-    """The deleted rows of ``dv``, checked against its size, CRC-32 and cardinality."""
+def read_deletion_vector(table_path: str, dv: DeletionVectorDescriptor, access: Access | None = None) -> RowIndexSet:
+    """The deleted rows of ``dv``, checked against its size, CRC-32 and cardinality.
+
+    ``access`` reaches the file on object storage (an executor passes the driver's, shipped
+    with its task); by default this process's own settings.
+    """
     if dv.storage_type == "i":
         where = "inline"
         try:
@@ -560,7 +565,7 @@ def read_deletion_vector(table_path: str, dv: DeletionVectorDescriptor) -> RowIn
         path = dv_absolute_path(table_path, dv)
         assert path is not None
         where = path
-        data = _read_dv_file(table_path, path, dv)
+        data = _read_dv_file(table_path, path, dv, access)
     try:
         rows = RowIndexSet.deserialize(data)
     except ValueError as e:
@@ -580,11 +585,12 @@ def read_deletion_vector(table_path: str, dv: DeletionVectorDescriptor) -> RowIn
     return rows
 
 
-def _read_dv_file(table_path: str, path: str, dv: DeletionVectorDescriptor) -> bytes:
+def _read_dv_file(table_path: str, path: str, dv: DeletionVectorDescriptor, access: Access | None = None) -> bytes:
     """The bitmap bytes of ``dv`` inside the DV file at ``path`` (framing checked)."""
-    if "://" in path:
+    remote = is_remote(path)
+    if "://" in path and not remote:
         raise CorruptDeletionVectorError(
-            "deletion vector lives on a non-local file system, which this library cannot read",
+            f"deletion vector lives on a file system this library cannot read ({path.split('://', 1)[0]})",
             table=table_path,
             file=path,
             dv=dv,
@@ -600,10 +606,15 @@ def _read_dv_file(table_path: str, path: str, dv: DeletionVectorDescriptor) -> b
     if size < 0:
         raise fail(f"deletion vector sizeInBytes {size} is negative")
     try:
-        with open(path, "rb") as f:
-            version = f.read(1)
-            f.seek(offset)
-            frame = f.read(4 + size + 4)
+        if remote:
+            reach = access if access is not None else Access.here(path)
+            version = reach.read_range(path, 0, 1)
+            frame = reach.read_range(path, offset, 4 + size + 4)
+        else:
+            with open(path, "rb") as f:
+                version = f.read(1)
+                f.seek(offset)
+                frame = f.read(4 + size + 4)
     except FileNotFoundError:
         raise fail("deletion vector file is missing") from None
     except OSError as e:
@@ -666,17 +677,7 @@ def write_deletion_vector(
             offset=None,
         )
     root = normalize_table_path(table_path)
-    if not is_local_path(root):
-        raise UnsupportedFeatureError(
-            f"Table {root}: serialake cannot write deletion-vector files on object storage yet; nothing was written."
-        )
-    directory = os.path.join(root, prefix) if prefix else root
-    if not os.path.isdir(directory):
-        os.makedirs(directory, exist_ok=True)
-        # The new directory's own entry must survive a crash too.
-        fsync_dir(os.path.dirname(directory))
     dv_uuid = uuid.uuid4()
-    path = os.path.join(directory, dv_file_name(dv_uuid))
     payload = b"".join(
         (
             bytes([DV_FILE_FORMAT_VERSION]),
@@ -685,6 +686,24 @@ def write_deletion_vector(
             struct.pack(">I", zlib.crc32(data)),
         )
     )
+    descriptor = DeletionVectorDescriptor(
+        storage_type="u",
+        path_or_inline_dv=prefix + uuid_to_z85(dv_uuid),
+        size_in_bytes=len(data),
+        cardinality=len(rows),
+        offset=1,
+    )
+    if not is_local_path(root):
+        # An object under a fresh UUID name, whole once its PUT returns (no directories on S3).
+        location = f"{root}/{prefix}/{dv_file_name(dv_uuid)}" if prefix else f"{root}/{dv_file_name(dv_uuid)}"
+        Access.here(location).put_new(location, payload)
+        return descriptor
+    directory = os.path.join(root, prefix) if prefix else root
+    if not os.path.isdir(directory):
+        os.makedirs(directory, exist_ok=True)
+        # The new directory's own entry must survive a crash too.
+        fsync_dir(os.path.dirname(directory))
+    path = os.path.join(directory, dv_file_name(dv_uuid))
     # O_EXCL: a fresh UUID never collides, and if it did we must not clobber a live DV.
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     try:
@@ -701,10 +720,4 @@ def write_deletion_vector(
         raise
     os.close(fd)
     fsync_dir(directory)
-    return DeletionVectorDescriptor(
-        storage_type="u",
-        path_or_inline_dv=prefix + uuid_to_z85(dv_uuid),
-        size_in_bytes=len(data),
-        cardinality=len(rows),
-        offset=1,
-    )
+    return descriptor

@@ -33,7 +33,14 @@ from typing import Any
 
 from serialake.core.types import PRIMITIVES, decimal_params, integral_bounds, type_family, type_name
 
-__all__ = ["parse_boolean", "parse_date", "parse_partition_value", "parse_timestamp"]
+__all__ = [
+    "format_partition_value",
+    "hive_escape",
+    "parse_boolean",
+    "parse_date",
+    "parse_partition_value",
+    "parse_timestamp",
+]
 
 
 def parse_partition_value(raw: str | None, data_type: Any) -> Any:
@@ -55,6 +62,49 @@ def parse_partition_value(raw: str | None, data_type: Any) -> Any:
     except (ValueError, ArithmeticError) as e:
         reason = f" ({e.args[0]})" if isinstance(e, _Invalid) else ""
         raise ValueError(f"partition value {raw!r} is not a valid {name}{reason}") from None
+
+
+def format_partition_value(value: Any, data_type: Any) -> str | None:
+    """The log string of partition value ``value`` (a Python value of ``data_type``): the
+    inverse of ``parse_partition_value``, written as Delta writers write it.
+
+    Timestamps are UTC ``YYYY-MM-DD HH:MM:SS.ffffff`` (an aware datetime is converted, a
+    naive one is taken as UTC for ``timestamp`` and as is for ``timestamp_ntz``); booleans
+    ``true``/``false``; decimals in plain notation; binary as UTF-8 text. ``ValueError``
+    for a value that is not of the type.
+    """
+    if value is None:
+        return None
+    name = type_name(data_type)
+    if name in ("timestamp", "timestamp_ntz"):
+        if not isinstance(value, dt.datetime):
+            raise ValueError(f"partition value {value!r} is not a {name}")
+        if value.tzinfo is not None:
+            value = value.astimezone(dt.UTC).replace(tzinfo=None)
+        return value.strftime("%Y-%m-%d %H:%M:%S.%f")
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, Decimal):
+        return format(value, "f")
+    if isinstance(value, dt.date):
+        return value.isoformat()
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        try:
+            return bytes(value).decode("utf-8")
+        except UnicodeDecodeError:
+            raise ValueError(f"binary partition value {bytes(value)!r} is not UTF-8 text") from None
+    if isinstance(value, float):
+        return repr(value)
+    return str(value)
+
+
+# Characters Hive (and Spark) escape as %XX in partition directory names.
+_HIVE_ESCAPED = frozenset('"#%\'*/:=?\\\x7f{[]^') | frozenset(chr(c) for c in range(1, 32))
+
+
+def hive_escape(text: str) -> str:
+    """``text`` as a Hive partition directory name component (Spark's ``escapePathName``)."""
+    return "".join(f"%{ord(c):02X}" if c in _HIVE_ESCAPED else c for c in text)
 
 
 def parse_boolean(text: str) -> bool:

@@ -313,11 +313,27 @@ def write_data_files(
     The job counts the rows it writes (an ``Observation``); when the files the driver finds
     hold another number, ``StagingMismatchError`` is raised and the found files are deleted:
     executors that do not share the driver's file system must never commit an empty write.
+
+    On object storage (``s3://``) the executors write the files themselves, straight to their
+    final names, and the job returns their descriptions (``spark.remote.write_files``).
     """
     table_path = _local_path(table_path)
     spark = df.sparkSession
     _ensure_micros_timestamps(spark)
     partition_columns = [_resolve(df.schema, c, table_path) for c in partition_columns]
+    if not is_local_path(table_path):  # object storage: the executors write the objects
+        from serialake.spark import remote
+
+        stored = [f for f in df.schema.fields if f.name not in set(partition_columns)]
+        data_schema = to_delta_schema(T.StructType(stored))
+        return remote.write_files(
+            df,
+            table_path,
+            partition_columns,
+            stats_columns(data_schema, configuration or {}),
+            data_change=data_change,
+            max_records_per_file=max_records_per_file,
+        )
     observation = Observation(f"serialake_write_{uuid.uuid4().hex}")
     observed = df.observe(observation, F.count(F.lit(1)).alias(_ROWS_METRIC))
     writer = observed.write.format("parquet").mode("append")  # into the fresh, empty staging dir
@@ -392,11 +408,10 @@ def plan_condition_sql(jdf: Any) -> str | None:
 
 
 def require_local_data(table_path: str, what: str) -> None:
-    """Refuse, clearly, data-file work on a table whose files are not on a local file system.
+    """Refuse, clearly, local-only data-file work (a staging directory) on a table on object storage.
 
-    The transaction log of an ``s3://`` table works (``serialake.storage.s3``); writing its
-    data files from Spark does not yet: without this, a staging path like ``s3://b/t/_staging``
-    would become a local directory named ``s3:``.
+    Without this, a staging path like ``s3://b/t/_staging`` would become a local directory
+    named ``s3:``; S3 tables' files are written to their final names (``spark.remote``).
     """
     if not is_local_path(table_path):
         raise UnsupportedFeatureError(
@@ -711,16 +726,30 @@ def read_files_df(
     ``_row_index`` (the row's position in its Parquet file, what deletion vectors refer
     to). Column-mapped tables are read by physical name and shown by logical name.
     ``columns`` selects (and orders) logical columns. No files: an empty DataFrame.
+    Files on object storage are read by the executors (``spark.remote.read_files``).
     """
     schema = snapshot.schema
     table = snapshot.table_path
-    require_local_data(table, "read data files with Spark")
     parts = list(snapshot.partition_columns)
     out_fields = select_fields(schema, columns, table)
     extra = [FILE_COLUMN, ROW_INDEX_COLUMN] if with_file_path else []
     if not files:
         return _empty_df(spark, out_fields, with_file_path)
     mode = column_mapping_mode(snapshot)
+    if not is_local_path(table):  # object storage: the executors read the objects
+        from serialake.spark import remote
+
+        return remote.read_files(
+            spark,
+            table,
+            out_fields,
+            parts,
+            mode != "none",
+            files,
+            with_file_path=with_file_path,
+            file_column=FILE_COLUMN,
+            row_index_column=ROW_INDEX_COLUMN,
+        )
     stored = data_fields(schema, parts)
     file_schema = StructType(tuple(_physical_field(f) for f in stored)) if mode != "none" else StructType(
         tuple(stored)

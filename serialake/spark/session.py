@@ -8,7 +8,7 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-__all__ = ["DEFAULT_CONF", "spark_session"]
+__all__ = ["DEFAULT_CONF", "spark_session", "use_executor_python"]
 
 DEFAULT_MASTER = "local[2]"
 
@@ -49,12 +49,26 @@ def spark_session(app_name: str = "serialake", *, master: str | None = None, **c
     defaults = dict(DEFAULT_CONF)
     if not os.environ.get("PYSPARK_PYTHON"):
         defaults["spark.pyspark.python"] = sys.executable
-    for key, value in {**defaults, **{k: str(v) for k, v in conf.items()}}.items():
+    settings = {**defaults, **{k: str(v) for k, v in conf.items()}}
+    for key, value in settings.items():
         builder = builder.config(key, value)
+    use_executor_python(settings.get("spark.pyspark.python"))
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     _silence_task_failure_logs(spark)
     return configure(spark)
+
+
+def use_executor_python(python: str | None) -> None:
+    """Make ``python`` the executors' Python for the SparkContext about to start.
+
+    PySpark takes its workers' Python from ``PYSPARK_PYTHON`` when the context starts
+    (``SparkContext.pythonExec``), not from ``spark.pyspark.python``, which only
+    ``spark-submit`` reads: without this, workers run whatever ``python3`` is on the PATH,
+    which may lack pyarrow (Arrow UDFs, reading and writing S3 data files fail) or serialake.
+    """
+    if python and not os.environ.get("PYSPARK_PYTHON"):
+        os.environ["PYSPARK_PYTHON"] = python
 
 
 # Loggers that print a failed task's stack trace before the driver re-raises it as an exception.

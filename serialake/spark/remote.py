@@ -1,0 +1,474 @@
+"""Spark jobs that write and read a table's data files on object storage, from the executors.
+
+This pyspark has no S3 file system (no S3A connector), so Spark cannot open ``s3://``
+paths itself. The executors do the I/O in Python instead, with pyarrow for Parquet and
+``storage.datafiles`` (obstore) for the objects:
+
+- **Writing** (``write_files``): the rows reach each task as Arrow batches
+  (``mapInArrow``), sorted within the task by the partition columns as Spark's own writer
+  sorts them; the task writes Parquet straight to final, unique object names
+  ``<table>/<col>=<value>/part-<uuid>.c000.<codec>.parquet`` (S3 has no rename, so
+  nothing is staged and moved) and returns one row per file: its path, partition values,
+  size, row count and footer statistics. The driver takes the file list from the job's
+  result, never from a listing: what it commits is exactly what the job wrote. Files of a
+  failed or retried task attempt are never reported, so never committed (VACUUM removes
+  them).
+- **Reading** (``read_files``): the files to read (with their partition values and
+  deletion vectors) are spread over tasks, each reading its files with pyarrow, dropping
+  the rows its deletion vectors mark, adding the partition columns and, when asked, the
+  file path and row index; columns a file lacks are NULL, column-mapped columns are found
+  by their physical names.
+
+The executors reach the store with the driver's resolved settings (``datafiles.Access``),
+shipped with the job. Both run in the executors' Python, which must have pyarrow and
+serialake (``spark.pyspark.python``).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pyspark.sql.functions as F
+import pyspark.sql.types as T
+from pyspark.sql import DataFrame, SparkSession
+
+from serialake.core.actions import AddFile, DeletionVectorDescriptor, encode_path
+from serialake.core.partition_values import format_partition_value, hive_escape, parse_partition_value
+from serialake.core.schema import ArrayType, DataType, MapType, StructField, StructType, physical_name
+from serialake.storage.datafiles import Access
+
+__all__ = ["read_files", "write_files"]
+
+HIVE_DEFAULT_PARTITION = "__HIVE_DEFAULT_PARTITION__"
+_TARGET_TASK_BYTES = 128 << 20  # files are grouped into read tasks of about this many bytes
+_READ_BATCH_ROWS = 65536
+
+_WRITTEN = T.StructType(
+    [
+        T.StructField("path", T.StringType(), False),
+        T.StructField("partition_values", T.StringType(), False),
+        T.StructField("size", T.LongType(), False),
+        T.StructField("modification_time", T.LongType(), False),
+        T.StructField("num_records", T.LongType(), False),
+        T.StructField("stats", T.StringType(), True),
+    ]
+)
+
+
+# ---------------------------------------------------------------------------------------------
+# Writing
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _WriteTask:
+    """What every write task needs (pickled into the job)."""
+
+    access: Access
+    table: str
+    partition_columns: tuple[str, ...]
+    partition_types: tuple[DataType, ...]
+    data_columns: tuple[str, ...]
+    indexed: tuple[tuple[tuple[str, ...], DataType], ...]
+    max_records: int
+    codec: str
+
+    def __call__(self, batches: Iterator[Any]) -> Iterator[Any]:
+        import pyarrow as pa
+
+        written: list[dict[str, Any]] = []
+        current: _OpenFile | None = None
+        try:
+            for batch in batches:
+                for key, piece in self._runs(batch):
+                    start = 0
+                    while start < piece.num_rows:
+                        if current is not None and (
+                            current.key != key or (self.max_records and current.rows >= self.max_records)
+                        ):
+                            written.append(current.close())
+                            current = None
+                        if current is None:
+                            current = _OpenFile(self, key, piece.schema)
+                        room = self.max_records - current.rows if self.max_records else piece.num_rows
+                        part = piece.slice(start, min(room, piece.num_rows - start))
+                        current.write(part)
+                        start += part.num_rows
+            if current is not None:
+                written.append(current.close())
+                current = None
+        except BaseException:
+            if current is not None:
+                current.abandon()
+            raise
+        yield pa.RecordBatch.from_pylist(written, schema=_written_arrow_schema())
+
+    def _runs(self, batch: Any) -> Iterator[tuple[tuple[str | None, ...], Any]]:
+        """``(partition key, rows of the data columns)`` for each run of equal partition values
+        (the task's rows are sorted by them)."""
+        data = batch.select(list(self.data_columns))
+        if not self.partition_columns or batch.num_rows == 0:
+            yield (), data
+            return
+        columns = [batch.column(c).to_pylist() for c in self.partition_columns]
+        keys = list(zip(*columns))
+        start = 0
+        for i in range(1, len(keys) + 1):
+            if i == len(keys) or keys[i] != keys[start]:
+                values = tuple(format_partition_value(v, t) for v, t in zip(keys[start], self.partition_types))
+                yield values, data.slice(start, i - start)
+                start = i
+
+    def location(self, key: tuple[str | None, ...]) -> str:
+        name = f"part-{uuid.uuid4()}.c000.{self.codec}.parquet" if self.codec != "none" else (
+            f"part-{uuid.uuid4()}.c000.parquet"
+        )
+        dirs = [
+            f"{hive_escape(c)}={HIVE_DEFAULT_PARTITION if v is None else hive_escape(v) or HIVE_DEFAULT_PARTITION}"
+            for c, v in zip(self.partition_columns, key)
+        ]
+        return "/".join([*dirs, name])
+
+
+class _OpenFile:
+    """One data file being written by a task: a Parquet writer over a new object."""
+
+    def __init__(self, task: _WriteTask, key: tuple[str | None, ...], schema: Any) -> None:
+        import pyarrow.parquet as pq
+
+        self.task = task
+        self.key = key
+        self.rows = 0
+        self.relative = task.location(key)
+        self.uri = f"{task.table}/{self.relative}"
+        self._create = task.access.create(self.uri)
+        self._sink = self._create.__enter__()
+        compression = None if task.codec == "none" else task.codec
+        self._writer = pq.ParquetWriter(self._sink, schema, compression=compression)
+
+    def write(self, batch: Any) -> None:
+        self._writer.write_batch(batch)
+        self.rows += batch.num_rows
+
+    def close(self) -> dict[str, Any]:
+        from serialake.spark.io import file_stats
+
+        self._writer.close()
+        size = self._sink.tell()
+        self._create.__exit__(None, None, None)
+        metadata = self._writer.writer.metadata
+        return {
+            "path": encode_path(self.relative),
+            "partition_values": json.dumps(dict(zip(self.task.partition_columns, self.key))),
+            "size": size,
+            "modification_time": int(time.time() * 1000),
+            "num_records": metadata.num_rows,
+            "stats": file_stats(metadata, list(self.task.indexed)),
+        }
+
+    def abandon(self) -> None:
+        try:
+            self._writer.close()
+        except Exception:  # noqa: BLE001 - the write failed already
+            pass
+        error = RuntimeError("write abandoned")
+        try:
+            self._create.__exit__(RuntimeError, error, None)
+        except Exception:  # noqa: BLE001
+            pass
+
+
+def _written_arrow_schema() -> Any:
+    import pyarrow as pa
+
+    return pa.schema(
+        [
+            pa.field("path", pa.string(), False),
+            pa.field("partition_values", pa.string(), False),
+            pa.field("size", pa.int64(), False),
+            pa.field("modification_time", pa.int64(), False),
+            pa.field("num_records", pa.int64(), False),
+            pa.field("stats", pa.string(), True),
+        ]
+    )
+
+
+def write_files(
+    df: DataFrame,
+    table_path: str,
+    partition_columns: Sequence[str],
+    indexed: Sequence[tuple[tuple[str, ...], DataType]],
+    *,
+    data_change: bool,
+    max_records_per_file: int | None,
+) -> list[AddFile]:
+    """Write ``df`` as the table's Parquet data files from the executors; their AddFiles.
+
+    ``partition_columns`` are resolved names of ``df`` columns (not stored in the files);
+    ``indexed`` the columns that get statistics. Files without rows are not written. Nothing
+    is committed.
+    """
+    from serialake.spark.io import to_delta_schema
+
+    spark = df.sparkSession
+    types = {f.name: f for f in to_delta_schema(df.schema).fields}
+    codec = (spark.conf.get("spark.sql.parquet.compression.codec", "snappy") or "snappy").lower()
+    codec = {"uncompressed": "none", "lz4raw": "lz4", "lz4_raw": "lz4"}.get(codec, codec)
+    task = _WriteTask(
+        access=Access.here(table_path),
+        table=table_path,
+        partition_columns=tuple(partition_columns),
+        partition_types=tuple(types[c].data_type for c in partition_columns),
+        data_columns=tuple(f.name for f in df.schema.fields if f.name not in set(partition_columns)),
+        indexed=tuple(indexed),
+        max_records=int(max_records_per_file or 0),
+        codec=codec,
+    )
+    if partition_columns:
+        df = df.sortWithinPartitions(*[F.col(_quote(c)) for c in partition_columns])
+    rows = df.mapInArrow(task, _WRITTEN).collect()
+    return [
+        AddFile(
+            path=r["path"],
+            partition_values=json.loads(r["partition_values"]),
+            size=int(r["size"]),
+            modification_time=int(r["modification_time"]),
+            data_change=data_change,
+            stats=r["stats"],
+        )
+        for r in rows
+        if r["num_records"]
+    ]
+
+
+def _quote(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Column:
+    """How to find one output column in a file: its stored name, its children's, its type."""
+
+    name: str  # the output (logical) name
+    stored: str  # the name in the file (the physical name under column mapping)
+    arrow_type: Any  # the output Arrow type
+    children: tuple[_Column, ...] = ()  # struct fields, or (element,) / (key, value)
+
+
+def _plan(f: StructField, mapped: bool, arrow_type: Any) -> _Column:
+    stored = physical_name(f) if mapped else f.name
+    return _Column(f.name, stored, arrow_type, _children(f.data_type, mapped, arrow_type))
+
+
+def _children(data_type: DataType, mapped: bool, arrow_type: Any) -> tuple[_Column, ...]:
+    import pyarrow as pa
+
+    if isinstance(data_type, StructType):
+        return tuple(_plan(c, mapped, arrow_type.field(i).type) for i, c in enumerate(data_type.fields))
+    if isinstance(data_type, ArrayType):
+        element = arrow_type.value_type
+        return (_Column("element", "element", element, _children(data_type.element_type, mapped, element)),)
+    if isinstance(data_type, MapType):
+        assert isinstance(arrow_type, pa.MapType)
+        key, value = arrow_type.key_type, arrow_type.item_type
+        return (
+            _Column("key", "key", key, _children(data_type.key_type, mapped, key)),
+            _Column("value", "value", value, _children(data_type.value_type, mapped, value)),
+        )
+    return ()
+
+
+def _conform(array: Any, column: _Column) -> Any:
+    """``array`` (as stored in a file) as ``column``'s output type: struct fields matched by
+    stored name (missing ones NULL), nested values converted, leaves cast."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    target = column.arrow_type
+    if isinstance(array, pa.ChunkedArray):
+        chunks = [_conform(c, column) for c in array.chunks]
+        return pa.chunked_array(chunks, type=target)
+    if pa.types.is_struct(target) and pa.types.is_struct(array.type):
+        names = [array.type.field(i).name for i in range(array.type.num_fields)]
+        fields = []
+        for child in column.children:
+            if child.stored in names:
+                fields.append(_conform(array.field(names.index(child.stored)), child))
+            else:
+                fields.append(pa.nulls(len(array), child.arrow_type))
+        return pa.StructArray.from_arrays(
+            fields, fields=list(target), mask=pc.is_null(array) if array.null_count else None
+        )
+    if pa.types.is_map(target) and pa.types.is_map(array.type):
+        keys = _conform(array.keys, column.children[0])
+        items = _conform(array.items, column.children[1])
+        return pa.MapArray.from_arrays(
+            array.offsets, keys, items, type=target, mask=pc.is_null(array) if array.null_count else None
+        )
+    if (pa.types.is_list(target) or pa.types.is_large_list(target)) and (
+        pa.types.is_list(array.type) or pa.types.is_large_list(array.type)
+    ):
+        values = _conform(array.values, column.children[0])
+        cls = pa.LargeListArray if pa.types.is_large_list(target) else pa.ListArray
+        offsets = array.offsets.cast(pa.int64() if cls is pa.LargeListArray else pa.int32())
+        return cls.from_arrays(offsets, values, type=target, mask=pc.is_null(array) if array.null_count else None)
+    if array.type == target:
+        return array
+    if pa.types.is_timestamp(target) and pa.types.is_timestamp(array.type) and array.type.tz is None and target.tz:
+        array = array.cast(pa.timestamp(array.type.unit, tz="UTC"))  # Spark-written INT96 / legacy: UTC
+    return array.cast(target)
+
+
+@dataclass(frozen=True)
+class _ReadTask:
+    """What every read task needs (pickled into the job)."""
+
+    access: Access
+    table: str
+    columns: tuple[_Column, ...]  # the stored columns to output, in output order
+    partitions: tuple[tuple[str, str, DataType, Any], ...]  # (output name, log key, type, arrow type)
+    order: tuple[str, ...]  # the output column names in order (without the extras)
+    with_file_path: bool
+    schema: Any  # the output Arrow schema
+
+    def __call__(self, batches: Iterator[Any]) -> Iterator[Any]:
+        for batch in batches:
+            for text in batch.column("files").to_pylist():
+                for entry in json.loads(text):
+                    yield from self._read(entry)
+
+    def _read(self, entry: dict[str, Any]) -> Iterator[Any]:
+        import numpy as np
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        from serialake.core.deletion_vectors import read_deletion_vector
+
+        uri = entry["uri"]
+        try:
+            parquet = pq.ParquetFile(self.access.open_parquet(uri))
+        except Exception as e:
+            raise OSError(f"Table {self.table}: cannot read data file {uri}: {e}") from e
+        n = parquet.metadata.num_rows
+        stored = set(parquet.schema_arrow.names)
+        wanted = [c.stored for c in self.columns if c.stored in stored]
+        keep = None
+        if entry.get("dv"):
+            dv = DeletionVectorDescriptor.from_obj(entry["dv"])
+            assert dv is not None
+            deleted = read_deletion_vector(self.table, dv, self.access).to_numpy().astype(np.int64)
+            keep = np.ones(n, dtype=bool)
+            keep[deleted[deleted < n]] = False
+        values = {
+            name: pa.scalar(parse_partition_value(entry["pv"].get(key), data_type), arrow_type)
+            for name, key, data_type, arrow_type in self.partitions
+        }
+        position = 0
+        iterator = parquet.iter_batches(batch_size=_READ_BATCH_ROWS, columns=wanted) if wanted else None
+        while position < n:
+            if iterator is not None:
+                raw = next(iterator)
+                size = raw.num_rows
+            else:
+                size = min(_READ_BATCH_ROWS, n - position)
+                raw = None
+            arrays: dict[str, Any] = {}
+            for c in self.columns:
+                if raw is not None and c.stored in stored:
+                    arrays[c.name] = _conform(raw.column(c.stored), c)
+                else:
+                    arrays[c.name] = pa.nulls(size, c.arrow_type)
+            for name, value in values.items():
+                arrays[name] = pa.repeat(value, size)
+            out = [arrays[name] for name in self.order]
+            if self.with_file_path:
+                out.append(pa.repeat(pa.scalar(entry["path"], pa.string()), size))
+                out.append(pa.array(np.arange(position, position + size, dtype=np.int64)))
+            result = pa.RecordBatch.from_arrays(out, schema=self.schema)
+            if keep is not None:
+                result = result.filter(pa.array(keep[position : position + size]))
+            position += size
+            if result.num_rows:
+                yield result
+
+
+def read_files(
+    spark: SparkSession,
+    table_path: str,
+    out_fields: Sequence[StructField],
+    partition_columns: Sequence[str],
+    mapped: bool,
+    files: Sequence[AddFile],
+    *,
+    with_file_path: bool,
+    file_column: str,
+    row_index_column: str,
+) -> DataFrame:
+    """The rows of ``files`` (a non-empty list) as a DataFrame of ``out_fields`` (logical names,
+    table types), read on the executors; plus ``file_column`` / ``row_index_column`` when
+    ``with_file_path``."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    from serialake.spark.io import to_spark_schema
+
+    spark_schema = to_spark_schema(StructType(tuple(out_fields)))
+    if with_file_path:
+        spark_schema = spark_schema.add(file_column, T.StringType(), False).add(row_index_column, T.LongType(), False)
+    arrow_schema = to_arrow_schema(spark_schema, timezone="UTC")
+    lowered = {c.lower() for c in partition_columns}
+    columns: list[_Column] = []
+    parts: list[tuple[str, str, DataType, Any]] = []
+    for i, f in enumerate(out_fields):
+        arrow_type = arrow_schema.field(i).type
+        if f.name.lower() in lowered:
+            parts.append((f.name, physical_name(f) if mapped else f.name, f.data_type, arrow_type))
+        else:
+            columns.append(_plan(f, mapped, arrow_type))
+    task = _ReadTask(
+        access=Access.here(table_path),
+        table=table_path,
+        columns=tuple(columns),
+        partitions=tuple(parts),
+        order=tuple(f.name for f in out_fields),
+        with_file_path=with_file_path,
+        schema=arrow_schema,
+    )
+    bins = _bins(files, table_path, spark.sparkContext.defaultParallelism)
+    listing = spark.createDataFrame(
+        [(i, json.dumps(b)) for i, b in enumerate(bins)],
+        T.StructType([T.StructField("bin", T.IntegerType(), False), T.StructField("files", T.StringType(), False)]),
+    ).repartition(len(bins))
+    return listing.mapInArrow(task, spark_schema)
+
+
+def _bins(files: Sequence[AddFile], table_path: str, parallelism: int) -> list[list[dict[str, Any]]]:
+    """The files grouped into read tasks: at least ``parallelism`` tasks when there are that many
+    files, each about ``_TARGET_TASK_BYTES``; big files first, each into the lightest task."""
+    from serialake.core.paths import absolute_path
+
+    total = sum(max(f.size or 0, 1) for f in files)
+    count = max(1, min(len(files), max(parallelism, -(-total // _TARGET_TASK_BYTES))))
+    bins: list[list[dict[str, Any]]] = [[] for _ in range(count)]
+    weights = [0] * count
+    for f in sorted(files, key=lambda a: -(a.size or 0)):
+        i = weights.index(min(weights))
+        bins[i].append(
+            {
+                "uri": absolute_path(table_path, f.path),
+                "path": f.path,
+                "pv": f.partition_values or {},
+                "dv": f.deletion_vector._to_obj() if f.deletion_vector is not None else None,
+            }
+        )
+        weights[i] += max(f.size or 0, 1)
+    return [b for b in bins if b]

@@ -1,0 +1,220 @@
+"""Spark jobs on S3 tables: the executors write and read the data files (this pyspark has no S3A
+connector), against an S3 server started on 127.0.0.1 (moto, see tests/s3server.py) and
+stopped by its pid. delta-rs reads every result from the same bucket.
+
+DML here runs on Spark (the driver's pyarrow paths are turned off), so these tests cover
+the executor-side writer and reader: partition values and directories, every column type,
+deletion vectors, column mapping, files that lack later columns, OPTIMIZE, and files of a
+failed job never being committed.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterator
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+import serialake
+from serialake.spark.dml.engine import COMPACTION_MAX_BYTES_CONF, DML_MAX_BYTES_CONF
+from serialake.spark.table import DeltaTable
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from tests.s3server import S3Server
+
+pytestmark = [pytest.mark.spark, pytest.mark.s3]
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[S3Server]:
+    from serialake.storage import s3 as s3store
+    from tests.s3server import S3Server
+
+    srv = S3Server().start()
+    with pytest.MonkeyPatch.context() as mp:
+        for key, value in srv.environment().items():
+            mp.setenv(key, value)
+        s3store._stores.clear()
+        try:
+            yield srv
+        finally:
+            srv.stop()
+            s3store._stores.clear()
+
+
+@pytest.fixture
+def on_spark(spark: SparkSession, server: S3Server) -> Iterator[SparkSession]:
+    """The session with DML and OPTIMIZE on Spark (no driver pyarrow path)."""
+    spark.conf.set(DML_MAX_BYTES_CONF, "0")
+    spark.conf.set(COMPACTION_MAX_BYTES_CONF, "0")
+    try:
+        yield spark
+    finally:
+        spark.conf.unset(DML_MAX_BYTES_CONF)
+        spark.conf.unset(COMPACTION_MAX_BYTES_CONF)
+        from serialake.spark import isolation
+
+        isolation._recent.pop(spark, None)  # the session must not keep probing tables of this server
+        isolation._cache.pop(spark, None)
+
+
+def _uri(server: S3Server) -> str:
+    return f"s3://{server.new_bucket()}/tables/t"
+
+
+def _deltars(server: S3Server, uri: str) -> Any:
+    import deltalake
+
+    return deltalake.DeltaTable(uri, storage_options=dict(server.environment()))
+
+
+def _rows(df: Any, *columns: str) -> list[tuple[Any, ...]]:
+    return sorted(tuple(r[c] for c in columns) for r in df.select(*columns).collect())
+
+
+def _deltars_rows(server: S3Server, uri: str, *columns: str) -> list[tuple[Any, ...]]:
+    table = _deltars(server, uri).to_pyarrow_table(columns=list(columns))
+    return sorted(zip(*[table[c].to_pylist() for c in columns]))
+
+
+def test_types_partitions_and_delta_rs(on_spark: SparkSession, server: S3Server) -> None:
+    """Every common type round-trips through executor-written Parquet; partition values are
+    the log's strings (a timestamp partition in UTC); delta-rs reads the same rows."""
+    spark = on_spark
+    uri = _uri(server)
+    df = spark.sql(
+        """SELECT id, CAST(id % 3 AS INT) AS p, DATE'2024-02-28' + CAST(id % 2 AS INT) AS day,
+                  IF(id = 5, NULL, CONCAT('s', id)) AS s, id * 1.5D AS dbl, CAST(id AS DECIMAL(12, 3)) / 8 AS dec,
+                  TIMESTAMP'2024-01-01 10:00:00' + make_interval(0, 0, 0, 0, 0, 0, id) AS ts,
+                  named_struct('a', id, 'b', named_struct('c', CAST(id AS STRING))) AS st,
+                  array(id, id + 1) AS arr, map(CONCAT('k', id), id) AS m, CAST(id AS TINYINT) AS tiny,
+                  X'CAFE' AS bin, id % 2 = 0 AS flag
+           FROM range(40)"""
+    )
+    serialake.write(df, uri, partitionBy=["p", "day"])
+    read = serialake.read(spark, uri)
+    assert read.schema.simpleString() == df.schema.simpleString()
+    assert sorted(map(tuple, read.collect())) == sorted(map(tuple, df.collect()))
+    from serialake.core import DeltaLog
+
+    snap = DeltaLog.for_table(uri).update()
+    values = {(f.partition_values["p"], f.partition_values["day"]) for f in snap.all_files}
+    assert values == {(str(p), d) for p in range(3) for d in ("2024-02-28", "2024-02-29")}
+    assert all(f.path.startswith(f"p={f.partition_values['p']}/day={f.partition_values['day']}/part-")
+               for f in snap.all_files)  # fmt: skip
+    assert all(f.stats and '"numRecords"' in f.stats for f in snap.all_files)
+    assert _deltars_rows(server, uri, "id", "p", "s", "dec") == sorted(
+        (i, i % 3, None if i == 5 else f"s{i}", Decimal(i) / 8) for i in range(40)
+    )
+    ts = _deltars(server, uri).to_pyarrow_table(columns=["id", "ts"])
+    got = dict(zip(ts["id"].to_pylist(), ts["ts"].to_pylist()))
+    assert got[7].replace(tzinfo=None) == dt.datetime(2024, 1, 1, 10, 0, 7)
+
+
+def test_timestamp_partition_and_max_records(on_spark: SparkSession, server: S3Server) -> None:
+    """A timestamp partition is written in UTC as the log wants; ``maxRecordsPerFile`` splits files."""
+    spark = on_spark
+    uri = _uri(server)
+    df = spark.sql("SELECT id, TIMESTAMP'2024-05-01 12:30:00' AS at FROM range(25)").coalesce(1)
+    serialake.write(df, uri, partitionBy=["at"], maxRecordsPerFile=10)
+    from serialake.core import DeltaLog
+
+    snap = DeltaLog.for_table(uri).update()
+    assert sorted(f.num_records for f in snap.all_files) == [5, 10, 10]
+    assert {f.partition_values["at"] for f in snap.all_files} == {"2024-05-01 12:30:00.000000"}
+    assert _rows(serialake.read(spark, uri), "id", "at") == [(i, dt.datetime(2024, 5, 1, 12, 30)) for i in range(25)]
+
+
+def test_dml_on_spark_with_and_without_deletion_vectors(on_spark: SparkSession, server: S3Server) -> None:
+    """DELETE, UPDATE and MERGE run as Spark jobs on S3; with deletion vectors the DV files are
+    objects in the bucket; delta-rs (which cannot read deletion vectors) reads the same rows
+    without them."""
+    spark = on_spark
+    for dvs in (False, True):
+        uri = _uri(server)
+        props = {"delta.enableDeletionVectors": "true"} if dvs else {}
+        serialake.write(spark.sql("SELECT id, id % 4 AS g, 'v' AS s FROM range(100)").repartition(2), uri,
+                        properties=props)  # fmt: skip
+        table = DeltaTable.forPath(spark, uri)
+        table.delete("id % 10 = 0")
+        table.update("g = 1", {"s": "'u'"})
+        source = spark.sql("SELECT id, 'm' AS s FROM range(95, 105)")
+        (
+            table.alias("t")
+            .merge(source.alias("x"), "t.id = x.id")
+            .whenMatchedUpdate(set={"s": "x.s"})
+            .whenNotMatchedInsert(values={"id": "x.id", "g": "x.id % 4", "s": "x.s"})
+            .execute()
+        )
+        expected = sorted(
+            (i, "m" if i >= 95 else ("u" if i % 4 == 1 else "v")) for i in range(105) if i % 10 != 0 or i >= 100
+        )
+        assert _rows(serialake.read(spark, uri), "id", "s") == expected
+        if not dvs:  # delta-rs 1.6.6 does not read deletion vectors
+            assert _deltars_rows(server, uri, "id", "s") == expected
+        from serialake.core import DeltaLog
+
+        snap = DeltaLog.for_table(uri).update()
+        has_dv = any(f.deletion_vector is not None for f in snap.all_files)
+        assert has_dv == dvs
+
+
+def test_files_lacking_later_columns_read_null(on_spark: SparkSession, server: S3Server) -> None:
+    """Files written before a column was added read it as NULL."""
+    spark = on_spark
+    uri = _uri(server)
+    serialake.write(spark.sql("SELECT id, named_struct('x', id, 'y', 'a') AS st FROM range(3)"), uri)
+    serialake.write(
+        spark.sql("SELECT id, named_struct('x', id, 'y', 'b') AS st, 'new' AS extra FROM range(3, 5)"),
+        uri,
+        mergeSchema=True,
+    )
+    rows = _rows(serialake.read(spark, uri), "id", "st", "extra")
+    assert [(r[0], r[1]["x"], r[1]["y"], r[2]) for r in rows] == [
+        *[(i, i, "a", None) for i in range(3)],
+        *[(i, i, "b", "new") for i in range(3, 5)],
+    ]
+
+
+def test_optimize_compacts_on_s3(on_spark: SparkSession, server: S3Server) -> None:
+    spark = on_spark
+    uri = _uri(server)
+    for i in range(4):
+        serialake.write(spark.sql(f"SELECT id + {i * 10} AS id FROM range(10)").coalesce(1), uri)
+    metrics = DeltaTable.forPath(spark, uri).optimize().executeCompaction().collect()[0].metrics
+    assert metrics.numFilesRemoved == 4 and metrics.numFilesAdded == 1
+    assert _rows(serialake.read(spark, uri), "id") == [(i,) for i in range(40)]
+    assert _deltars_rows(server, uri, "id") == [(i,) for i in range(40)]
+
+
+def test_format_delta_and_sql_on_s3(on_spark: SparkSession, server: S3Server) -> None:
+    """delta-spark idioms on an ``s3a://`` URI: ``format("delta")`` save/load and ``spark.sql``."""
+    spark = on_spark
+    uri = _uri(server).replace("s3://", "s3a://")
+    spark.range(6).write.format("delta").mode("overwrite").save(uri)
+    assert _rows(spark.read.format("delta").load(uri), "id") == [(i,) for i in range(6)]
+    spark.sql(f"DELETE FROM delta.`{uri}` WHERE id < 2")
+    assert [r[0] for r in spark.sql(f"SELECT count(*) FROM delta.`{uri}`").collect()] == [4]
+
+
+def test_failed_job_commits_nothing(on_spark: SparkSession, server: S3Server) -> None:
+    """A write whose job fails half-way commits nothing: the table is unchanged, and objects
+    of failed tasks are not in the log (never reported by the job)."""
+    from pyspark.errors import PythonException
+    from pyspark.sql import functions as F
+
+    spark = on_spark
+    uri = _uri(server)
+    serialake.write(spark.range(3), uri)
+    bad = spark.range(0, 1000, 1, 4).withColumn(
+        "id", F.when(F.col("id") == 999, F.raise_error(F.lit("boom"))).otherwise(F.col("id"))
+    )
+    with pytest.raises(Exception) as info:
+        serialake.write(bad, uri)
+    assert "boom" in str(info.value) or isinstance(info.value, PythonException)
+    assert _rows(serialake.read(spark, uri), "id") == [(0,), (1,), (2,)]
+    assert _deltars(server, uri).version() == 0

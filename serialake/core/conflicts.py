@@ -841,15 +841,10 @@ def _live_rows(info: TransactionInfo, f: RemoveFile, base: Any) -> int | None:
     """Rows of ``f`` not in ``base`` (deleted rows): numRecords from stats, else the Parquet footer."""
     n = f.num_records
     if n is None:
-        import os
+        from serialake.core.paths import absolute_path, parquet_metadata
 
-        import pyarrow.parquet as pq
-
-        from serialake.core.actions import decode_path
-
-        path = decode_path(f.path)
         try:
-            n = pq.read_metadata(path if os.path.isabs(path) else os.path.join(info.table, path)).num_rows
+            n = parquet_metadata(absolute_path(info.table, f.path), f.size).num_rows
         except (OSError, ValueError):
             return None
     return n - len(base)
@@ -879,6 +874,7 @@ def discard_rebase_dvs(info: TransactionInfo, keep: Iterable[Action] = ()) -> No
     import os
 
     from serialake.core.deletion_vectors import dv_absolute_path
+    from serialake.storage.datafiles import Access, is_remote
 
     used = {a.dv_id for a in keep if isinstance(a, AddFile)}
     for dv in [d for d in info.rebase_dvs if d.unique_id not in used]:
@@ -886,7 +882,10 @@ def discard_rebase_dvs(info: TransactionInfo, keep: Iterable[Action] = ()) -> No
         path = dv_absolute_path(info.table, dv) if dv.storage_type == "u" else None
         if path:
             try:
-                os.remove(path)
+                if is_remote(path):
+                    Access().delete(path)
+                else:
+                    os.remove(path)
             except OSError:
                 pass
 

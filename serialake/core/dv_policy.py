@@ -18,7 +18,7 @@ from serialake.core import features
 from serialake.core import properties as props
 from serialake.core.actions import Action, AddFile
 from serialake.core.deletion_vectors import RowIndexSet, read_deletion_vector, write_deletion_vector
-from serialake.core.paths import absolute_path
+from serialake.core.paths import absolute_path, parquet_metadata
 
 if TYPE_CHECKING:
     from serialake.core.snapshot import Snapshot
@@ -95,9 +95,7 @@ def _with_num_records(table: str, add: AddFile) -> AddFile:
     """``add`` with ``stats.numRecords`` (read from the Parquet footer if missing): a DV needs it."""
     if add.num_records is not None:
         return add
-    import pyarrow.parquet as pq
-
-    n = pq.read_metadata(absolute_path(table, add.path)).num_rows
+    n = parquet_metadata(absolute_path(table, add.path), add.size).num_rows
     try:
         stats = json.loads(add.stats) if add.stats else {}
     except ValueError:

@@ -10,15 +10,19 @@ kinds).
 from __future__ import annotations
 
 import posixpath
+import struct
+from typing import Any
 from urllib.parse import unquote, urlparse
 
 from serialake.core.actions import decode_path
 from serialake.core.validate import escapes_table
 from serialake.exceptions import InvalidTableError, UnsupportedFeatureError
-from serialake.storage.datafiles import is_remote
+from serialake.storage.datafiles import Access, is_remote
 from serialake.storage.s3 import S3_SCHEMES
 
-__all__ = ["absolute_path"]
+__all__ = ["absolute_path", "file_exists", "parquet_metadata"]
+
+_FOOTER_GUESS = 64 << 10  # bytes read from the end of an S3 object: most footers fit
 
 
 def absolute_path(table_path: str, add_path: str) -> str:
@@ -50,3 +54,37 @@ def absolute_path(table_path: str, add_path: str) -> str:
     if is_remote(table_path):  # an S3 table (normalized: no trailing slash); normpath would fold its '//'
         return f"{table_path}/{posixpath.normpath(decoded)}"
     return posixpath.normpath(posixpath.join(table_path, decoded))
+
+
+def file_exists(location: str) -> bool:
+    """Whether a data or deletion-vector file is there: ``os.path.exists`` locally, a HEAD on S3."""
+    import os
+
+    return Access().exists(location) if is_remote(location) else os.path.exists(location)
+
+
+def parquet_metadata(location: str, size: int | None = None) -> Any:
+    """The Parquet footer (``pyarrow.parquet.FileMetaData``) of the data file at ``location``.
+
+    A local file is read by pyarrow; of an S3 object only the footer is fetched, by range
+    (``size``, when known, saves a HEAD). ``OSError`` when it cannot be read,
+    ``pyarrow.ArrowInvalid`` when it is not Parquet.
+    """
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    if not is_remote(location):
+        return pq.read_metadata(location)
+    files = Access()
+    if size is None:
+        size = files.status(location)[0]
+    take = min(size, _FOOTER_GUESS)
+    tail = files.read_range(location, size - take, take)
+    if len(tail) < 12 or tail[-4:] != b"PAR1":
+        raise pa.ArrowInvalid(f"{location}: not a Parquet file (no footer)")
+    length = struct.unpack("<I", tail[-8:-4])[0] + 8
+    if length > size:
+        raise pa.ArrowInvalid(f"{location}: not a Parquet file (footer of {length} bytes in {size})")
+    if length > len(tail):
+        tail = files.read_range(location, size - length, length)
+    return pq.read_metadata(pa.BufferReader(tail[-length:]))

@@ -30,6 +30,7 @@ from serialake.core.actions import AddFile, decode_path
 from serialake.core.partition_values import parse_partition_value
 from serialake.core.types import arrow_type, type_family
 from serialake.core.values import NotExact
+from serialake.storage.datafiles import Access, is_remote
 
 __all__ = [
     "CannotEvaluate",
@@ -83,9 +84,15 @@ class RowReader:
         import pyarrow.parquet as pq
 
         path = decode_path(add.path)
-        full = path if os.path.isabs(path) else os.path.join(self.table_path, path)
-        if not os.path.exists(full):
-            raise CannotEvaluate(f"data file {add.path} is not readable here")
+        remote = is_remote(self.table_path) or is_remote(path)
+        if remote:
+            from serialake.core.paths import absolute_path
+
+            full = absolute_path(self.table_path, add.path)
+        else:
+            full = path if os.path.isabs(path) else os.path.join(self.table_path, path)
+            if not os.path.exists(full):
+                raise CannotEvaluate(f"data file {add.path} is not readable here")
         data_cols = [c for c in columns if c.lower() not in {p.lower() for p in self.partition_columns}]
         names = {f.name.lower(): f.name for f in self.schema.fields}
         wanted = []
@@ -97,6 +104,11 @@ class RowReader:
             if f.metadata.get("delta.columnMapping.physicalName"):
                 raise CannotEvaluate("column mapping")
             wanted.append(real)
+        if remote:
+            try:
+                return pq.ParquetFile(Access().open_parquet(full)).read(columns=wanted)
+            except OSError as e:
+                raise CannotEvaluate(f"data file {add.path} is not readable here ({e})") from None
         return pq.read_table(full, columns=wanted)
 
     def evaluate(self, add: AddFile, expr: Any, rows: Any = None) -> RowVerdict:

@@ -26,6 +26,7 @@ from serialake.exceptions import (
     DeltaConcurrentModificationException,
     InvalidTableError,
 )
+from serialake.storage.datafiles import Access, is_remote
 
 __all__ = ["BeforeCommit", "commit_or_clean_up", "remove_written"]
 
@@ -95,6 +96,9 @@ def _discard_unused(txn: OptimisticTransaction, new_files: Sequence[AddFile], ne
 
 def _unlink(path: str) -> None:
     try:
-        os.remove(path)
+        if is_remote(path):
+            Access().delete(path)
+        else:
+            os.remove(path)
     except OSError:
         pass

@@ -7,7 +7,7 @@ files one after the other, plus planning). When a bin fits the driver's budget
 inputs with pyarrow (several at a time), drops the rows their deletion vectors mark,
 casts each column to the table type and writes one Parquet file, published like any
 other data file (staged, renamed into the inputs' directory, fsynced, stats from the
-footer).
+footer; on S3 written once to its final name).
 
 Row order is the one OPTIMIZE promises for its row mapping: inputs in path order, rows in
 physical order. Anything this path does not reproduce exactly as Spark reads it (column
@@ -24,7 +24,6 @@ from concurrent.futures import ThreadPoolExecutor
 from serialake.core.actions import AddFile
 from serialake.core.snapshot import Snapshot
 from serialake.core.values import NotExact
-from serialake.spark import io
 from serialake.spark.dml.driver_files import DriverTable, io_threads
 
 __all__ = ["driver_compact"]
@@ -50,7 +49,7 @@ def driver_compact(snap: Snapshot, inputs: Sequence[AddFile]) -> AddFile | None:
     combined = pa.concat_tables(parts)
     if combined.num_rows == 0:
         return None
-    with io.staging_area(local.path) as staging:
+    with local.staging() as staging:
         add = local.write(staging, combined, rel_dir, ordered[0].partition_values or {}, data_change=False)
         local.finish([add] if add else [])
         return add

@@ -5,7 +5,9 @@ up: OPTIMIZE of a few small files, DELETE / UPDATE / MERGE touching a few hundre
 those, the driver reads the touched files with pyarrow (several at a time: pyarrow
 releases the GIL), computes the new rows, and writes Parquet files that are published
 exactly like Spark's (staged under ``_staging``, renamed into the table, fsynced, stats
-from the footer).
+from the footer). On an ``s3://`` table (``storage.datafiles``) files are read as objects
+and each new file is written once, straight to its final unique name (S3 has no rename, and
+an object is visible whole or not at all): no staging area.
 
 - ``DriverTable``: a snapshot's data files as Arrow tables (live rows, partition values,
   new files published);
@@ -29,13 +31,14 @@ from __future__ import annotations
 import os
 import posixpath
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from serialake.core import constraints, row_eval
-from serialake.core.actions import AddFile, decode_path
+from serialake.core.actions import AddFile, decode_path, encode_path
 from serialake.core.deletion_vectors import RowIndexSet, read_deletion_vector
 from serialake.core.expressions import Expr
 from serialake.core.schema import StructField, StructType
@@ -43,6 +46,7 @@ from serialake.core.snapshot import Snapshot
 from serialake.core.types import arrow_type
 from serialake.core.values import NotExact
 from serialake.spark import io
+from serialake.storage.datafiles import Access, is_remote
 
 __all__ = ["DriverTable", "check_not_null", "io_threads", "isin_rows", "matching_rows", "rewrite_files"]
 
@@ -88,6 +92,20 @@ class DriverTable:
     def path(self) -> str:
         return self.snap.table_path
 
+    @property
+    def remote(self) -> bool:
+        """Whether the table's files are S3 objects (else local files)."""
+        return is_remote(self.path)
+
+    @contextmanager
+    def staging(self) -> Iterator[str | None]:
+        """Where ``write`` stages files: ``io.staging_area`` locally; None on S3 (nothing is staged)."""
+        if self.remote:
+            yield None
+            return
+        with io.staging_area(self.path) as staging:
+            yield staging
+
     def rel_dir(self, add: AddFile) -> str:
         """The directory of ``add`` inside the table; NotExact for files elsewhere."""
         if "://" in add.path or add.path.startswith(("file:", "/")):
@@ -111,17 +129,26 @@ class DriverTable:
         import pyarrow.parquet as pq
 
         path = io.absolute_path(self.path, add.path)
+        schema = self.schema if columns is None else pa.schema([self.schema.field(c) for c in columns])
         try:
-            with pa.OSFile(path) as f:
-                small = f.size() <= (8 << 20)
-                # A small file: one read into memory, decoded in this thread. ``pq.read_table``
-                # (the dataset layer, pre-buffering on Arrow's I/O threads) costs ~0.5 ms more a
-                # file: most of the time when compacting or scanning many small files.
-                parquet = pq.ParquetFile(f.read_buffer() if small else path)
-                schema = self.schema if columns is None else pa.schema([self.schema.field(c) for c in columns])
+            if is_remote(path):
+                # In memory when small (one GET), else read by ranges (``Access.open_parquet``).
+                source = Access().open_parquet(path)
+                small = isinstance(source, pa.Buffer)
+                parquet = pq.ParquetFile(source)
                 stored = set(parquet.schema_arrow.names)
                 data = parquet.read(columns=[c for c in schema.names if c in stored], use_threads=not small)
                 n = parquet.metadata.num_rows
+            else:
+                with pa.OSFile(path) as f:
+                    small = f.size() <= (8 << 20)
+                    # A small file: one read into memory, decoded in this thread. ``pq.read_table``
+                    # (the dataset layer, pre-buffering on Arrow's I/O threads) costs ~0.5 ms more a
+                    # file: most of the time when compacting or scanning many small files.
+                    parquet = pq.ParquetFile(f.read_buffer() if small else path)
+                    stored = set(parquet.schema_arrow.names)
+                    data = parquet.read(columns=[c for c in schema.names if c in stored], use_threads=not small)
+                    n = parquet.metadata.num_rows
         except (OSError, pa.ArrowException) as e:
             raise NotExact(f"{add.path}: {e}") from None
         arrays = []
@@ -168,7 +195,7 @@ class DriverTable:
 
     def write(
         self,
-        staging: str,
+        staging: str | None,
         table: Any,
         rel_dir: str,
         partition_values: Mapping[str, str | None],
@@ -178,20 +205,26 @@ class DriverTable:
     ) -> AddFile | None:
         """Write ``table`` (exactly ``self.schema``) as one data file in ``rel_dir``; None if empty.
 
-        The file is staged in ``staging`` (from ``io.staging_area``), renamed into the table and
-        fsynced; its directory is fsynced by ``finish``.
+        Locally the file is staged in ``staging`` (from ``staging()``), renamed into the table
+        and fsynced; its directory is fsynced by ``finish``. On S3 (``staging`` None) it is
+        written once as a new object under its final unique name.
         """
         import pyarrow.parquet as pq
 
         if table.num_rows == 0:
             return None
+        indexed = indexed or self.stats_columns()
+        if staging is None:
+            if not self.remote:
+                raise ValueError(f"Table {self.path}: a local write needs a staging area")
+            return self._put_object(table, rel_dir, partition_values, indexed, data_change)
         name = f"{uuid.uuid4().hex}.snappy.parquet"
         target = os.path.join(staging, rel_dir, name)
         try:
             os.makedirs(os.path.join(staging, rel_dir), exist_ok=True)
             pq.write_table(table, target, compression="snappy")
             return io.publish_staged(
-                self.path, staging, rel_dir, name, dict(partition_values), indexed or self.stats_columns(), data_change
+                self.path, staging, rel_dir, name, dict(partition_values), indexed, data_change
             )
         except OSError as e:
             try:
@@ -200,8 +233,56 @@ class DriverTable:
                 pass
             raise io.data_write_error(self.path, target, e) from e
 
+    def _put_object(
+        self,
+        table: Any,
+        rel_dir: str,
+        partition_values: Mapping[str, str | None],
+        indexed: list[tuple[tuple[str, ...], Any]],
+        data_change: bool,
+    ) -> AddFile:
+        """``table`` as a new S3 object ``<table>/<rel_dir>/part-<uuid>.c000.snappy.parquet``: one
+        upload, visible only once complete; stats from the footer written, size and time from S3."""
+        import pyarrow.parquet as pq
+
+        name = f"part-{uuid.uuid4()}.c000.snappy.parquet"
+        rel_path = posixpath.join(rel_dir, name) if rel_dir else name
+        target = f"{self.path}/{rel_path}"
+        files = Access()
+        try:
+            with files.create(target) as sink:
+                writer = pq.ParquetWriter(sink, table.schema, compression="snappy")
+                try:
+                    writer.write_table(table)
+                finally:
+                    writer.close()
+            metadata = writer.writer.metadata
+            try:
+                size, mtime = files.status(target)
+            except OSError:
+                files.delete(target)
+                raise
+        except OSError as e:
+            raise io.data_write_error(self.path, target, e) from e
+        return AddFile(
+            path=encode_path(rel_path),
+            partition_values=dict(partition_values),
+            size=size,
+            modification_time=mtime,
+            data_change=data_change,
+            stats=io.file_stats(metadata, indexed),
+        )
+
     def discard(self, adds: Sequence[AddFile]) -> None:
         """Delete files written for an operation that will not commit them."""
+        if self.remote:
+            files = Access()
+            for add in adds:
+                try:
+                    files.delete(io.absolute_path(self.path, add.path))
+                except OSError:
+                    pass
+            return
         for add in adds:
             try:
                 os.remove(io.absolute_path(self.path, add.path))
@@ -209,7 +290,11 @@ class DriverTable:
                 pass
 
     def finish(self, adds: Sequence[AddFile]) -> None:
-        """fsync the directories that received ``adds`` (on failure they are deleted: nothing commits them)."""
+        """fsync the directories that received ``adds`` (on failure they are deleted: nothing commits them).
+
+        Nothing to do on S3: an object is durable once its upload returns."""
+        if self.remote:
+            return
         try:
             io.fsync_dirs(self.path, {posixpath.dirname(decode_path(a.path)) for a in adds})
         except OSError as e:
@@ -256,7 +341,7 @@ def rewrite_files(
     dirs = {add.path: table.rel_dir(add) for add, _ in jobs}  # NotExact for files outside the table
     indexed = table.stats_columns()
     written: list[AddFile] = []
-    with io.staging_area(table.path) as staging:
+    with table.staging() as staging:
 
         def write(rows: Any, rel_dir: str, partition_values: Mapping[str, str | None]) -> AddFile | None:
             new = table.write(staging, rows, rel_dir, partition_values, data_change=True, indexed=indexed)

@@ -26,7 +26,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any
 
-import pyarrow.parquet as pq
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -35,6 +34,7 @@ from serialake.core import clustering, skipping
 from serialake.core import expressions as P
 from serialake.core import properties as props
 from serialake.core.actions import Action, AddFile, FileAction, RemoveFile, now_ms
+from serialake.core.paths import parquet_metadata
 from serialake.core.row_level import COMPACTED_FROM_TAG
 from serialake.core.schema import StructType
 from serialake.core.snapshot import Snapshot
@@ -516,7 +516,7 @@ def _live(snap: Snapshot, f: AddFile) -> int:
     n = live_rows(snap.table_path, f)
     if n is not None:
         return n
-    total = pq.read_metadata(io.absolute_path(snap.table_path, f.path)).num_rows
+    total = parquet_metadata(io.absolute_path(snap.table_path, f.path), f.size).num_rows
     return total - (f.deletion_vector.cardinality if f.deletion_vector else 0)
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Sequence
 from typing import Any, overload
 
@@ -15,6 +14,7 @@ from serialake.core import DeltaLog, skipping
 from serialake.core import expressions as P
 from serialake.core.actions import AddFile
 from serialake.core.deletion_vectors import dv_absolute_path
+from serialake.core.paths import file_exists as _exists
 from serialake.core.snapshot import Snapshot
 from serialake.exceptions import DeltaAnalysisException, DeltaIllegalArgumentException, DeltaTableNotFoundError
 from serialake.spark import io, isolation, scans
@@ -195,11 +195,11 @@ def check_version_readable(snapshot: Snapshot, files: Sequence[AddFile] | None =
     candidates = [f for f in (snapshot.all_files if files is None else files) if f.path not in current]
     missing: list[str] = []
     for f in candidates:
-        if not os.path.exists(io.absolute_path(snapshot.table_path, f.path)):
+        if not _exists(io.absolute_path(snapshot.table_path, f.path)):
             missing.append(f.path)
         elif f.deletion_vector is not None:
             dv = dv_absolute_path(snapshot.table_path, f.deletion_vector)
-            if dv is not None and not os.path.exists(dv):
+            if dv is not None and not _exists(dv):
                 missing.append(f"{dv} (deletion vector of {f.path})")
     if not missing:
         return

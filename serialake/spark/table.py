@@ -11,6 +11,7 @@ import json
 import os
 import shutil
 from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -34,10 +35,12 @@ from serialake.spark import dml, invariants, io, scans
 from serialake.spark.arguments import check_assignments, check_condition, check_type
 from serialake.spark.errors import pyspark_errors
 from serialake.spark.write import add_schema_features
+from serialake.storage.datafiles import Access, is_remote
 
 __all__ = ["DeltaTable", "DeltaTableBuilder", "IdentityGenerator"]
 
 RETENTION_CHECK_CONF = "spark.databricks.delta.retentionDurationCheck.enabled"
+_DELETE_THREADS = 8  # S3 DELETE requests at once in VACUUM
 _PROTOCOL_KEYS = {props.MIN_READER_VERSION.lower(), props.MIN_WRITER_VERSION.lower()}
 
 _HISTORY_SCHEMA = T.StructType(
@@ -298,7 +301,7 @@ class DeltaTable:
             meta.id,
             meta.name,
             meta.description,
-            "file:" + self.path,
+            _location_uri(self.path),
             _ts(meta.created_time),
             _ts(snap.timestamp),
             list(meta.partition_columns),
@@ -324,16 +327,23 @@ class DeltaTable:
         false. A file survives when the latest snapshot references it, when a tombstone
         younger than the retention does (time travel), or when it is younger than the
         retention (a write in progress). ``_delta_log`` is never touched; ``_staging``
-        directories of abandoned writes older than the retention are removed.
+        directories of abandoned writes older than the retention are removed. On an ``s3://``
+        table the objects below it are listed (``storage.datafiles``), their age is their
+        listed modification time, and nothing is staged.
         """
         snap = self.snapshot()
         retention_ms = self._retention_ms(snap, retentionHours)
         cutoff = now_ms() - retention_ms
         keep = self._referenced_paths(snap, cutoff)
-        to_delete, stale_staging = _vacuum_candidates(self.path, snap.partition_columns, keep, cutoff)
+        remote = is_remote(self.path)
+        stale_staging: list[str] = []
+        if remote:
+            to_delete = _remote_vacuum_candidates(self.path, snap.partition_columns, keep, cutoff)
+        else:
+            to_delete, stale_staging = _vacuum_candidates(self.path, snap.partition_columns, keep, cutoff)
         schema = T.StructType([T.StructField("path", T.StringType())])
         if dryRun:
-            return self.spark.createDataFrame([("file:" + p,) for p, _ in sorted(to_delete)], schema)
+            return self.spark.createDataFrame([(_location_uri(p),) for p, _ in sorted(to_delete)], schema)
         params = {
             "retentionCheckEnabled": self._retention_check_enabled(),
             "defaultRetentionMillis": props.get(snap.configuration, props.DELETED_FILE_RETENTION),
@@ -342,19 +352,23 @@ class DeltaTable:
         size = sum(s for _, s in to_delete)
         self._commit_marker("VACUUM START", params, {"numFilesToDelete": len(to_delete), "sizeOfDataToDelete": size})
         deleted = []
-        for file_path, _ in to_delete:
-            try:
-                os.remove(file_path)
-                deleted.append(file_path)
-            except FileNotFoundError:
-                pass
-        for staging in stale_staging:
-            shutil.rmtree(staging, ignore_errors=True)
-        dirs = _remove_empty_dirs(self.path, snap.partition_columns)
+        if remote:
+            deleted = _delete_objects([p for p, _ in to_delete])
+            dirs = 0  # S3 has no directories
+        else:
+            for file_path, _ in to_delete:
+                try:
+                    os.remove(file_path)
+                    deleted.append(file_path)
+                except FileNotFoundError:
+                    pass
+            for staging in stale_staging:
+                shutil.rmtree(staging, ignore_errors=True)
+            dirs = _remove_empty_dirs(self.path, snap.partition_columns)
         self._commit_marker(
             "VACUUM END", {"status": "COMPLETED"}, {"numDeletedFiles": len(deleted), "numVacuumedDirectories": dirs}
         )
-        return self.spark.createDataFrame([("file:" + p,) for p in sorted(deleted)], schema)
+        return self.spark.createDataFrame([(_location_uri(p),) for p in sorted(deleted)], schema)
 
     def _retention_check_enabled(self) -> bool:
         return str(self.spark.conf.get(RETENTION_CHECK_CONF, "true")).strip().lower() != "false"
@@ -833,6 +847,47 @@ def _vacuum_candidates(
             if entry.is_dir() and _newest_mtime_ms(entry.path) < cutoff:
                 staging.append(entry.path)
     return files, staging
+
+
+def _remote_vacuum_candidates(
+    table: str, partition_columns: Sequence[str], keep: set[str], cutoff: int
+) -> list[tuple[str, int]]:
+    """The unreferenced objects below an S3 table listed as modified before ``cutoff`` (URI, size).
+
+    Objects under a hidden prefix (``_delta_log``, ``_symlink_format_manifest``, ...) or with a
+    hidden name are not data, as locally. ``keep`` is compared by bucket and key, whatever the
+    scheme (``s3`` / ``s3a``) names them.
+    """
+    kept = {_object_key(p) for p in keep}
+    files = []
+    for f in Access().walk(table):
+        if any(io.is_hidden(part, partition_columns) for part in f.path.split("/")):
+            continue
+        uri = f"{table}/{f.path}"
+        if _object_key(uri) in kept or f.modification_time >= cutoff:
+            continue
+        files.append((uri, f.size))
+    return files
+
+
+def _object_key(location: str) -> str:
+    """``bucket/key`` of an S3 URI (the scheme dropped); a local path as it is."""
+    return location.split("://", 1)[1] if is_remote(location) else location
+
+
+def _delete_objects(uris: Sequence[str]) -> list[str]:
+    """Delete S3 objects, several at a time; the ones deleted (all of them: a missing one counts)."""
+    files = Access()
+    if not uris:
+        return []
+    with ThreadPoolExecutor(min(_DELETE_THREADS, len(uris))) as pool:
+        list(pool.map(files.delete, uris))
+    return list(uris)
+
+
+def _location_uri(location: str) -> str:
+    """A table or file location as delta-spark shows it: ``file:/path`` locally, the S3 URI as it is."""
+    return location if is_remote(location) else "file:" + location
 
 
 def _newest_mtime_ms(directory: str) -> float:

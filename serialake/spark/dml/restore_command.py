@@ -8,7 +8,6 @@ downgraded. No Spark job runs; the result rows are delta-spark's restore metrics
 
 from __future__ import annotations
 
-import os
 from dataclasses import replace
 from typing import Any
 
@@ -17,6 +16,7 @@ from pyspark.sql import types as T
 
 from serialake.core.actions import Action, now_ms
 from serialake.core.deletion_vectors import dv_absolute_path
+from serialake.core.paths import file_exists as _exists
 from serialake.core.written import BeforeCommit, commit_or_clean_up
 from serialake.exceptions import DeltaAnalysisException, DeltaIllegalArgumentException, DeltaTableNotFoundError
 from serialake.spark import io
@@ -89,13 +89,13 @@ def run_restore(
     then_files = {f.key: f for f in old.all_files}
     to_add = [f for k, f in then_files.items() if k not in now_files]
     to_remove = [f for k, f in now_files.items() if k not in then_files]
-    missing = [f.path for f in to_add if not os.path.exists(io.absolute_path(table, f.path))]
+    missing = [f.path for f in to_add if not _exists(io.absolute_path(table, f.path))]
     missing += [
         f"{f.path} (deletion vector)"
         for f in to_add
         if f.deletion_vector is not None
         and (dv := dv_absolute_path(table, f.deletion_vector)) is not None
-        and not os.path.exists(dv)
+        and not _exists(dv)
     ]
     if missing:
         raise DeltaAnalysisException(

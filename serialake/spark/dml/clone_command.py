@@ -10,6 +10,9 @@ REPLACE] TABLE t {SHALLOW | DEEP} CLONE source [VERSION AS OF n | TIMESTAMP AS O
 - **Deep**: the data files (and deletion-vector files) are copied into the clone's
   directory first, each fsynced; the clone is then independent of the source.
 
+Source and clone may each be local or on S3 (``storage.datafiles``: a copy within one
+bucket is server-side; a shallow clone lists ``s3://`` URIs).
+
 The clone gets a new table id, the source's schema, partitioning, clustering, protocol and
 properties (``properties`` add to or override them), and one commit (operation CLONE) that
 appears whole or not at all. ``replace`` replaces an existing table at the target (its
@@ -36,6 +39,7 @@ from serialake.core.paths import absolute_path
 from serialake.core.validate import is_absolute_path
 from serialake.core.written import BeforeCommit, commit_or_clean_up
 from serialake.exceptions import DeltaAnalysisException, DeltaTableNotFoundError
+from serialake.storage.datafiles import Access, is_remote
 
 __all__ = ["clone", "is_path"]
 
@@ -122,7 +126,11 @@ def clone(
 
 
 def _uri(path: str) -> str:
-    """An absolute local path as a ``file:`` URI, URI-encoded as ``add.path`` is."""
+    """An absolute local path as a ``file:`` URI, or an S3 location as its ``s3://`` URI,
+    URI-encoded as ``add.path`` is."""
+    if is_remote(path):
+        scheme, rest = path.split("://", 1)
+        return f"{scheme}://{quote(rest, safe='/')}"
     return "file://" + quote(path, safe="/")
 
 
@@ -169,7 +177,10 @@ def _copy_dv(source: str, target: str, dv: DeletionVectorDescriptor) -> Deletion
 
 
 def _copy(src: str, dst: str) -> None:
-    """Copy one file durably (written, fsynced, its directory fsynced)."""
+    """Copy one file durably (written, fsynced, its directory fsynced; on S3 one new object)."""
+    if is_remote(src) or is_remote(dst):
+        Access().copy(src, dst)
+        return
     os.makedirs(os.path.dirname(dst), exist_ok=True)
     with open(src, "rb") as r, open(dst, "xb") as w:
         shutil.copyfileobj(r, w, 1 << 20)

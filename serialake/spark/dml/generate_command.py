@@ -3,8 +3,9 @@
 ``_symlink_format_manifest/manifest`` (or one ``<partition dirs>/manifest`` per partition of
 a partitioned table) holds the absolute URI of each data file of the latest snapshot, one
 per line. Each manifest is written to a temporary name and renamed into place, so a reader
-sees the old list or the new one; manifests of partitions that no longer have files are
-removed. Nothing is committed to the Delta log.
+sees the old list or the new one (on S3 each manifest is one PUT, which replaces the object
+whole); manifests of partitions that no longer have files are removed. Nothing is committed
+to the Delta log.
 
 A table whose live files carry deletion vectors is refused: a manifest cannot say which
 rows of a file are deleted, so its readers would see deleted rows.
@@ -22,6 +23,7 @@ from serialake.core import DeltaLog
 from serialake.core.actions import decode_path
 from serialake.exceptions import DeltaIllegalArgumentException, DeltaTableNotFoundError, UnsupportedFeatureError
 from serialake.spark import io
+from serialake.storage.datafiles import Access, is_remote
 
 __all__ = ["MANIFEST_DIR", "generate"]
 
@@ -54,6 +56,9 @@ def generate(table_path: str, mode: str) -> int:
         groups[directory].append(_uri(io.absolute_path(table, f.path)))
     if not groups and not snap.partition_columns:
         groups[""] = []  # an empty table: an empty manifest
+    if is_remote(table):
+        _put_remote(f"{table}/{MANIFEST_DIR}", groups)
+        return sum(len(u) for u in groups.values())
     root = os.path.join(table, MANIFEST_DIR)
     for directory, uris in groups.items():
         target_dir = os.path.join(root, *directory.split("/")) if directory else root
@@ -66,6 +71,18 @@ def generate(table_path: str, mode: str) -> int:
         os.replace(temp, os.path.join(target_dir, "manifest"))
     _remove_stale(root, set(groups))
     return sum(len(u) for u in groups.values())
+
+
+def _put_remote(root: str, groups: dict[str, list[str]]) -> None:
+    """The manifests of an S3 table: one object per partition, then the stale ones deleted."""
+    files = Access()
+    for directory, uris in groups.items():
+        target = f"{root}/{directory}/manifest" if directory else f"{root}/manifest"
+        files.put(target, "".join(u + "\n" for u in sorted(uris)).encode("utf-8"))
+    for f in files.walk(root):
+        directory, _, name = f.path.rpartition("/")
+        if name == "manifest" and directory not in groups:
+            files.delete(f"{root}/{f.path}")
 
 
 def _uri(path: str) -> str:

@@ -3,7 +3,8 @@
 The test run has one in-process SparkSession (local mode), so the cluster's driver runs
 here, in a process of its own: ``python cluster_scenarios.py CONFIG.json``. CONFIG holds
 ``master``, ``shared_root``, ``private_seed`` (a table the executors see only as a private
-copy, or null) and ``out``, where the results are written as JSON.
+copy, or null), ``s3`` (an S3 table URI and the options to reach it, or null) and ``out``,
+where the results are written as JSON.
 
 DML and OPTIMIZE are forced onto the Spark path (the driver engines are turned off), so
 every data file is written by executors.
@@ -49,6 +50,10 @@ def version(path: str) -> int | None:
 
 def table_files(path: str) -> list[str]:
     """Every file under the table directory except the log (staging leftovers show up here)."""
+    if path.startswith("s3://"):
+        from serialake.storage.datafiles import Access
+
+        return sorted(f.path for f in Access.here(path).walk(path) if not f.path.startswith("_delta_log/"))
     out = []
     for root, dirs, names in os.walk(path):
         dirs[:] = sorted(d for d in dirs if d != "_delta_log")
@@ -150,6 +155,13 @@ def main(config_path: str) -> None:
         if config.get("private_seed"):
             results["private"] = private_scenario(spark, config["private_seed"])
         results["shared"] = shared_scenario(spark, os.path.join(config["shared_root"], "t"))
+        if config.get("s3"):
+            # Only the driver is told where S3 is: the executors (no AWS variables in their
+            # environment, no shared disk for S3 data) get the settings with each job.
+            from serialake.storage import s3
+
+            s3.configure(config["s3"]["options"])
+            results["s3"] = shared_scenario(spark, config["s3"]["table"])
     except Exception:  # noqa: BLE001 - the test shows it
         results["crash"] = traceback.format_exc()
     finally:

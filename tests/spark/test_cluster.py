@@ -4,7 +4,10 @@ One master and two workers run on 127.0.0.1 for the whole module (``tests/cluste
 driver runs ``cluster_scenarios.py`` in a subprocess (this process keeps its one local
 session). The workers run in mount namespaces of their own where the ``private`` directory
 is a private copy: executors read the seeded table there but write where the driver
-cannot see. The ``shared`` directory is the same for everybody.
+cannot see. The ``shared`` directory is the same for everybody. An S3 server (moto on
+127.0.0.1) holds a third table: only the driver is configured for it, and the executors,
+without AWS variables in their environment, write and read its objects with the settings
+each job carries.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import json
 import subprocess
 import sys
 import time
+from contextlib import ExitStack
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -57,8 +61,22 @@ def cluster_run(tmp_path_factory: pytest.TempPathFactory, spark: SparkSession) -
         "private_seed": None if private_reason else str(seed),
         "out": str(root / "results.json"),
     }
+    from tests.s3server import S3Server
+
+    server = S3Server().start()
+    env = server.environment()
+    config["s3"] = {
+        "table": f"s3://{server.new_bucket()}/t",
+        "options": {"fs.s3a.endpoint": server.endpoint, "fs.s3a.access.key": env["AWS_ACCESS_KEY_ID"],
+                    "fs.s3a.secret.key": env["AWS_SECRET_ACCESS_KEY"], "fs.s3a.path.style.access": "true",
+                    "fs.s3a.connection.ssl.enabled": "false"},
+    }  # fmt: skip
     started = time.monotonic()
-    with standalone_cluster(root / "spark", private_dir=None if private_reason else private_root) as cluster:
+    with ExitStack() as stack:
+        stack.callback(server.stop)
+        cluster = stack.enter_context(
+            standalone_cluster(root / "spark", private_dir=None if private_reason else private_root)
+        )
         config["master"] = cluster.master_url
         (root / "config.json").write_text(json.dumps(config))
         with open(root / "driver.log", "wb") as log:
@@ -68,7 +86,8 @@ def cluster_run(tmp_path_factory: pytest.TempPathFactory, spark: SparkSession) -
             )  # fmt: skip
         pids = [p.pid for p in cluster.processes]
         logs = cluster.logs()
-    results: dict[str, Any] = json.loads(Path(config["out"]).read_text()) if Path(config["out"]).exists() else {}
+        if "s3" in (results := _results(config)):
+            results["s3_deltars_rows"] = _deltars_rows(config["s3"]["table"], env)
     results.update(
         returncode=proc.returncode,
         driver_log=(root / "driver.log").read_text(errors="replace")[-5000:],
@@ -79,6 +98,22 @@ def cluster_run(tmp_path_factory: pytest.TempPathFactory, spark: SparkSession) -
         seconds=time.monotonic() - started,
     )
     return results
+
+
+def _results(config: dict[str, Any]) -> dict[str, Any]:
+    out = Path(config["out"])
+    return json.loads(out.read_text()) if out.exists() else {}
+
+
+def _deltars_rows(uri: str, env: dict[str, str]) -> list[list[int]] | str:
+    """The S3 table's rows as delta-rs reads them (while its server still runs)."""
+    try:
+        import deltalake
+
+        rows = deltalake.DeltaTable(uri, storage_options=dict(env)).to_pyarrow_table().to_pylist()
+        return sorted([r["id"], r["v"], r["p"]] for r in rows)
+    except Exception as e:  # noqa: BLE001 - the test shows it
+        return repr(e)
 
 
 def _ran(run: dict[str, Any], part: str) -> dict[str, Any]:
@@ -137,8 +172,11 @@ def _expected_shared() -> dict[str, list[list[int]]]:
     return {name: sorted([i, v, i % 3] for i, v in rows.items()) for name, rows in out.items()}
 
 
-def test_shared_directory_every_operation_works_on_the_spark_path(cluster_run: dict[str, Any]) -> None:
-    shared = _ran(cluster_run, "shared")
+@pytest.mark.parametrize("part", ["shared", pytest.param("s3", marks=pytest.mark.s3)])
+def test_shared_storage_every_operation_works_on_the_spark_path(cluster_run: dict[str, Any], part: str) -> None:
+    """On the shared directory and on S3 (where executors have no disk in common with the
+    driver and no S3 settings of their own) every operation's files are written by executors."""
+    shared = _ran(cluster_run, part)
     expected = _expected_shared()
     for version, (name, operation) in enumerate(SHARED_OPS.items()):
         op = shared[name]
@@ -154,3 +192,5 @@ def test_shared_table_reads_the_same_in_delta_rs(cluster_run: dict[str, Any]) ->
     _ran(cluster_run, "shared")
     rows = deltalake.DeltaTable(cluster_run["shared_table"]).to_pyarrow_table().to_pylist()
     assert sorted([r["id"], r["v"], r["p"]] for r in rows) == _expected_shared()["optimize"]
+    _ran(cluster_run, "s3")
+    assert cluster_run["s3_deltars_rows"] == _expected_shared()["optimize"]

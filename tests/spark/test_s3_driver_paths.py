@@ -2,9 +2,10 @@
 
 The driver's pyarrow paths (DELETE, UPDATE, MERGE, compaction), VACUUM (and DRY RUN),
 RESTORE, CLONE (shallow and deep, from and to S3), GENERATE symlink manifests and CONVERT TO
-DELTA, all through ``storage.datafiles``. Tables are created by delta-rs, and results are
-read back by delta-rs from S3. Tests of the driver paths forbid Spark's data path
-(``io.read_files_df`` / ``io.write_data_files`` raise), so they prove the driver did the work.
+DELTA, all through ``storage.datafiles``. Tables are created by delta-rs (or serialake's
+Spark writer for deletion vectors), and results are read back by delta-rs and by serialake's
+Spark reader from S3. While the driver paths work, Spark's data path is forbidden
+(``io.read_files_df`` / ``io.write_data_files`` raise), which proves the driver did the work.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -58,16 +60,31 @@ def options(server: S3Server) -> dict[str, str]:
     return {**server.environment(), "conditional_put": "etag"}
 
 
-@pytest.fixture
-def driver_only(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Spark's data path fails: what passes was done on the driver."""
+@contextmanager
+def _spark_data_path_forbidden() -> Iterator[None]:
+    """Spark's data path fails inside: what passes was done on the driver."""
     from serialake.spark import io
 
     def spark_path(*args: Any, **kwargs: Any) -> Any:
         raise AssertionError("Spark's data path was used")
 
-    monkeypatch.setattr(io, "read_files_df", spark_path)
-    monkeypatch.setattr(io, "write_data_files", spark_path)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(io, "read_files_df", spark_path)
+        mp.setattr(io, "write_data_files", spark_path)
+        yield
+
+
+@pytest.fixture
+def driver_only() -> Iterator[None]:
+    with _spark_data_path_forbidden():
+        yield
+
+
+def _spark_rows(spark: Any, uri: str) -> list[tuple[Any, ...]]:
+    """The table's rows as serialake's Spark reader reads them from S3 (on executors), sorted."""
+    import serialake
+
+    return sorted(tuple(r) for r in serialake.read(spark, uri).collect())
 
 
 @pytest.fixture
@@ -114,7 +131,7 @@ def _live(uri: str) -> set[str]:
 # -- driver DML -------------------------------------------------------------------------------
 
 
-def test_driver_delete_update_merge_on_s3(spark: Any, bucket: str, options: dict[str, str], driver_only: None) -> None:
+def test_driver_delete_update_merge_on_s3(spark: Any, bucket: str, options: dict[str, str]) -> None:
     from serialake.spark.table import DeltaTable
 
     uri = f"s3://{bucket}/dml"
@@ -122,16 +139,19 @@ def test_driver_delete_update_merge_on_s3(spark: Any, bucket: str, options: dict
     _write(uri, options, [(4, "d"), (5, "e")])
     table = DeltaTable.forPath(spark, uri)
 
-    table.delete("id = 2")
-    assert _rows(uri, options) == [(1, "a"), (3, "c"), (4, "d"), (5, "e")]
-    table.update("id = 4", {"v": "'X'"})
-    assert _rows(uri, options) == [(1, "a"), (3, "c"), (4, "X"), (5, "e")]
     source = spark.createDataFrame([(5, "M"), (9, "N")], "id long, v string")
-    (
-        table.alias("t").merge(source.alias("s"), "t.id = s.id")
-        .whenMatchedUpdateAll().whenNotMatchedInsertAll().execute()
-    )  # fmt: skip
-    assert _rows(uri, options) == [(1, "a"), (3, "c"), (4, "X"), (5, "M"), (9, "N")]
+    with _spark_data_path_forbidden():
+        table.delete("id = 2")
+        assert _rows(uri, options) == [(1, "a"), (3, "c"), (4, "d"), (5, "e")]
+        table.update("id = 4", {"v": "'X'"})
+        assert _rows(uri, options) == [(1, "a"), (3, "c"), (4, "X"), (5, "e")]
+        (
+            table.alias("t").merge(source.alias("s"), "t.id = s.id")
+            .whenMatchedUpdateAll().whenNotMatchedInsertAll().execute()
+        )  # fmt: skip
+    expected = [(1, "a"), (3, "c"), (4, "X"), (5, "M"), (9, "N")]
+    assert _rows(uri, options) == expected
+    assert _spark_rows(spark, uri) == expected
 
     snap = DeltaLog.for_table(uri).update()
     assert snap.version == 4
@@ -172,18 +192,55 @@ def test_driver_delete_in_partitions_on_s3(
     assert all(_DRIVER_NAME.match(p) for p in paths)
 
 
-def test_driver_compaction_on_s3(spark: Any, bucket: str, options: dict[str, str], driver_only: None) -> None:
+def test_driver_compaction_on_s3(spark: Any, bucket: str, options: dict[str, str]) -> None:
     from serialake.spark.table import DeltaTable
 
     uri = f"s3://{bucket}/compact"
     for i in range(4):
         _write(uri, options, [(i, f"v{i}"), (10 + i, f"w{i}")])
     before = _rows(uri, options)
-    metrics = DeltaTable.forPath(spark, uri).optimize().executeCompaction().collect()[0].metrics
+    assert len(before) == 8
+    with _spark_data_path_forbidden():
+        metrics = DeltaTable.forPath(spark, uri).optimize().executeCompaction().collect()[0].metrics
     assert metrics.numFilesRemoved == 4 and metrics.numFilesAdded == 1
     assert _rows(uri, options) == before
+    assert _spark_rows(spark, uri) == before
     [only] = DeltaLog.for_table(uri).update().all_files
     assert _DRIVER_NAME.match(only.path) and only.num_records == 8 and not only.data_change
+
+
+def test_deletion_vectors_on_driver_on_s3(spark: Any, bucket: str, no_retention_check: None) -> None:
+    """A table written by serialake's Spark writer with deletion vectors: DELETE on the driver
+    marks rows in DV objects, the driver's compaction purges them, VACUUM keeps the DV files
+    live files use and deletes them once unused."""
+    import serialake
+    from serialake.spark.table import DeltaTable
+
+    uri = f"s3://{bucket}/dvs"
+    df = spark.createDataFrame([(i, f"v{i}") for i in range(6)], "id long, v string").coalesce(1)
+    serialake.write(df, uri, properties={"delta.enableDeletionVectors": "true"})
+    table = DeltaTable.forPath(spark, uri)
+    with _spark_data_path_forbidden():
+        table.delete("id IN (1, 4)")
+    [add] = DeltaLog.for_table(uri).update().all_files
+    assert add.deletion_vector is not None and add.deletion_vector.cardinality == 2
+    dv_objects = {p for p in _data_objects(uri) if p.endswith(".bin")}
+    assert len(dv_objects) == 1
+    expected = [(0, "v0"), (2, "v2"), (3, "v3"), (5, "v5")]
+    assert _spark_rows(spark, uri) == expected
+    assert table.vacuum(0).collect() == []  # the file and its DV are live
+    assert dv_objects <= _data_objects(uri)
+
+    with _spark_data_path_forbidden():
+        metrics = table.optimize().executeCompaction().collect()[0].metrics
+    assert metrics.numFilesRemoved == 1 and metrics.numFilesAdded == 1
+    [purged] = DeltaLog.for_table(uri).update().all_files
+    assert purged.deletion_vector is None and purged.num_records == 4 and _DRIVER_NAME.match(purged.path)
+    assert _spark_rows(spark, uri) == expected
+    deleted = {r.path for r in table.vacuum(0).collect()}
+    assert deleted == {f"{uri}/{add.path}", *(f"{uri}/{p}" for p in dv_objects)}
+    assert _data_objects(uri) == {purged.path}
+    assert _spark_rows(spark, uri) == expected
 
 
 def test_driver_rewrite_failure_leaves_no_object(spark: Any, bucket: str, options: dict[str, str]) -> None:
@@ -237,7 +294,7 @@ def test_row_reader_and_footers_on_s3(bucket: str) -> None:
 
 
 def test_vacuum_on_s3(
-    spark: Any, bucket: str, options: dict[str, str], driver_only: None, no_retention_check: None
+    spark: Any, bucket: str, options: dict[str, str], no_retention_check: None
 ) -> None:
     from serialake.spark.table import DeltaTable
 
@@ -245,7 +302,8 @@ def test_vacuum_on_s3(
     _write(uri, options, [(1, "a"), (2, "b")])
     _write(uri, options, [(3, "c")])
     table = DeltaTable.forPath(spark, uri)
-    table.delete("id = 1")  # rewrites the first file: its old version is a tombstone
+    with _spark_data_path_forbidden():
+        table.delete("id = 1")  # rewrites the first file: its old version is a tombstone
     live = _live(uri)
     files = Access()
     for name in ("p=9/orphan.parquet", "_tmp/hidden.parquet", ".hidden", "sub/_x/deep.parquet"):
@@ -262,7 +320,7 @@ def test_vacuum_on_s3(
     deleted = sorted(r.path for r in table.vacuum(0).collect())
     assert deleted == listed
     assert _data_objects(uri) == live | {"_tmp/hidden.parquet", ".hidden", "sub/_x/deep.parquet"}
-    assert _rows(uri, options) == [(2, "b"), (3, "c")]
+    assert _rows(uri, options) == [(2, "b"), (3, "c")] == _spark_rows(spark, uri)
     history = [r.operation for r in table.history().collect()]
     assert history[:2] == ["VACUUM END", "VACUUM START"]
 
@@ -288,14 +346,15 @@ def test_vacuum_keeps_a_shallow_clones_source(
 
 
 def test_restore_on_s3(
-    spark: Any, bucket: str, options: dict[str, str], driver_only: None, no_retention_check: None
+    spark: Any, bucket: str, options: dict[str, str], no_retention_check: None
 ) -> None:
     from serialake.spark.table import DeltaTable
 
     uri = f"s3://{bucket}/restore"
     _write(uri, options, [(1, "a"), (2, "b")])
     table = DeltaTable.forPath(spark, uri)
-    table.delete("id = 1")  # version 1
+    with _spark_data_path_forbidden():
+        table.delete("id = 1")  # version 1
     _write(uri, options, [(3, "c")])  # version 2
     metrics = table.restoreToVersion(0).collect()[0]
     assert (metrics.num_restored_files, metrics.num_removed_files) == (1, 2)
@@ -304,14 +363,14 @@ def test_restore_on_s3(
     table.vacuum(0)
     with pytest.raises(DeltaAnalysisException, match="were deleted"):
         table.restoreToVersion(1)
-    assert _rows(uri, options) == [(1, "a"), (2, "b")]
+    assert _rows(uri, options) == [(1, "a"), (2, "b")] == _spark_rows(spark, uri)
 
 
 # -- CLONE ------------------------------------------------------------------------------------
 
 
 def test_deep_clone_s3_to_s3_and_to_local(
-    spark: Any, bucket: str, options: dict[str, str], tmp_path: Path, driver_only: None
+    spark: Any, bucket: str, options: dict[str, str], tmp_path: Path
 ) -> None:
     from serialake.spark.table import DeltaTable
 
@@ -322,7 +381,7 @@ def test_deep_clone_s3_to_s3_and_to_local(
 
     target = f"s3://{bucket}/deep-dst"
     table.clone(target, isShallow=False)
-    assert _rows(target, options) == [(1, "a"), (2, "b"), (3, "c")]
+    assert _rows(target, options) == [(1, "a"), (2, "b"), (3, "c")] == _spark_rows(spark, target)
     copied = DeltaLog.for_table(target).update().all_files
     assert len(copied) == 2 and all("://" not in f.path for f in copied)
     assert _data_objects(target) == {f.path for f in copied}
@@ -340,7 +399,7 @@ def test_deep_clone_s3_to_s3_and_to_local(
     # ... and back from the local clone to S3.
     back = f"s3://{bucket}/deep-back"
     DeltaTable.forPath(spark, local).clone(back, isShallow=False)
-    assert _rows(back, options) == [(1, "a"), (2, "b"), (3, "c")]
+    assert _rows(back, options) == [(1, "a"), (2, "b"), (3, "c")] == _spark_rows(spark, back)
     assert len(_data_objects(back)) == 2
 
 
@@ -438,9 +497,9 @@ def test_convert_to_delta_on_s3(spark: Any, bucket: str, options: dict[str, str]
     import deltalake
 
     rows = deltalake.DeltaTable(uri, storage_options=options).to_pyarrow_table().to_pylist()
-    assert sorted((r["id"], r["s"], r["x"], r["year"]) for r in rows) == [
-        (1, "a", None, 2024), (2, "b", None, 2024), (3, None, 1.5, 2025),
-    ]  # fmt: skip
+    expected = [(1, "a", None, 2024), (2, "b", None, 2024), (3, None, 1.5, 2025)]
+    assert sorted((r["id"], r["s"], r["x"], r["year"]) for r in rows) == expected
+    assert _spark_rows(spark, uri) == expected
 
 
 def test_convert_refuses_clashing_types_on_s3(spark: Any, bucket: str) -> None:
@@ -456,3 +515,34 @@ def test_convert_refuses_clashing_types_on_s3(spark: Any, bucket: str) -> None:
     assert not DeltaLog.for_table(uri).table_exists()
     with pytest.raises(DeltaAnalysisException, match="no Parquet data files"):
         convert_to_delta(spark, f"s3://{bucket}/empty")
+
+
+def test_convert_schema_from_footers_on_s3(spark: Any, bucket: str) -> None:
+    """Spark's own schema in a footer wins over the Parquet types; INT96 is a timestamp, as Spark reads it."""
+    import datetime as dt
+    import io
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from serialake.spark.dml.convert_command import convert_to_delta
+
+    uri = f"s3://{bucket}/footers"
+    spark_schema = {"type": "struct", "fields": [{"name": "c", "type": "short", "nullable": False, "metadata": {}}]}
+    shorts = pa.table({"c": pa.array([1, 2], pa.int32())}).replace_schema_metadata(
+        {"org.apache.spark.sql.parquet.row.metadata": json.dumps(spark_schema)}
+    )
+    _put_parquet(f"{uri}/a.parquet", shorts)
+    buf = io.BytesIO()
+    stamps = pa.table({"t": pa.array([dt.datetime(2024, 1, 2, 3, 4, 5)], pa.timestamp("us"))})
+    pq.write_table(stamps, buf, use_deprecated_int96_timestamps=True)
+    Access().put_new(f"{uri}/b.parquet", buf.getvalue())
+    ntz = pa.table({"n": pa.array([dt.datetime(2024, 1, 2)], pa.timestamp("us"))})
+    _put_parquet(f"{uri}/c.parquet", ntz)
+
+    convert_to_delta(spark, uri)
+    snap = DeltaLog.for_table(uri).update()
+    assert [(f.name, f.data_type.to_json_value(), f.nullable) for f in snap.schema.fields] == [
+        ("c", "short", True), ("t", "timestamp", True), ("n", "timestamp_ntz", True),
+    ]  # fmt: skip
+    assert len(snap.all_files) == 3

@@ -267,6 +267,29 @@ def test_driver_rewrite_failure_leaves_no_object(spark: Any, bucket: str, option
     assert len(wrote) == 1 and _objects(uri) == before
 
 
+def test_failed_commit_deletes_the_driver_files_on_s3(spark: Any, bucket: str, options: dict[str, str]) -> None:
+    """A DELETE whose commit loses to a conflicting DELETE of the same file leaves no object behind."""
+    from serialake.exceptions import DeltaConcurrentModificationException
+    from serialake.spark import dml
+
+    uri = f"s3://{bucket}/conflict"
+    _write(uri, options, [(1, "a"), (2, "b"), (3, "c")])
+    seen: list[set[str]] = []
+
+    def other() -> None:
+        seen.append(_data_objects(uri))  # ours are written by now
+        dml.run_delete(spark, uri, "id = 3")
+
+    with _spark_data_path_forbidden(), pytest.raises(DeltaConcurrentModificationException):
+        dml.run_delete(spark, uri, "id = 1", before_commit=other)
+    [before_commit] = seen
+    assert len(before_commit) == 2  # the original file and our rewrite of it
+    # Left: the original and the other DELETE's rewrite; ours is gone.
+    assert _data_objects(uri) == _live(uri) | (before_commit - {p for p in before_commit if _DRIVER_NAME.match(p)})
+    assert len(_data_objects(uri)) == 2
+    assert _rows(uri, options) == [(1, "a"), (2, "b")]
+
+
 def test_row_reader_and_footers_on_s3(bucket: str) -> None:
     """Conflict checks and the driver read S3 objects; a footer larger than the first range read."""
     import io

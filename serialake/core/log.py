@@ -164,11 +164,8 @@ class DeltaLog:
         path = self.commit_path(version)
         data = self._read_with_retry(path)
         items = parse_commit_items(data, self.table_path, version)
-        try:
-            mtime = int(os.stat(path).st_mtime * 1000)
-        except OSError:
-            mtime = 0
-        entry = CommitEntry(version, items, commit_timestamp(items, mtime))
+        stamp = commit_timestamp(items, -1)  # the in-commit timestamp; else the file's time, asked only then
+        entry = CommitEntry(version, items, stamp if stamp >= 0 else self.store.modification_time(path))
         self._remember(entry)
         return entry
 

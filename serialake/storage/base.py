@@ -121,6 +121,17 @@ class LogStore(ABC):
         """
         return io.BytesIO(self.read(path))
 
+    def modification_time(self, path: str) -> int:
+        """When ``path`` was last written, in ms since the epoch (0 when unknown).
+
+        A commit without an in-commit timestamp has its file's modification time as its
+        timestamp (history, time travel by timestamp). The default asks the local file system.
+        """
+        try:
+            return int(os.stat(path).st_mtime * 1000)
+        except OSError:
+            return 0
+
     @abstractmethod
     def list_from(self, directory: str, start_name: str = "") -> list[FileStatus]:
         """Files in ``directory`` whose name is >= ``start_name``, sorted by name.

@@ -295,6 +295,16 @@ class S3LogStore(LogStore):
         except Exception as e:  # noqa: BLE001
             raise _failed("HEAD", path, e) from e
 
+    def modification_time(self, path: str) -> int:
+        import obstore
+
+        store, key = self._locate(path)
+        try:
+            stamp = obstore.head(store, key).get("last_modified")
+        except Exception:  # noqa: BLE001 - unknown: the caller falls back
+            return 0
+        return int(stamp.timestamp() * 1000) if stamp is not None else 0
+
     def delete(self, path: str) -> None:
         import obstore
         from obstore.exceptions import NotFoundError

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -191,6 +192,13 @@ def test_delta_rs_and_serialake_share_an_s3_table(bucket: str, server: S3Server)
     assert sorted(dt.to_pyarrow_table().column("id").to_pylist()) == [1, 2, 3, 4]
     deltalake.write_deltalake(uri, pa.table({"id": [5]}), mode="append", storage_options=options)
     assert log.update().version == 3 and log.update().num_files == 3
+    # Commits without an in-commit timestamp are as old as their objects (not 0): history and
+    # time travel by timestamp work on S3.
+    DeltaLog.clear_cache()
+    fresh = DeltaLog.for_table(uri)
+    stamps = [fresh.read_commit(v).timestamp for v in range(4)]
+    assert all(abs(t - time.time() * 1000) < 600_000 for t in stamps), stamps
+    assert fresh.version_at_timestamp(int(time.time() * 1000) + 5_000) == 3
 
 
 @pytest.mark.parametrize("fault", ["lose", "500", "503", "409", "delay"])

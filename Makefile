@@ -36,8 +36,11 @@ test-core: $(STAMP)
 bench: $(STAMP) check-java
 	$(PY) -m bench.run
 
+# Then the list-append workload and the crash trials with the log on S3 (a moto server on 127.0.0.1,
+# started and stopped by the command): fewer txns per process, moto serves ~10-30 commits/s.
 verify: $(STAMP) check-java
 	$(VENV)/bin/serialake verify --processes 8 --txns 500 --dataframes --multi-table
+	$(VENV)/bin/serialake verify --s3 --processes 8 --txns 100
 
 # 100,000 transactions: 8 processes x 3,125 at each of the four levels/tables (docs/verification.md).
 verify-long: $(STAMP)

@@ -1,6 +1,6 @@
 """Optional dependencies, imported only by the features that need them.
 
-The library itself needs neither: ``serialake verify`` needs networkx (the ``verify`` extra)
+The library itself needs none: ``serialake verify`` needs networkx (the ``verify`` extra; moto too for ``--s3``)
 and ``serialake demo`` matplotlib (the ``demo`` extra). :func:`require` imports one when
 it is used, and when it is missing says which extra to install.
 """
@@ -13,7 +13,7 @@ from types import ModuleType
 __all__ = ["EXTRAS", "MissingExtraError", "require"]
 
 #: The extra of ``pyproject.toml`` that installs each optional module.
-EXTRAS = {"networkx": "verify", "matplotlib": "demo"}
+EXTRAS = {"networkx": "verify", "moto": "verify", "matplotlib": "demo"}
 
 
 class MissingExtraError(ImportError):

@@ -1,111 +1,18 @@
-"""An S3 server on 127.0.0.1 for tests: moto's app, with conditional PUTs serialised.
+"""The S3 test server (moto on 127.0.0.1, conditional PUTs serialised as on S3).
 
-Run as a process (``python -m tests.s3server PORT``) by ``S3Server``, stopped by its
-process id. Plain moto is not atomic under racing conditional PUTs (measured: 2 winners
-in 7 of 3,440 rounds of 16 racing writers under load); real S3 is. This wrapper holds one
-lock around every PUT that carries ``If-None-Match`` or ``If-Match``, so exactly one of
-racing creators wins, as on S3: tests that count winners rely on it.
+It lives in the package now (``serialake.verify.s3server``: ``serialake verify --s3`` starts
+it too); this module re-exports it so tests and benchmarks keep importing
+``tests.s3server.S3Server``. Plain moto is not atomic under racing conditional PUTs; the
+server's wrapper is, so tests that count winners rely on it.
 """
 
 from __future__ import annotations
 
-import os
-import signal
-import socket
-import subprocess
 import sys
-import threading
-import time
-import uuid
-from collections.abc import Callable, Iterable
-from typing import Any
 
-_lock = threading.Lock()
+from serialake.verify.s3server import S3Server, _free_port, _serialising, serve
 
-
-def _serialising(app: Callable[..., Iterable[bytes]]) -> Callable[..., Iterable[bytes]]:
-    def wrapped(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
-        conditional = environ.get("REQUEST_METHOD") == "PUT" and (
-            "HTTP_IF_NONE_MATCH" in environ or "HTTP_IF_MATCH" in environ
-        )
-        if not conditional:
-            return app(environ, start_response)
-        with _lock:
-            return list(app(environ, start_response))
-
-    return wrapped
-
-
-def serve(port: int) -> None:
-    from moto.server import DomainDispatcherApplication, create_backend_app
-    from werkzeug.serving import run_simple
-
-    app = DomainDispatcherApplication(create_backend_app)
-    run_simple("127.0.0.1", port, _serialising(app), threaded=True, use_reloader=False)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class S3Server:
-    """The server process: ``start()`` waits until it answers; ``stop()`` kills it by pid."""
-
-    def __init__(self) -> None:
-        self.port = _free_port()
-        self.endpoint = f"http://127.0.0.1:{self.port}"
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> S3Server:
-        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-        env = {**os.environ, "PYTHONPATH": root}
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.s3server", str(self.port)], env=env,
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-        )  # fmt: skip
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
-                    return self
-            except OSError:
-                if self.proc.poll() is not None:
-                    raise RuntimeError("the S3 test server exited at start") from None
-                time.sleep(0.1)
-        self.stop()
-        raise RuntimeError("the S3 test server did not start within 30 s")
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(timeout=10)
-        self.proc = None
-
-    def client(self) -> Any:
-        import boto3
-
-        return boto3.client(
-            "s3", endpoint_url=self.endpoint, aws_access_key_id="testing", aws_secret_access_key="testing",
-            region_name="us-east-1",
-        )  # fmt: skip
-
-    def new_bucket(self) -> str:
-        name = f"t-{uuid.uuid4().hex[:12]}"
-        self.client().create_bucket(Bucket=name)
-        return name
-
-    def environment(self) -> dict[str, str]:
-        """The AWS variables that point a client (serialake, delta-rs) at this server."""
-        return {
-            "AWS_ACCESS_KEY_ID": "testing",
-            "AWS_SECRET_ACCESS_KEY": "testing",
-            "AWS_REGION": "us-east-1",
-            "AWS_ENDPOINT_URL": self.endpoint,
-            "AWS_ALLOW_HTTP": "true",
-        }
-
+__all__ = ["S3Server", "_free_port", "_serialising", "serve"]
 
 if __name__ == "__main__":
     serve(int(sys.argv[1]))

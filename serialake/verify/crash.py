@@ -13,12 +13,32 @@ crash point (it then sleeps there, so the kill lands exactly at that point):
 * ``checkpoint``: checkpoint temp file written, not renamed;
 * ``last-checkpoint``: checkpoint in place, ``_last_checkpoint`` not yet updated.
 
-After every kill :func:`check_table` verifies the invariants of issue #4 and
-:func:`check_vacuum` that vacuum would remove only unreferenced files past retention.
+After every kill :func:`check_table` verifies the invariants of issue #4 (and that every
+commit carries a txnId a writer noted in its ``.intents`` file before trying it: no
+phantom commit) and :func:`check_vacuum` that vacuum would remove only unreferenced files
+past retention.
+
+On S3 (``run_crash_trials(table_root="s3://bucket/prefix")``; ``serialake verify --s3``) the
+writers commit through the S3 log store and PUT their data files to the bucket; a PUT is
+atomic, so there is no half-written file and no temp file, and the points are
+(``S3_CRASH_POINTS``):
+
+* ``before-commit``: the data file is in the bucket, no commit yet;
+* ``before-put``: the commit is built, its conditional PUT not sent;
+* ``after-put``: the conditional PUT landed (the commit exists) but the writer dies before
+  the response is used: never acknowledged, so the commit may or may not be counted, but it
+  must be whole, once, and not leave a gap;
+* ``after-commit``, ``checkpoint`` (before the checkpoint's PUT), ``last-checkpoint``
+  (checkpoint in place, ``_last_checkpoint`` not yet PUT), and ``random``.
+
+The hooks live in a subclass of the S3 store used only by the writer processes, so the
+store's behaviour is the one shipped. Writers start from a fork server, not by ``fork``:
+the S3 client's runtime does not survive ``fork`` (see :mod:`serialake.verify.workload`).
 """
 
 from __future__ import annotations
 
+import errno
 import io
 import json
 import multiprocessing as mp
@@ -32,7 +52,7 @@ import tempfile
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -46,11 +66,15 @@ from serialake.core.log import DeltaLog
 from serialake.core.logfiles import LAST_CHECKPOINT, LOG_DIR, CheckpointRef, read_last_checkpoint, version_of
 from serialake.core.snapshot import Snapshot, TableState, parse_commit
 from serialake.exceptions import DeltaConcurrentModificationException
-from serialake.storage.base import FileStatus
+from serialake.storage import is_local_path, store_for
+from serialake.storage.base import FileStatus, LogStore
 from serialake.storage.local import LocalLogStore
+from serialake.storage.s3 import S3LogStore
+from serialake.verify.workload import apply_environment, fork_server, s3_environment
 
 __all__ = [
     "CRASH_POINTS",
+    "S3_CRASH_POINTS",
     "CrashReport",
     "VacuumPlan",
     "check_table",
@@ -61,6 +85,9 @@ __all__ = [
 ]
 
 CRASH_POINTS = ("random", "data", "before-commit", "commit", "after-commit", "checkpoint", "last-checkpoint")
+S3_CRASH_POINTS = (
+    "random", "before-commit", "before-put", "after-put", "after-commit", "checkpoint", "last-checkpoint",
+)  # fmt: skip
 SCHEMA = json.dumps(
     {
         "type": "struct",
@@ -73,19 +100,28 @@ SCHEMA = json.dumps(
 PARTITIONS = ("a", "b", "c")
 HOUR_MS = 3_600_000
 _PARK_S = 30.0  # how long a writer waits at its crash point for the SIGKILL
+_REACH_S = {"local": 5.0, "s3": 15.0}  # how long the parent waits for a writer to reach its point
 _COMMIT_FILE = re.compile(r"^\d{20}\.json$")
+INTENTS_SUFFIX = ".intents"  # next to each ack file: the txnIds its writer tried to commit
 
 
 # -- the writer (child process) ---------------------------------------------------------------
 class _Point:
-    """Where the child stops; reports reaching it through a pipe and parks until killed."""
+    """Where the child stops; reports reaching it through a pipe and parks until killed.
 
-    def __init__(self, point: str, fd: int, armed_after: int) -> None:
+    ``fd`` is the pipe's write end: a file descriptor (forked writers) or a
+    ``multiprocessing`` connection (writers from the fork server).
+    """
+
+    def __init__(self, point: str, fd: Any, armed_after: int) -> None:
         self.point, self.fd, self.armed_after, self.iteration = point, fd, armed_after, 0
 
     def hit(self, name: str) -> None:
         if name == self.point and self.iteration >= self.armed_after:
-            os.write(self.fd, b"!")
+            if isinstance(self.fd, int):
+                os.write(self.fd, b"!")
+            else:
+                self.fd.send_bytes(b"!")
             time.sleep(_PARK_S)
 
 
@@ -122,12 +158,55 @@ def _install_store_hooks(point: _Point) -> None:
         local._linkat = linkat
 
 
+class _HookedS3Store(S3LogStore):
+    """The S3 log store with the crash points around its PUTs (writers only; behaviour unchanged)."""
+
+    def __init__(self, point: _Point) -> None:
+        self.point = point
+
+    def put_if_absent(self, path: str, data: bytes) -> None:
+        commit = bool(_COMMIT_FILE.match(os.path.basename(path)))
+        if commit:
+            self.point.hit("before-put")
+        super().put_if_absent(path, data)
+        if commit:  # landed: the writer dies before the commit loop sees the response
+            self.point.hit("after-put")
+
+    def write(self, path: str, data: bytes) -> None:
+        name = os.path.basename(path)
+        if name.endswith(".checkpoint.parquet"):
+            self.point.hit("checkpoint")
+        elif name == LAST_CHECKPOINT:
+            self.point.hit("last-checkpoint")
+        super().write(path, data)
+
+
+def _parquet(values: list[int]) -> bytes:
+    buf = io.BytesIO()
+    pq.write_table(pa.table({"v": pa.array(values, pa.int64())}), buf)
+    return buf.getvalue()
+
+
+def _data_add(rel: str, part: str, values: list[int], size: int) -> AddFile:
+    stats = {"numRecords": len(values), "minValues": {"v": min(values)}, "maxValues": {"v": max(values)}}
+    return AddFile(
+        path=rel, partition_values={"p": part}, size=size, modification_time=int(time.time() * 1000),
+        data_change=True, stats=json.dumps(stats),
+    )  # fmt: skip
+
+
+def _write_s3_data(store: LogStore, table: str, part: str, values: list[int], point: _Point) -> AddFile:
+    """A real Parquet file in partition ``part``, PUT to the bucket (atomic) before it is committed."""
+    rel = f"p={part}/part-{uuid.uuid4().hex}.parquet"
+    data = _parquet(values)
+    store.write(f"{table}/{rel}", data)
+    return _data_add(rel, part, values, len(data))
+
+
 def _write_data(table: str, part: str, values: list[int], point: _Point) -> AddFile:
     """A real Parquet file in partition ``part``, durable before it is committed."""
     rel = f"p={part}/part-{uuid.uuid4().hex}.parquet"
-    buf = io.BytesIO()
-    pq.write_table(pa.table({"v": pa.array(values, pa.int64())}), buf)
-    data = buf.getvalue()
+    data = _parquet(values)
     full = os.path.join(table, rel)
     os.makedirs(os.path.dirname(full), exist_ok=True)
     with open(full, "wb") as fh:
@@ -138,11 +217,14 @@ def _write_data(table: str, part: str, values: list[int], point: _Point) -> AddF
         fh.write(data[half:])
         fh.flush()
         os.fsync(fh.fileno())
-    stats = {"numRecords": len(values), "minValues": {"v": min(values)}, "maxValues": {"v": max(values)}}
-    return AddFile(
-        path=rel, partition_values={"p": part}, size=len(data), modification_time=int(time.time() * 1000),
-        data_change=True, stats=json.dumps(stats),
-    )  # fmt: skip
+    return _data_add(rel, part, values, len(data))
+
+
+def _intend(ack_path: str, txn_id: str) -> None:
+    """Note a commit attempt's txnId before it starts (``<ack file>.intents``): a commit in the log
+    whose txnId no writer noted is a phantom. One write(2): a SIGKILL cannot lose it."""
+    with open(ack_path + INTENTS_SUFFIX, "a", encoding="utf-8") as fh:
+        fh.write(txn_id + "\n")
 
 
 def _ack(path: str, record: dict[str, Any]) -> None:
@@ -167,7 +249,31 @@ def _writer(
     store = LocalLogStore()
     if not tmpfile and hasattr(store, "_tmpfile_ok"):
         store._tmpfile_ok = False
-    log = DeltaLog(table, store=store)
+    _write_loop(DeltaLog(table, store=store), writer_id, ack_path, point, rng, _write_data)
+
+
+def _s3_writer(
+    table: str, writer_id: str, ack_path: str, point_name: str, conn: Any, seed: int, env: Mapping[str, str]
+) -> None:
+    """Child (from the fork server): :func:`_writer` on an S3 table, the crash points in its store."""
+    apply_environment(env)
+    DeltaLog.clear_cache()
+    rng = random.Random(seed)
+    point = _Point(point_name, conn, rng.randint(0, 2))
+    store = _HookedS3Store(point)
+
+    def write_data(table: str, part: str, values: list[int], point: _Point) -> AddFile:
+        return _write_s3_data(store, table, part, values, point)
+
+    _write_loop(DeltaLog(table, store=store), writer_id, ack_path, point, rng, write_data)
+
+
+def _write_loop(
+    log: DeltaLog, writer_id: str, ack_path: str, point: _Point, rng: random.Random,
+    write_data: Callable[[str, str, list[int], _Point], AddFile],
+) -> None:  # fmt: skip
+    """Commit data files forever: sometimes rewriting a file, sometimes with an app ``txn``; ack each."""
+    table = log.table_path
     n = 0
     while True:
         point.iteration = n
@@ -179,11 +285,12 @@ def _writer(
             files = txn.filter_files([f"p = '{part}'"])
             if files:
                 actions.append(rng.choice(files).remove())
-        add = _write_data(table, part, [rng.randrange(10**6) for _ in range(rng.randint(1, 5))], point)
+        add = write_data(table, part, [rng.randrange(10**6) for _ in range(rng.randint(1, 5))], point)
         actions.append(add)
         if rng.random() < 0.3:
             actions.append(SetTransaction(app_id=writer_id, version=n, last_updated=int(time.time() * 1000)))
         point.hit("before-commit")
+        _intend(ack_path, txn.txn_id)
         try:
             version = txn.commit(actions, operation="WRITE")
         except DeltaConcurrentModificationException:
@@ -231,15 +338,52 @@ def _diff(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
     return [k for k in a if a[k] != b[k]]
 
 
+# -- local or S3: what the checks need of the table's files -------------------------------
+def _is_local(table: str) -> bool:
+    return is_local_path(table)
+
+
+def _check_store(table: str) -> LogStore:
+    return LocalLogStore() if _is_local(table) else store_for(table)
+
+
+def _log_names(log: DeltaLog) -> list[str]:
+    """Every name in ``_delta_log`` (on the local file system temp files too: they must never be listed)."""
+    if _is_local(log.table_path):
+        return os.listdir(log.log_path)
+    return [st.name for st in log.store.list_from(log.log_path)]
+
+
+def _log_file(log: DeltaLog, name: str) -> FileStatus:
+    if _is_local(log.table_path):
+        st = os.stat(os.path.join(log.log_path, name))
+        return FileStatus(name, st.st_size, int(st.st_mtime * 1000))
+    found = [st for st in log.store.list_from(log.log_path, name) if st.name == name]
+    if not found:
+        raise FileNotFoundError(errno.ENOENT, "No such log file", f"{log.log_path}/{name}")
+    return found[0]
+
+
+def _data_exists(table: str, rel: str) -> bool:
+    if _is_local(table):
+        return os.path.exists(os.path.join(table, rel))
+    return store_for(table).exists(f"{table}/{rel}")
+
+
 def check_table(
-    table: str, ack_files: Iterable[str | os.PathLike[str]], checked: set[str] | None = None
+    table: str,
+    ack_files: Iterable[str | os.PathLike[str]],
+    checked: set[str] | None = None,
+    intent_files: Iterable[str | os.PathLike[str]] | None = None,
 ) -> list[str]:
     """Violations of the crash invariants (empty when the table is sound).
 
     ``checked`` holds checkpoint names already compared with a replay (skipped, then added).
+    With ``intent_files`` (the writers' ``.intents`` files) every commit after version 0
+    must carry a txnId some writer tried to commit: no phantom commit.
     """
     DeltaLog.clear_cache()
-    log = DeltaLog(table, store=LocalLogStore())
+    log = DeltaLog(table, store=_check_store(table))
     try:
         snap = log.update()
     except Exception as e:  # noqa: BLE001 - the table must always load
@@ -247,16 +391,18 @@ def check_table(
     problems = _check_commit_files(log, snap.version)
     problems += _check_acks(log, snap.version, ack_files)
     problems += _check_checkpoints(log, snap, set() if checked is None else checked)
+    if intent_files is not None:
+        problems += _check_intents(log, snap.version, intent_files)
     for a in snap.all_files:
-        if not os.path.exists(os.path.join(table, decode_path(a.path))):
-            problems.append(f"live file {a.path} is missing from disk")
+        if not _data_exists(log.table_path, decode_path(a.path)):
+            problems.append(f"live file {a.path} is missing from {'disk' if _is_local(table) else 'the bucket'}")
     return problems
 
 
 def _check_commit_files(log: DeltaLog, latest: int) -> list[str]:
     """Commits 0..latest exist, parse fully, each with a unique txnId; no temp file is listed."""
     problems: list[str] = []
-    names = os.listdir(log.log_path)
+    names = _log_names(log)
     versions = sorted(v for n in names if (v := version_of(n)) is not None)
     if versions != list(range(latest + 1)):
         problems.append(f"commit versions {versions[:3]}...{versions[-3:]} are not 0..{latest}")
@@ -306,17 +452,27 @@ def _check_acks(log: DeltaLog, latest: int, ack_files: Iterable[str | os.PathLik
     return problems
 
 
+def _check_intents(log: DeltaLog, latest: int, intent_files: Iterable[str | os.PathLike[str]]) -> list[str]:
+    """Every commit after version 0 was attempted by a writer (its txnId is in an intents file)."""
+    tried = {line for path in intent_files if os.path.exists(path) for line in Path(path).read_text().split()}
+    problems: list[str] = []
+    for v in range(1, latest + 1):
+        info = log.read_commit(v).commit_info
+        if info is None or info.txn_id not in tried:
+            problems.append(f"commit {v} (txnId {info and info.txn_id}) was never attempted by a writer: a phantom")
+    return problems
+
+
 def _check_checkpoints(log: DeltaLog, snap: Snapshot, checked: set[str]) -> list[str]:
     """Every checkpoint reads back to the JSON replay at its version; ``_last_checkpoint`` is usable."""
     problems: list[str] = []
-    for name in sorted(os.listdir(log.log_path)):
+    for name in sorted(_log_names(log)):
         m = re.match(r"^(\d{20})\.checkpoint\.parquet$", name)
         if not m or name in checked:
             continue
         checked.add(name)
         v = int(m.group(1))
-        st = os.stat(os.path.join(log.log_path, name))
-        ref = CheckpointRef(v, "classic", (FileStatus(name, st.st_size, int(st.st_mtime * 1000)),))
+        ref = CheckpointRef(v, "classic", (_log_file(log, name),))
         try:
             state = TableState()
             state.apply(read_checkpoint(log.store, log.log_path, ref))
@@ -347,6 +503,8 @@ class VacuumPlan:
 
 def _data_files(table: str) -> dict[str, float]:
     """Relative path -> mtime (ms) of every file outside ``_delta_log`` and hidden names."""
+    if not _is_local(table):
+        return _s3_data_files(table)
     out: dict[str, float] = {}
     for root, dirs, files in os.walk(table):
         dirs[:] = [d for d in dirs if d != LOG_DIR and not d.startswith((".", "_"))]
@@ -358,6 +516,25 @@ def _data_files(table: str) -> dict[str, float]:
                 out[os.path.relpath(full, table)] = os.stat(full).st_mtime * 1000
             except FileNotFoundError:
                 continue
+    return out
+
+
+def _s3_data_files(table: str) -> dict[str, float]:
+    """:func:`_data_files` of an S3 table: every key under it, by its last-modified time."""
+    import obstore
+
+    from serialake.storage.s3 import _store, split_s3_uri
+
+    bucket, key = split_s3_uri(table)
+    prefix = key.rstrip("/") + "/" if key else ""
+    out: dict[str, float] = {}
+    for batch in obstore.list(_store(bucket), prefix):
+        for meta in batch:
+            rel = str(meta["path"])[len(prefix):]
+            if any(part.startswith((".", "_")) for part in rel.split("/")):
+                continue  # _delta_log and hidden names, as on the local file system
+            stamp = meta.get("last_modified")
+            out[rel] = stamp.timestamp() * 1000 if stamp is not None else 0.0
     return out
 
 
@@ -379,9 +556,13 @@ def vacuum_plan(snapshot: Snapshot, retention_ms: int, now_ms: int) -> VacuumPla
 def vacuum(snapshot: Snapshot, retention_ms: int, now_ms: int | None = None) -> list[str]:
     """Delete what :func:`vacuum_plan` allows; returns the deleted relative paths."""
     plan = vacuum_plan(snapshot, retention_ms, int(time.time() * 1000) if now_ms is None else now_ms)
+    table = snapshot.table_path
     for rel in plan.delete:
+        if not _is_local(table):
+            store_for(table).delete(f"{table}/{rel}")
+            continue
         try:
-            os.unlink(os.path.join(snapshot.table_path, rel))
+            os.unlink(os.path.join(table, rel))
         except FileNotFoundError:
             pass
     return list(plan.delete)
@@ -410,7 +591,8 @@ def check_vacuum(table: str, read_data: bool = True) -> tuple[list[str], int]:
     Parquet file back after the deletion.
     """
     DeltaLog.clear_cache()
-    snap = DeltaLog(table, store=LocalLogStore()).update()
+    snap = DeltaLog(table, store=_check_store(table)).update()
+    table = snap.table_path
     now = int(time.time() * 1000) + 1
     files = _data_files(table)
     problems: list[str] = []
@@ -421,11 +603,11 @@ def check_vacuum(table: str, read_data: bool = True) -> tuple[list[str], int]:
     problems += [f"vacuum deleted live file {p}" for p in sorted(set(deleted) & live)]
     for rel in sorted(live):
         full = os.path.join(table, rel)
-        if not os.path.exists(full):
+        if not _data_exists(table, rel):
             problems.append(f"live data file {rel} is gone after vacuum")
         elif read_data:
             try:
-                pq.read_table(full)
+                pq.read_table(full if _is_local(table) else io.BytesIO(store_for(table).read(f"{table}/{rel}")))
             except Exception as e:  # noqa: BLE001 - a committed data file must be whole
                 problems.append(f"live data file {rel} is unreadable after vacuum: {e}")
     return problems, len(deleted)
@@ -445,8 +627,10 @@ class CrashReport:
     checkpoints: int = 0
     orphans_vacuumed: int = 0
     temp_files_left: int = 0
+    unacked_commits: int = 0  # commits in the logs no writer acknowledged (killed after the commit landed)
     violations: list[str] = field(default_factory=list)
     duration_s: float = 0.0
+    store: str = "local"  # "local" or "S3"
 
     @property
     def valid(self) -> bool:
@@ -461,11 +645,12 @@ class CrashReport:
         """A few lines for people."""
         kills = ", ".join(f"{k} {n} (reached {self.reached.get(k, 0)})" for k, n in sorted(self.kills.items()))
         lines = [
-            f"crash trials: {'VALID' if self.valid else 'INVALID'} - {self.trials} trials on {self.tables} tables "
-            f"in {self.duration_s:.1f}s",
+            f"crash trials{' on S3' if self.store == 'S3' else ''}: {'VALID' if self.valid else 'INVALID'} - "
+            f"{self.trials} trials on {self.tables} tables in {self.duration_s:.1f}s",
             f"  SIGKILL at: {kills}",
-            f"  {self.acked_commits} acknowledged commits all present; {self.commits} commits, "
-            f"{self.checkpoints} checkpoints in the logs; {self.temp_files_left} temp files left (never listed)",
+            f"  {self.acked_commits} acknowledged commits all present; {self.commits} commits "
+            f"({self.unacked_commits} never acknowledged), {self.checkpoints} checkpoints in the logs; "
+            + (f"{self.temp_files_left} temp files left (never listed)" if self.store == "local" else "no temp files"),
             f"  vacuum deleted {self.orphans_vacuumed} unreferenced files; no referenced file touched",
         ]
         lines += [f"  VIOLATION: {v}" for v in self.violations[:20]]
@@ -473,7 +658,7 @@ class CrashReport:
 
 
 def _create_table(path: str) -> None:
-    log = DeltaLog(path, store=LocalLogStore())
+    log = DeltaLog(path, store=_check_store(path))
     txn = log.start_transaction()
     conf = {"delta.checkpointInterval": "2"}
     txn.update_metadata(Metadata(schema_string=SCHEMA, partition_columns=("p",), configuration=conf))
@@ -501,16 +686,52 @@ def _one_trial(table: str, acks: Path, trial: int, rng: random.Random, max_delay
             ready, _, _ = select.select([r], [], [], 5.0)
             reached = bool(ready) and os.read(r, 1) == b"!"
     finally:
-        for p in procs:
-            if p.pid is not None:
-                try:
-                    os.kill(p.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-        for p in procs:
-            p.join()
+        _kill(procs)
         os.close(r)
     return point, reached
+
+
+def _one_s3_trial(
+    table: str, acks: Path, trial: int, rng: random.Random, max_delay_s: float, env: Mapping[str, str]
+) -> tuple[str, bool]:
+    """:func:`_one_trial` on an S3 table: writers from the fork server, the point reported over a pipe."""
+    point = S3_CRASH_POINTS[trial % len(S3_CRASH_POINTS)]
+    ctx = fork_server()
+    r, w = ctx.Pipe(duplex=False)
+    procs = []
+    for c in range(rng.choice((1, 1, 2))):
+        ack = str(acks / f"ack-{trial}-{c}.jsonl")
+        args = (table, f"writer-{trial}-{c}", ack, point, w, rng.randrange(2**31), dict(env))
+        procs.append(ctx.Process(target=_s3_writer, args=args, daemon=True))
+    reached = False
+    try:
+        for p in procs:
+            p.start()
+        w.close()
+        if point == "random":
+            time.sleep(rng.uniform(0.0, max_delay_s))
+        elif r.poll(_REACH_S["s3"]):
+            try:
+                reached = r.recv_bytes() == b"!"
+            except EOFError:  # every writer died before its point
+                reached = False
+    finally:
+        _kill(procs)
+        r.close()
+    return point, reached
+
+
+def _kill(procs: list[Any]) -> None:
+    """SIGKILL each started writer by its pid, then reap it."""
+    for p in procs:
+        if p.pid is not None:
+            try:
+                os.kill(p.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    for p in procs:
+        if p.pid is not None:
+            p.join()
 
 
 def run_crash_trials(
@@ -518,35 +739,52 @@ def run_crash_trials(
     *,
     workdir: str | os.PathLike[str] | None = None,
     trials_per_table: int = 10,
-    max_delay_s: float = 0.05,
+    max_delay_s: float | None = None,
     seed: int | None = None,
+    table_root: str | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> CrashReport:
-    """Run ``trials`` kill trials (several per table, so logs grow and checkpoints matter)."""
+    """Run ``trials`` kill trials (several per table, so logs grow and checkpoints matter).
+
+    Tables are made in ``workdir`` (a temporary directory when None), or under
+    ``table_root``, an ``s3://bucket/prefix`` URI, with the acknowledgement files still in
+    ``workdir``; S3 writers get ``env`` (default: this process's ``AWS_*`` variables).
+    ``max_delay_s`` bounds the delay of the ``random`` kills (default 0.05 s locally, 0.5 s
+    on S3, where a commit takes longer).
+    """
     t0 = time.monotonic()
     rng = random.Random(seed)
     base = Path(workdir) if workdir is not None else Path(tempfile.mkdtemp(prefix="serialake-crash-"))
-    report = CrashReport(trials=trials)
+    on_s3 = table_root is not None
+    delay = max_delay_s if max_delay_s is not None else (0.5 if on_s3 else 0.05)
+    writer_env = dict(env) if env is not None else s3_environment()
+    report = CrashReport(trials=trials, store="S3" if on_s3 else "local")
     kills: Counter[str] = Counter()
     reached: Counter[str] = Counter()
     try:
         for start in range(0, trials, trials_per_table):
-            table = str(base / f"table-{start // trials_per_table}")
+            name = f"table-{start // trials_per_table}"
+            table = f"{str(table_root).rstrip('/')}/{name}" if on_s3 else str(base / name)
             acks = base / f"acks-{start // trials_per_table}"
             acks.mkdir(parents=True, exist_ok=True)
             _create_table(table)
             report.tables += 1
             checked: set[str] = set()
             for trial in range(start, min(trials, start + trials_per_table)):
-                point, hit = _one_trial(table, acks, trial, rng, max_delay_s)
+                if on_s3:
+                    point, hit = _one_s3_trial(table, acks, trial, rng, delay, writer_env)
+                else:
+                    point, hit = _one_trial(table, acks, trial, rng, delay)
                 kills[point] += 1
                 reached[point] += hit
-                found = check_table(table, sorted(acks.glob("*.jsonl")), checked)
+                found = check_table(table, sorted(acks.glob("*.jsonl")), checked, acks.glob(f"*{INTENTS_SUFFIX}"))
                 report.violations += [f"trial {trial} (kill at {point}): {v}" for v in found]
             _tally_table(report, table, acks)
             problems, deleted = check_vacuum(table)
             report.violations += [f"table {table}: {v}" for v in problems]
             report.orphans_vacuumed += deleted
-            report.violations += [f"table {table} after vacuum: {v}" for v in check_table(table, acks.glob("*.jsonl"))]
+            after = check_table(table, acks.glob("*.jsonl"), intent_files=acks.glob(f"*{INTENTS_SUFFIX}"))
+            report.violations += [f"table {table} after vacuum: {v}" for v in after]
     finally:
         if workdir is None:
             shutil.rmtree(base, ignore_errors=True)
@@ -556,9 +794,12 @@ def run_crash_trials(
 
 
 def _tally_table(report: CrashReport, table: str, acks: Path) -> None:
-    log_dir = os.path.join(table, LOG_DIR)
-    names = os.listdir(log_dir)
-    report.commits += sum(1 for n in names if version_of(n) is not None)
+    DeltaLog.clear_cache()
+    names = _log_names(DeltaLog(table, store=_check_store(table)))
+    commits = sum(1 for n in names if version_of(n) is not None)
+    acked = sum(len(p.read_text().splitlines()) for p in acks.glob("*.jsonl"))
+    report.commits += commits
     report.checkpoints += sum(1 for n in names if n.endswith(".checkpoint.parquet"))
     report.temp_files_left += sum(1 for n in names if n.startswith(".") and n.endswith(".tmp"))
-    report.acked_commits += sum(len(p.read_text().splitlines()) for p in acks.glob("*.jsonl"))
+    report.acked_commits += acked
+    report.unacked_commits += commits - 1 - acked  # version 0 is the CREATE TABLE

@@ -6,7 +6,8 @@ Elle-style checker with the level's forbidden anomalies, and the log is audited 
 every commit belongs to exactly one transaction. With ``dataframes`` the Spark workload
 (:mod:`serialake.verify.dataframes`: appends computed from a DataFrame read of the target)
 runs per level too, in threads sharing one SparkSession. Optional SIGKILL crash trials
-follow.
+follow. With ``s3`` the tables (and the crash trials' tables) are on S3 instead: at
+``s3_uri``, or on a moto server this run starts on 127.0.0.1 and stops by its pid.
 The report is text for people or JSON (``--json``); the exit code is 1 when anything is
 invalid.
 """
@@ -15,13 +16,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import sys
 import tempfile
 import time
+import uuid
 from collections import Counter
-from collections.abc import Callable, Sequence
-from contextlib import nullcontext
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager, nullcontext
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
@@ -41,9 +44,11 @@ from serialake.verify.txn import error_class
 from serialake.verify.workload import (
     WorkloadConfig,
     WorkloadResult,
+    apply_environment,
     audit_log,
     default_faults,
     run_workload,
+    s3_environment,
 )
 
 if TYPE_CHECKING:
@@ -59,6 +64,8 @@ LEVELS: dict[str, frozenset[str]] = {
     "Serializable": SERIALIZABLE_FORBIDDEN,
     "WriteSerializable": WRITE_SERIALIZABLE_FORBIDDEN,
 }
+S3_PROXY_FAULT_RATE = 0.05  # share of the faulty processes' commit PUTs the fault proxy breaks (local server)
+S3_PROXY_DELAY_S = 0.05  # its "delay" fault
 
 
 @dataclass
@@ -97,6 +104,7 @@ class LevelReport:
     expect_invalid: bool = False  # the negative control
     title: str = ""  # the section heading, when not the level (or the conflict-check control)
     workers: str = "processes"  # what ran concurrently: "processes", or "threads" of one process
+    store: str = "local"  # where the log is: "local", or the S3 location and server
     rounds: int = 1  # negative control runs until one was caught (at most DATAFRAME_CONTROL_ROUNDS)
 
     @property
@@ -163,6 +171,8 @@ class LevelReport:
                 f"{self.processes} processes x {self.txns_per_process} txns ({self.faulty_processes} on a "
                 "fault-injecting store)"
             )
+            if self.store != "local":
+                who += f"; log on {self.store}"
         lines = [
             f"== {title}: {status}",
             f"  {who}; {self.wall_s:.1f}s, {self.throughput:.1f} commits/s",
@@ -206,6 +216,8 @@ class VerifyReport:
     multitable_controls: list[LevelReport] = field(default_factory=list)  # readers without a cut
     workdir: str | None = None  # kept only when something is invalid
     duration_s: float = 0.0
+    s3_tables: str | None = None  # where the S3 tables were kept (on a bucket given by --s3-uri)
+    s3: dict[str, Any] | None = None  # an S3 run: "root" of its tables, "server" and its "pid" (own moto server)
 
     @property
     def valid(self) -> bool:
@@ -233,6 +245,8 @@ class VerifyReport:
             "multitable_controls": [c.to_dict() for c in self.multitable_controls],
             "crash": self.crash.to_dict() if self.crash else None,
             "workdir": self.workdir,
+            "s3_tables": self.s3_tables,
+            "s3": self.s3,
         }
 
     def render(self) -> str:
@@ -249,6 +263,8 @@ class VerifyReport:
         tail = f"serialake verify: {verdict} in {self.duration_s:.1f}s ({self.txns} txns checked)"
         if self.workdir:
             tail += f" (histories and tables kept in {self.workdir})"
+        if self.s3_tables:
+            tail += f" (S3 tables kept under {self.s3_tables})"
         return "\n\n".join(parts + [tail])
 
 
@@ -355,6 +371,8 @@ def run_verify(
     dataframe_txns: int = 40,
     dataframe_keys: int = 3,
     multi_table: bool = False,
+    s3: bool = False,
+    s3_uri: str | None = None,
 ) -> VerifyReport:
     """Run the whole verification; progress lines go to ``out`` (None: silent).
 
@@ -369,48 +387,87 @@ def run_verify(
     table and its maintainer, readers of all three) with readers at STRICT SERIALIZABLE
     (checked with real-time edges) and at SERIALIZABLE; with ``control`` also its
     negative controls (readers refresh each table on its own).
+
+    ``s3`` (implied by ``s3_uri``) puts the list-append tables and the crash trials' tables
+    on S3 (:func:`s3_target`): under ``s3_uri`` (``s3://bucket/prefix``; endpoint and
+    credentials from the standard AWS variables), or in a bucket of a moto server started
+    on 127.0.0.1 for the run and stopped by its pid. Histories stay in ``workdir``. The
+    faulty processes wrap the S3 store in the same fault-injecting store, and on the local
+    server also reach it through a fault proxy that breaks ``S3_PROXY_FAULT_RATE`` of their
+    commit PUTs (lost responses, 500, 503, 409, delays). The row-level sections, the Spark
+    workload and the multi-table workload write data files locally: they do not run on S3
+    (``row_level`` is ignored there; ``dataframes`` or ``multi_table`` raise ``ValueError``).
     """
+    s3 = s3 or s3_uri is not None
+    if s3 and (dataframes or multi_table):
+        raise ValueError(
+            "the Spark DataFrame and multi-table workloads do not run on S3 (their data files are local): "
+            "run them without --s3"
+        )
     t0 = time.monotonic()
     base = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="serialake-verify-"))
     faulty = processes // 2 if faulty_processes is None else faulty_processes
     spec = faults or default_faults()
     levels = _normalize_levels(isolation_levels)
     runs = [(lv, False, False) for lv in levels]
-    if row_level:  # the same workload on rows of shared files, through deletion vectors
+    if row_level and not s3:  # the same workload on rows of shared files, through deletion vectors
         runs += [(lv, False, True) for lv in levels]
     if control:
         runs.append(("Serializable", True, False))
     reports: list[LevelReport] = []
     control_report: LevelReport | None = None
-    for i, (level, negative, rows_mode) in enumerate(runs):
-        cfg = WorkloadConfig(
-            processes=processes, txns=min(txns, CONTROL_TXNS) if negative else txns, isolation_level=level,
-            key_count=key_count, faulty_processes=0 if negative else faulty, faults=spec,
-            disable_conflict_checks=negative, seed=seed + i, row_level=rows_mode,
-        )  # fmt: skip
-        name = "control" if negative else (f"{level}-row-level" if rows_mode else level)
-        _say(out, f"running {name}: {processes} processes x {cfg.txns} txns ...")
-        result = run_workload(str(base / f"{name}-table"), cfg, base / f"{name}-history")
-        rep = _level_report(result, LEVELS[level], negative)
-        if rows_mode:
-            rep.level = f"{level} (row-level, deletion vectors)"
-        _say(out, "\n".join(line for line in rep.render().splitlines() if line.startswith(("==", "  cost"))))
-        if negative:
-            control_report = rep
-        else:
-            reports.append(rep)
-    multitable_controls: list[LevelReport] = []
-    if multi_table:
-        mt_txns = max(20, txns // 5)
-        sections = [(True, False), (False, False)] + ([(True, True), (False, True)] if control else [])
-        for i, (strict, negative) in enumerate(sections):
-            rep = _run_multitable(base / f"multitable-{i}", strict, negative, mt_txns, seed + 300 + i, out)
-            (multitable_controls if negative else reports).append(rep)
     crash = None
-    if crash_trials > 0:
-        _say(out, f"running {crash_trials} crash trials ...")
-        crash = run_crash_trials(crash_trials, workdir=base / "crash", seed=seed)
-        _say(out, crash.summary().splitlines()[0])
+    multitable_controls: list[LevelReport] = []
+    s3_tables: str | None = None
+    s3_info: dict[str, Any] | None = None
+    with s3_target(s3_uri, out) if s3 else nullcontext() as target:
+        if s3 and row_level:
+            _say(out, "S3: no deletion-vector (row-level) sections: that workload writes its data files locally")
+        for i, (level, negative, rows_mode) in enumerate(runs):
+            cfg = WorkloadConfig(
+                processes=processes, txns=min(txns, CONTROL_TXNS) if negative else txns, isolation_level=level,
+                key_count=key_count, faulty_processes=0 if negative else faulty, faults=spec,
+                disable_conflict_checks=negative, seed=seed + i, row_level=rows_mode,
+            )  # fmt: skip
+            name = "control" if negative else (f"{level}-row-level" if rows_mode else level)
+            where = f" on S3 ({target.describe})" if target is not None else ""
+            _say(out, f"running {name}{where}: {processes} processes x {cfg.txns} txns ...")
+            if target is None:
+                result = run_workload(str(base / f"{name}-table"), cfg, base / f"{name}-history")
+                rep = _level_report(result, LEVELS[level], negative)
+            else:
+                rep = _run_s3_level(target, name, cfg, base / f"{name}-history", negative)
+            if rows_mode:
+                rep.level = f"{level} (row-level, deletion vectors)"
+            _say(out, "\n".join(line for line in rep.render().splitlines() if line.startswith(("==", "  cost"))))
+            if negative:
+                control_report = rep
+            else:
+                reports.append(rep)
+        if multi_table:
+            mt_txns = max(20, txns // 5)
+            sections = [(True, False), (False, False)] + ([(True, True), (False, True)] if control else [])
+            for i, (strict, negative) in enumerate(sections):
+                rep = _run_multitable(base / f"multitable-{i}", strict, negative, mt_txns, seed + 300 + i, out)
+                (multitable_controls if negative else reports).append(rep)
+        if crash_trials > 0:
+            _say(out, f"running {crash_trials} crash trials{' on S3' if target is not None else ''} ...")
+            if target is None:
+                crash = run_crash_trials(crash_trials, workdir=base / "crash", seed=seed)
+            else:
+                crash = run_crash_trials(
+                    crash_trials, workdir=base / "crash", seed=seed, table_root=f"{target.root}/crash", env=target.env
+                )
+            _say(out, crash.summary().splitlines()[0])
+        s3_tables = target.root if target is not None and target.server is None else None
+        s3_info = None if target is None else {
+            "root": target.root, "server": target.describe, "pid": target.server.pid if target.server else None,
+        }  # fmt: skip
+        valid_so_far = all(r.valid for r in reports) and (control_report is None or control_report.valid)
+        if s3_tables is not None and target is not None and workdir is None and valid_so_far:
+            if crash is None or crash.valid:
+                target.delete_tables()  # on a bucket of the caller's: leave nothing behind
+                s3_tables = None
     # Last: the crash trials and the workloads fork, which a process running Spark should not.
     dataframe_control: LevelReport | None = None
     if dataframes:
@@ -424,13 +481,106 @@ def run_verify(
             )
             dataframe_control = _run_dataframes(base, cfg_df, out, negative=True)
     report = VerifyReport(
-        reports, crash, control_report, dataframe_control, multitable_controls, duration_s=time.monotonic() - t0
-    )
+        reports, crash, control_report, dataframe_control, multitable_controls, duration_s=time.monotonic() - t0,
+        s3_tables=s3_tables, s3=s3_info,
+    )  # fmt: skip
     if report.valid and workdir is None:
         shutil.rmtree(base, ignore_errors=True)
     else:
         report.workdir = str(base)
     return report
+
+
+@dataclass
+class S3Target:
+    """Where an S3 run puts its tables: ``root`` (``s3://bucket/prefix``) and what workers need to reach it."""
+
+    root: str
+    env: dict[str, str]  # AWS variables every worker sets (endpoint, credentials)
+    describe: str  # for people: the location and the server
+    server: Any = None  # the moto server started for the run (None: the caller's S3, from --s3-uri)
+
+    def delete_tables(self) -> None:
+        """Delete every object under ``root`` (best effort)."""
+        import obstore
+
+        from serialake.storage.s3 import _store, split_s3_uri
+
+        bucket, key = split_s3_uri(self.root)
+        store = _store(bucket)
+        try:
+            for batch in obstore.list(store, key.rstrip("/") + "/"):
+                obstore.delete(store, [str(meta["path"]) for meta in batch])
+        except Exception:  # noqa: BLE001 - leftovers are harmless; the run's verdict stands
+            pass
+
+
+_ENDPOINT_VARS = ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3")
+
+
+@contextmanager
+def s3_target(s3_uri: str | None, out: TextIO | None = None) -> Iterator[S3Target]:
+    """The S3 location of a run, set in this process's environment while the run lasts.
+
+    With ``s3_uri`` (``s3://bucket/prefix``): a fresh prefix under it, reached with this
+    process's AWS variables. Without: a moto server started on 127.0.0.1 (conditional PUTs
+    serialised, as on S3: :mod:`serialake.verify.s3server`) and a new bucket on it; the
+    server is stopped by its pid when the run ends, whatever happened.
+    """
+    from serialake.storage import s3 as s3store
+    from serialake.storage.s3 import normalize_s3_uri
+
+    run = f"verify-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:8]}"
+    if s3_uri is not None:
+        root = f"{normalize_s3_uri(s3_uri)}/{run}"
+        endpoint = next((os.environ[k] for k in reversed(_ENDPOINT_VARS) if os.environ.get(k)), "AWS's")
+        yield S3Target(root, s3_environment(), f"{root}, endpoint {endpoint}")
+        return
+    from serialake.verify.s3server import S3Server
+
+    server = S3Server().start()
+    env = {**server.environment(), "AWS_ENDPOINT_URL_S3": server.endpoint}
+    saved = s3_environment()
+    try:
+        apply_environment(env)  # this process creates and audits the tables
+        bucket = server.new_bucket()
+        _say(out, f"S3: moto server on {server.endpoint} (pid {server.pid}), bucket {bucket}")
+        yield S3Target(f"s3://{bucket}/{run}", env, f"moto on 127.0.0.1:{server.port}", server)
+    finally:
+        server.stop()
+        for key in [k for k in os.environ if k.startswith("AWS_")]:
+            del os.environ[key]
+        os.environ.update(saved)
+        with s3store._lock:
+            s3store._stores.clear()
+
+
+def _run_s3_level(target: S3Target, name: str, cfg: WorkloadConfig, history: Path, negative: bool) -> LevelReport:
+    """One section on S3: the workload at ``target``, its faulty processes behind a fault proxy
+    when the server is the run's own (``FaultProxy`` rewrites ``Host``, which a real S3's
+    signature check refuses); checked and audited like a local section."""
+    from serialake.verify.s3proxy import FaultProxy, random_plan
+
+    proxy = None
+    cfg = replace(cfg, env=target.env)
+    if target.server is not None and cfg.faulty_processes > 0:
+        plan = random_plan(S3_PROXY_FAULT_RATE, seed=cfg.seed)
+        proxy = FaultProxy(target.server.endpoint, plan, delay_s=S3_PROXY_DELAY_S).start()
+        cfg = replace(cfg, faulty_env={k: proxy.endpoint for k in _ENDPOINT_VARS})
+    try:
+        result = run_workload(f"{target.root}/{name}-table", cfg, history)
+    finally:
+        if proxy is not None:
+            proxy.stop()
+    rep = _level_report(result, LEVELS[cfg.isolation_level], negative)
+    if proxy is not None:
+        rep.faults.update({f"s3_{kind}": n for kind, n in proxy.fault_counts().items()})
+    rep.store = target.describe
+    if not negative:
+        rep.level = f"{cfg.isolation_level} (S3)"
+    else:
+        rep.title = "negative control on S3 (conflict checks disabled)"
+    return rep
 
 
 def _dataframe_config(threads: int, txns: int, level: str, keys: int, seed: int) -> DataFrameConfig:
@@ -554,6 +704,15 @@ def build_parser(prog: str = "serialake verify") -> argparse.ArgumentParser:
         "--multi-table", action="store_true",
         help="add the multi-table workload: pairs in order, a derived table, readers at both read levels",
     )  # fmt: skip
+    ap.add_argument(
+        "--s3", action="store_true",
+        help="put the list-append tables and the crash trials' tables on S3: a moto server started on 127.0.0.1 "
+        "for the run (needs the verify extra), or --s3-uri; no row-level, DataFrame or multi-table sections",
+    )  # fmt: skip
+    ap.add_argument(
+        "--s3-uri", default=None, metavar="s3://BUCKET/PREFIX",
+        help="with --s3 (implies it): tables under this URI, endpoint and credentials from the AWS_* variables",
+    )  # fmt: skip
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--workdir", default=None, help="keep tables and histories here")
     ap.add_argument("--json", action="store_true", help="print the report as JSON")
@@ -568,8 +727,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as e:
         print(f"serialake verify: {e}", file=sys.stderr)
         return 2
+    s3 = args.s3 or args.s3_uri is not None
+    if s3 and (args.dataframes or args.multi_table):
+        print("serialake verify: --dataframes and --multi-table do not run on S3 (--s3)", file=sys.stderr)
+        return 2
+    if args.s3_uri is not None:
+        from serialake.exceptions import DeltaIllegalArgumentException
+        from serialake.storage.s3 import split_s3_uri
+
+        try:
+            split_s3_uri(args.s3_uri)
+        except DeltaIllegalArgumentException as e:
+            print(f"serialake verify: --s3-uri: {e}", file=sys.stderr)
+            return 2
     try:  # before minutes of workload, not when checking the first history
         require("networkx", "serialake verify")
+        if s3 and args.s3_uri is None:
+            require("moto", "serialake verify --s3 (a local S3 server)")
     except MissingExtraError as e:
         print(f"serialake verify: {e}", file=sys.stderr)
         return 1
@@ -579,7 +753,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         control=args.control, key_count=args.keys, seed=args.seed, workdir=args.workdir,
         out=None if args.json else sys.stderr, row_level=not args.no_row_level,
         dataframes=args.dataframes, dataframe_threads=args.df_threads, dataframe_txns=args.df_txns,
-        dataframe_keys=args.df_keys, multi_table=args.multi_table,
+        dataframe_keys=args.df_keys, multi_table=args.multi_table, s3=s3, s3_uri=args.s3_uri,
     )  # fmt: skip
     print(json.dumps(report.to_dict(), indent=2) if args.json else report.render())
     return 0 if report.valid else 1

@@ -16,6 +16,14 @@ them the cost of planning a read, stay bounded too.
 
 Each worker is a separate OS process with its own :class:`~serialake.verify.history.Recorder`
 file; :func:`run_workload` starts them together, waits, and merges their histories.
+
+The table may be on S3 (an ``s3://`` URI; ``serialake verify --s3``): the workers then use
+the S3 log store (faulty ones wrapped in the same :class:`FaultyLogStore`, and reaching the
+server through ``WorkloadConfig.faulty_env``'s endpoint, a fault proxy, when set), get the
+endpoint and credentials from ``WorkloadConfig.env``, and are started from a fork server
+instead of forked from the caller: the S3 client's runtime (``obstore``, Rust ``tokio``)
+does not survive ``fork``, so a child forked after the caller used it hangs at its first
+request.
 """
 
 from __future__ import annotations
@@ -28,7 +36,7 @@ import resource
 import time
 import traceback
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
@@ -37,6 +45,7 @@ from typing import Any
 from serialake.core.actions import AddFile, CommitInfo, Metadata, RemoveFile
 from serialake.core.expressions import Expr, parse_predicate
 from serialake.core.log import DeltaLog
+from serialake.storage import is_local_path, normalize_table_path, store_for
 from serialake.storage.base import LogStore
 from serialake.storage.faulty import FaultPlan, FaultyLogStore
 from serialake.storage.local import LocalLogStore
@@ -61,12 +70,14 @@ __all__ = [
     "WorkerStats",
     "WorkloadConfig",
     "WorkloadResult",
+    "apply_environment",
     "audit_log",
     "check_window",
     "create_table",
     "default_faults",
     "error_class",
     "execute_txn",
+    "fork_server",
     "generate_txn",
     "key_index",
     "key_name",
@@ -74,6 +85,7 @@ __all__ = [
     "retire_keys",
     "retired_below",
     "run_workload",
+    "s3_environment",
     "table_properties",
 ]
 
@@ -123,6 +135,8 @@ class WorkloadConfig:
     seed: int = 0
     timeout_s: float = 900.0
     row_level: bool = False  # keys as rows of shared Parquet files, updated through deletion vectors
+    env: Mapping[str, str] = field(default_factory=dict)  # set in every worker first (S3 endpoint, credentials)
+    faulty_env: Mapping[str, str] = field(default_factory=dict)  # then in faulty ones (e.g. a fault proxy's endpoint)
 
 
 @dataclass
@@ -144,6 +158,7 @@ class WorkerStats:
     errors: dict[str, int] = field(default_factory=dict)
     faults: dict[str, int] = field(default_factory=dict)
     crashed: str | None = None
+    cpu_s: float | None = None  # the worker's own user + system time
 
 
 @dataclass
@@ -175,7 +190,7 @@ def table_properties(isolation_level: str, checkpoint_interval: int) -> dict[str
 
 def create_table(path: str, isolation_level: str, checkpoint_interval: int = 10, fsync: bool = True) -> DeltaLog:
     """An empty table partitioned by ``k`` at ``isolation_level``."""
-    log = DeltaLog(path, store=LocalLogStore(fsync=fsync))
+    log = DeltaLog(path, store=LocalLogStore(fsync=fsync) if _is_local(path) else None)
     txn = log.start_transaction()
     conf = table_properties(isolation_level, checkpoint_interval)
     txn.update_metadata(Metadata(schema_string=SCHEMA, partition_columns=(PARTITION_COLUMN,), configuration=conf))
@@ -323,19 +338,54 @@ def _disable_conflict_checks() -> None:
     transaction.check_winner = no_check
 
 
-def _store_for(cfg: WorkloadConfig, process: int) -> tuple[LogStore, bool]:
-    local = LocalLogStore(fsync=cfg.fsync)
+def _is_local(table: str) -> bool:
+    return is_local_path(normalize_table_path(table))
+
+
+def _store_for(cfg: WorkloadConfig, process: int, table: str = "") -> tuple[LogStore, bool]:
+    """The worker's log store: local (fsync as configured) or S3, fault-injecting for the first ones."""
+    inner = LocalLogStore(fsync=cfg.fsync) if _is_local(table) else store_for(normalize_table_path(table))
     if process < cfg.faulty_processes:
-        return FaultyLogStore(local, replace(cfg.faults, seed=cfg.seed * 1000 + process)), True
-    return local, False
+        return FaultyLogStore(inner, replace(cfg.faults, seed=cfg.seed * 1000 + process)), True
+    return inner, False
+
+
+def s3_environment() -> dict[str, str]:
+    """This process's ``AWS_*`` variables: what a worker on an S3 table needs (endpoint, credentials)."""
+    return {k: v for k, v in os.environ.items() if k.startswith("AWS_")}
+
+
+def apply_environment(env: Mapping[str, str]) -> None:
+    """Make this process's ``AWS_*`` variables exactly ``env``'s (other variables of ``env`` are set too)
+    and drop S3 stores made before (they read the environment when made). Nothing when ``env`` is empty.
+
+    Exactly: a worker started from a fork server inherits the server's environment, taken when
+    it started, maybe for another S3 endpoint (say ``AWS_ENDPOINT_URL_S3``, which wins over
+    ``AWS_ENDPOINT_URL``).
+    """
+    if not env:
+        return
+    for key in [k for k in os.environ if k.startswith("AWS_") and k not in env]:
+        del os.environ[key]
+    os.environ.update(env)
+    from serialake.storage import s3
+
+    with s3._lock:
+        s3._stores.clear()
+
+
+def _apply_env(cfg: WorkloadConfig, process: int) -> None:
+    """The run's environment, set before any store is made."""
+    apply_environment({**cfg.env, **(cfg.faulty_env if process < cfg.faulty_processes else {})})
 
 
 def _worker(table: str, cfg: WorkloadConfig, process: int, workdir: str, start: Any) -> None:
     """Child process: run ``cfg.txns`` transactions, record them, write stats."""
     DeltaLog.clear_cache()
+    _apply_env(cfg, process)
     if cfg.disable_conflict_checks:
         _disable_conflict_checks()
-    store, faulty = _store_for(cfg, process)
+    store, faulty = _store_for(cfg, process, table)
     stats = WorkerStats(process=process, faulty=faulty)
     stats_path = Path(workdir) / f"stats-{process}.json"
     rng = random.Random(cfg.seed * 7919 + process)
@@ -372,6 +422,8 @@ def _worker(table: str, cfg: WorkloadConfig, process: int, workdir: str, start: 
     stats.errors = dict(errors)
     if isinstance(store, FaultyLogStore):
         stats.faults = dict(store.counts)
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    stats.cpu_s = ru.ru_utime + ru.ru_stime
     stats_path.write_text(json.dumps(asdict(stats)))
 
 
@@ -415,12 +467,17 @@ def run_workload(table: str, cfg: WorkloadConfig, workdir: str | os.PathLike[str
     work = Path(workdir)
     work.mkdir(parents=True, exist_ok=True)
     DeltaLog.clear_cache()
+    if cfg.row_level and not _is_local(table):
+        raise ValueError("the row-level workload writes its data files locally: it does not run on S3")
     if cfg.row_level:
         rows.create_table(table, [key_name(i) for i in range(cfg.key_count)],
                           table_properties(cfg.isolation_level, cfg.checkpoint_interval), cfg.fsync)
     else:
         create_table(table, cfg.isolation_level, cfg.checkpoint_interval, cfg.fsync)
-    ctx = mp.get_context("fork")
+    local = _is_local(table)
+    if not local and not cfg.env:  # the workers reach S3 as this process does
+        cfg = replace(cfg, env=s3_environment())
+    ctx = mp.get_context("fork") if local else fork_server()
     start = ctx.Event()
     procs = [
         ctx.Process(target=_worker, args=(table, cfg, p, str(work), start), name=f"list-append-{p}")
@@ -439,10 +496,24 @@ def run_workload(table: str, cfg: WorkloadConfig, workdir: str | os.PathLike[str
             p.kill()
             p.join()
     wall = time.monotonic() - t0
-    cpu = _children_cpu() - cpu0
+    cpu: float | None = _children_cpu() - cpu0
     history = History.merge(sorted(work.glob("history-*.jsonl")))
     stats = _load_stats(work, cfg.processes)
+    if not local:  # the fork server's children are not ours: each worker measured its own
+        cpu = sum(s.cpu_s for s in stats if s.cpu_s is not None) or None
     return WorkloadResult(cfg, table, history, stats, wall, [p.exitcode for p in procs], cpu)
+
+
+def fork_server() -> Any:
+    """A ``forkserver`` context whose server has the workload and crash trials imported (forks start warm).
+
+    For S3 tables: the fork server is a fresh interpreter that never made an S3 request,
+    so its children can (see the module docstring). As with ``spawn``, a script that starts
+    workers this way must guard its main code with ``if __name__ == "__main__":``.
+    """
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload(["serialake.verify.workload", "serialake.verify.crash"])
+    return ctx
 
 
 def _children_cpu() -> float:

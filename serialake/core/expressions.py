@@ -220,10 +220,18 @@ class ParsedCondition:
 
     The SQL front end builds it from the statement it already parsed, so an operation never
     parses the same condition again.
+
+    A condition with subqueries (``id IN (SELECT ...)``, ``EXISTS``, correlated or not) has
+    ``subquery`` set: ``expr`` is then its conjuncts without subqueries AND an ``Unknown``
+    for the rest (files are skipped by the former only), ``text`` is what Spark evaluates
+    (its tables bound to the statement's reads) and ``shown`` the condition as written, for
+    the log. Such an operation resolves conflicts by files, not rows.
     """
 
     text: str
     expr: Expr
+    subquery: bool = False
+    shown: str | None = None
 
 
 def parse_predicate(text: str) -> Expr:

@@ -8,14 +8,18 @@ commit's ``operationMetrics``.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import replace
 from typing import Any
 
+import sqlglot
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 from sqlglot import exp
 
 from serialake.core import DeltaLog, catalog, features
+from serialake.core.expressions import ParsedCondition
 from serialake.core.log import format_ms
 from serialake.core.schema import StructType
 from serialake.exceptions import DeltaAnalysisException, DeltaTableNotFoundError
@@ -24,6 +28,7 @@ from serialake.spark.table import DeltaTable, IdentityGenerator
 from serialake.spark.write import write
 from serialake.sql.errors import SqlError, UnsupportedStatementError
 from serialake.sql.insert import run_insert
+from serialake.sql.parser import DIALECT
 from serialake.sql.results import empty, rows
 from serialake.sql.statements import (
     AddColumns,
@@ -62,6 +67,8 @@ from serialake.sql.statements import (
     Vacuum,
 )
 from serialake.sql.tables import (
+    Binding,
+    bind_query,
     define_view,
     delta_tables_in,
     expand_views,
@@ -244,16 +251,42 @@ def _drop_table(spark: SparkSession, st: DropTable) -> DataFrame:
 def _delete(spark: SparkSession, st: Delete) -> DataFrame:
     # The operation opens the table (one refresh of its log) and takes the condition as parsed here.
     path = resolve(st.table)
-    result = dml.run_delete(spark, path, st.where or st.condition)
+    with _bound_condition(spark, st.where) as (condition, needs_alias):
+        alias = (st.alias or st.table.short_name) if needs_alias else None
+        result = dml.run_delete(spark, path, condition or st.condition, alias=alias)
     isolation.note_write(spark, path)
     return dml.affected_rows_df(spark, result)
 
 
 def _update(spark: SparkSession, st: Update) -> DataFrame:
     path = resolve(st.table)
-    result = dml.run_update(spark, path, st.where or st.condition, dict(st.assignments))
+    with _bound_condition(spark, st.where) as (condition, needs_alias):
+        alias = (st.alias or st.table.short_name) if needs_alias else None
+        result = dml.run_update(spark, path, condition or st.condition, dict(st.assignments), alias=alias)
     isolation.note_write(spark, path)
     return dml.affected_rows_df(spark, result)
+
+
+@contextmanager
+def _bound_condition(
+    spark: SparkSession, where: ParsedCondition | None
+) -> Iterator[tuple[ParsedCondition | None, bool]]:
+    """``where`` ready for the operation, and whether the target must keep its alias.
+
+    A condition with subqueries reads other tables (or the target itself): they are bound
+    to views of the snapshots the session's level reads (one consistent cut), alive until
+    the operation is done; the operation records those reads in its transaction.
+    """
+    if where is None or not where.subquery:
+        yield where, False
+        return
+    binding = Binding(spark)
+    try:
+        tree = expand_views(spark, sqlglot.parse_one(where.text, read=DIALECT))
+        bound = bind_query(spark, tree, binding)
+        yield replace(where, text=bound.sql(DIALECT)), True
+    finally:
+        binding.drop()
 
 
 def _merge(spark: SparkSession, st: Merge) -> DataFrame:

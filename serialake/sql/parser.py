@@ -14,7 +14,7 @@ from sqlglot import exp
 from sqlglot.errors import TokenError
 from sqlglot.tokens import TokenType
 
-from serialake.core.expressions import ParsedCondition, PredicateError, Unknown, from_sqlglot
+from serialake.core.expressions import Expr, ParsedCondition, PredicateError, Unknown, conjunction, from_sqlglot
 from serialake.sql.commands import COMMANDS, ISOLATION_LEVELS, Cursor
 from serialake.sql.errors import SqlError, UnsupportedStatementError, position_of
 from serialake.sql.statements import (
@@ -340,7 +340,8 @@ def _delete(statement: str, tree: exp.Delete) -> Statement:
     ref = table_ref_of(target, statement)
     where = tree.args.get("where")
     cond = _target_condition(statement, where.this if where is not None else None, ref, target.alias, "DELETE")
-    return Delete(table=ref, condition=cond.text if cond else None, where=cond, text=statement)
+    return Delete(table=ref, condition=cond.text if cond else None, where=cond, text=statement,
+                  alias=target.alias or None)  # fmt: skip
 
 
 def _update(statement: str, tree: exp.Update) -> Statement:
@@ -357,7 +358,7 @@ def _update(statement: str, tree: exp.Update) -> Statement:
         if not isinstance(item, exp.EQ) or not isinstance(item.this, exp.Column):
             raise SqlError(f"Expected `column = expression` in SET, got {item.sql(DIALECT)!r}.", statement=statement)
         value = _unqualify(item.expression, qualifiers)
-        _no_subquery(statement, value, "UPDATE")
+        _no_subquery(statement, value)
         sets.append((_column_name(item.this, qualifiers), value.sql(DIALECT)))
     if not sets:
         raise SqlError("UPDATE needs at least one assignment: UPDATE <table> SET col = expr [WHERE ...].",
@@ -365,7 +366,7 @@ def _update(statement: str, tree: exp.Update) -> Statement:
     where = tree.args.get("where")
     cond = _target_condition(statement, where.this if where is not None else None, ref, target.alias, "UPDATE")
     return Update(table=ref, assignments=tuple(sets), condition=cond.text if cond else None, where=cond,
-                  text=statement)  # fmt: skip
+                  text=statement, alias=target.alias or None)  # fmt: skip
 
 
 _MERGE_WITH_EVOLUTION = re.compile(r"MERGE\s+(WITH\s+SCHEMA\s+EVOLUTION)\s+INTO\b", re.I)
@@ -508,11 +509,35 @@ def _column_name(col: exp.Column, qualifiers: set[str]) -> str:
     return unq.sql(DIALECT)
 
 
-def _no_subquery(statement: str, node: exp.Expr, kind: str) -> None:
-    if node.find(exp.Subquery, exp.Select, exp.Exists) is not None:
+def _has_subquery(node: exp.Expr) -> bool:
+    return node.find(exp.Subquery, exp.Select, exp.Exists) is not None
+
+
+def _subquery_condition(node: exp.Expr, qualifiers: set[str]) -> ParsedCondition:
+    """A WHERE with subqueries: Spark evaluates it as written (the target keeps its alias, so
+    correlated references resolve); the core skips files by the conjuncts without subqueries."""
+    parts: list[Expr] = []
+    for conjunct in node.flatten() if isinstance(node, exp.And) else [node]:
+        if _has_subquery(conjunct):
+            parts.append(Unknown(conjunct.sql(DIALECT), ()))
+            continue
+        unqualified = _unqualify(conjunct, qualifiers)
+        try:
+            parts.append(from_sqlglot(unqualified))
+        except (PredicateError, ValueError, TypeError):
+            parts.append(Unknown(unqualified.sql(DIALECT), ()))
+    expr = conjunction(parts)
+    text = node.sql(DIALECT)
+    return ParsedCondition(text, expr, subquery=True, shown=text)
+
+
+def _no_subquery(statement: str, node: exp.Expr) -> None:
+    """Refuse a subquery in an UPDATE SET value (Delta allows them only in the WHERE)."""
+    if _has_subquery(node):
         raise UnsupportedStatementError(
-            f"a subquery in the {kind} condition", statement=statement, hint="Use MERGE INTO ... USING (subquery)."
-        )
+            "a subquery in an UPDATE SET value", statement=statement,
+            hint="Use MERGE INTO ... USING (subquery) ... WHEN MATCHED THEN UPDATE SET ...",
+        )  # fmt: skip
 
 
 def _target_condition(
@@ -521,7 +546,8 @@ def _target_condition(
     """The WHERE of a DELETE / UPDATE on its target, unqualified: its text and its tree, parsed once."""
     if node is None:
         return None
-    _no_subquery(statement, node, kind)
+    if _has_subquery(node):
+        return _subquery_condition(node, _qualifiers(ref, alias))
     unqualified = _unqualify(node, _qualifiers(ref, alias))
     text = unqualified.sql(DIALECT)
     try:

@@ -124,6 +124,7 @@ class Delete(Statement):
     condition: str | None = None
     operation: str = "DELETE"
     where: ParsedCondition | None = field(default=None, compare=False, repr=False)  # ``condition``, parsed
+    alias: str | None = None  # the target's alias (``DELETE FROM t AS x``), for correlated subqueries
 
 
 @dataclass(frozen=True)
@@ -134,6 +135,7 @@ class Update(Statement):
     assignments: tuple[tuple[str, str], ...]
     condition: str | None = None
     where: ParsedCondition | None = field(default=None, compare=False, repr=False)  # ``condition``, parsed
+    alias: str | None = None  # the target's alias (``UPDATE t AS x``), for correlated subqueries
 
 
 @dataclass(frozen=True)

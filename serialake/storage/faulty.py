@@ -22,6 +22,7 @@ import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import Any
 
 from serialake.storage.base import FileStatus, LogStore
 from serialake.storage.local import LocalLogStore
@@ -77,6 +78,12 @@ class LogStoreWrapper(LogStore):
 
     def exists(self, path: str) -> bool:
         return self.inner.exists(path)
+
+    def modification_time(self, path: str) -> int:
+        return self.inner.modification_time(path)
+
+    def open_input(self, path: str) -> Any:
+        return self.inner.open_input(path)
 
     def delete(self, path: str) -> None:
         self.inner.delete(path)

@@ -286,7 +286,7 @@ def test_seed_merge_as_extracted_is_a_positioned_syntax_error() -> None:
         ("FSCK REPAIR TABLE t", "FSCK REPAIR TABLE"),
         ("VACUUM t LITE", "VACUUM ... LITE"),
         ("DELETE FROM t USING s WHERE t.a = s.a", "DELETE ... USING"),
-        ("UPDATE t SET a = 1 WHERE a IN (SELECT a FROM s)", "a subquery in the UPDATE condition"),
+        ("UPDATE t SET a = (SELECT max(a) FROM s)", "a subquery in an UPDATE SET value"),
         ("INSERT OVERWRITE t PARTITION (p) SELECT 1, 2", "dynamic partition spec"),
     ],
 )

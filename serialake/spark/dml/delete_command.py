@@ -76,7 +76,7 @@ def run_delete(
     plan = plan_condition(spark, txn, snap, condition, name, "DELETE")
     if condition is None:
         return _delete_files(txn, snap, plan.files, None, start, before_commit)
-    if _only_partition_columns(snap, plan.expr, name):
+    if not plan.by_files and _only_partition_columns(snap, plan.expr, name):
         matched = _partition_matches(spark, snap, plan.files, name, plan.cond)
         if all(live_rows(snap.table_path, f) is not None for f in matched):
             return _delete_files(txn, snap, matched, plan.text, start, before_commit)
@@ -178,7 +178,7 @@ def _delete_rows(
         known_rows = all(t.rows is not None for t in partial)
         adds = budget.run(None, driver=on_driver if known_rows else None, spark=on_spark) if partial else []
     changes = retire_touched(table, touched.values(), now_ms(), dvs=dvs)
-    if dvs:
+    if dvs and not plan.by_files:
         declare_matched_rows(txn, plan.files, touched)
     metrics = _delete_metrics(
         deleted=deleted,

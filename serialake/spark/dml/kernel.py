@@ -53,7 +53,7 @@ from serialake.exceptions import (
     DeltaTableNotFoundError,
     UnsupportedFeatureError,
 )
-from serialake.spark import invariants, io
+from serialake.spark import invariants, io, scans
 from serialake.spark.dml.driver_files import matching_rows
 from serialake.spark.dml.engine import Engine
 from serialake.spark.write import check_not_null, write_checked_files
@@ -172,7 +172,7 @@ def condition_text(condition: ConditionLike, resolved_sql: str | None = None) ->
     if isinstance(condition, str):
         return condition
     if isinstance(condition, P.ParsedCondition):
-        return condition.text
+        return condition.shown or condition.text
     return (resolved_sql or str(condition)).replace(TARGET_ALIAS + ".", "")
 
 
@@ -414,6 +414,7 @@ class PlannedCondition:
     files: list[AddFile]
     text: str | None
     exact: P.Expr | None = None  # the condition, unqualified, when the core evaluates it exactly
+    by_files: bool = False  # conflicts are resolved by files, not rows (a condition with subqueries)
 
 
 def plan_condition(
@@ -446,6 +447,13 @@ def plan_condition(
         exact = _exact_condition(snap, parsed, alias)
     expr = parsed if parsed is not None else P.TRUE
     target = P.conjunction(target_conjuncts(expr, alias, lambda n: snap.schema.field(n) is not None))
+    if isinstance(condition, P.ParsedCondition) and condition.subquery:
+        # Subqueries read other tables (or this one): those reads are the transaction's
+        # (``scans.record_scans``), and conflicts are resolved by files, as Delta does: a
+        # winner's rows cannot be judged against a subquery's result.
+        scans.record_scans(txn, probe(spark, snap, alias, cond, operation))
+        files = txn.filter_files([target])
+        return PlannedCondition(cond, expr, files, condition_text(condition, sql), None, by_files=True)
     files = txn.filter_files([target], row_evaluator=condition_row_evaluator(spark, snap, cond, alias))
     return PlannedCondition(cond, expr, files, condition_text(condition, sql), exact)
 

@@ -153,7 +153,7 @@ def _commit_update(
         return DmlResult(None, {**_update_metrics(updated=0, start=start, scan_ms=scan_ms), "num_affected_rows": 0})
     # With deletion vectors the old versions of the changed rows get marked deleted.
     changes = retire_touched(snap.table_path, touched.values(), now_ms(), dvs=dvs)
-    if dvs:
+    if dvs and not plan.by_files:
         declare_matched_rows(txn, plan.files, touched)
     metrics = _update_metrics(
         updated=updated, files_added=len(adds), bytes_added=file_bytes(adds), start=start, scan_ms=scan_ms,

@@ -9,10 +9,19 @@ the log path: snapshot refresh, conflict checks, the atomic commit itself and it
 delta-rs is driven through its cheapest commit path, ``DeltaTable.create_write_transaction``, after
 refreshing its table object (``update_incremental()``) before each commit, as delta-rs writers do; the
 refresh is timed with the commit, as serialake's snapshot refresh is.
+
+On the local file system the same run also measures the limit (``impl="limit"``): N
+processes doing nothing but what a minimal correct log store must do per commit, in one
+``_delta_log`` directory: write a ~1 KB commit body to an unnamed file (``O_TMPFILE``),
+fsync it, link it to the next free ``%020d.json`` name (``linkat``, which fails on EEXIST:
+then the next name is tried, no sleep, no reading), fsync the directory (as serialake's
+store does). Its operations/s bound what any commit path can reach on this machine.
 """
 
 from __future__ import annotations
 
+import ctypes
+import errno
 import json
 import multiprocessing as mp
 import os
@@ -50,17 +59,29 @@ def _create_deltars(path: str, options: dict[str, str] | None = None) -> None:
     )  # fmt: skip
 
 
-def _worker_serialake(path: str, wid: int, duration: float, start_at: float, q: Any) -> None:
+def _started(start: Any, duration: float) -> float:
+    """Report this process ready (imports done), wait for all to be, and return when to stop."""
+    ready, go = start
+    ready.put(None)
+    go.wait()
+    return time.time() + duration
+
+
+def _worker_serialake(path: str, wid: int, duration: float, start: Any, q: Any) -> None:
+    import pyarrow as pa
+
     from serialake.core import DeltaLog
     from serialake.core.actions import AddFile
     from serialake.exceptions import DeltaError
 
     log = DeltaLog(path)
+    log.update()  # loaded before the start, as delta-rs's table is
+    # What the process's first checkpoint would import, once, inside the timed window: pyarrow's first
+    # conversion of Python values imports pandas when it is installed (~0.4 s of CPU per process).
+    pa.array([0])
     ok = fail = 0
     latencies: list[float] = []
-    while time.time() < start_at:
-        time.sleep(0.001)
-    end = start_at + duration
+    end = _started(start, duration)
     i = 0
     while time.time() < end:
         i += 1
@@ -77,8 +98,53 @@ def _worker_serialake(path: str, wid: int, duration: float, start_at: float, q: 
     q.put((ok, fail, latencies))
 
 
+#: One limit operation's commit body: ~1 KB, about a blind append's commitInfo and add, padded.
+_LIMIT_BODY = (
+    json.dumps({"commitInfo": {"timestamp": 0, "operation": "WRITE", "isBlindAppend": True, "txnId": "0" * 36,
+                               "operationParameters": {}, "engineInfo": "limit", "pad": "x" * 600}}) + "\n"
+    + json.dumps({"add": {"path": "part-00000.parquet", "partitionValues": {}, "size": 100,
+                          "modificationTime": 0, "dataChange": True, "stats": '{"numRecords":1}'}}) + "\n"
+).encode()
+
+
+def _worker_limit(path: str, wid: int, duration: float, start: Any, q: Any) -> None:
+    """The limit: only fsynced put-if-absent creations of the next free commit name (module docstring)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    linkat = libc.linkat
+    linkat.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_int]
+    at_fdcwd, at_symlink_follow = -100, 0x400
+    log_dir = os.path.join(path, "_delta_log")
+    dir_fd = os.open(log_dir, os.O_RDONLY)
+    names = [n for n in os.listdir(log_dir) if n.endswith(".json") and n[:20].isdigit()]
+    version = max((int(n[:20]) for n in names), default=-1) + 1
+    ok = 0
+    latencies: list[float] = []
+    end = _started(start, duration)
+    while time.time() < end:
+        t0 = time.perf_counter()
+        fd = os.open(log_dir, os.O_TMPFILE | os.O_WRONLY, 0o644)
+        try:
+            os.write(fd, _LIMIT_BODY)
+            os.fsync(fd)
+            source = f"/proc/self/fd/{fd}".encode()
+            while linkat(at_fdcwd, source, at_fdcwd, os.path.join(log_dir, f"{version:020d}.json").encode(),
+                         at_symlink_follow) != 0:  # fmt: skip
+                err = ctypes.get_errno()
+                if err != errno.EEXIST:
+                    raise OSError(err, os.strerror(err))
+                version += 1  # taken: the next name, at once
+        finally:
+            os.close(fd)
+        os.fsync(dir_fd)
+        version += 1
+        ok += 1
+        latencies.append(time.perf_counter() - t0)
+    os.close(dir_fd)
+    q.put((ok, 0, latencies))
+
+
 def _worker_deltars(
-    path: str, wid: int, duration: float, start_at: float, q: Any, options: dict[str, str] | None = None
+    path: str, wid: int, duration: float, start: Any, q: Any, options: dict[str, str] | None = None
 ) -> None:
     from deltalake import DeltaTable
     from deltalake.transaction import AddAction
@@ -87,9 +153,7 @@ def _worker_deltars(
     schema = dt.schema()
     ok = fail = 0
     latencies: list[float] = []
-    while time.time() < start_at:
-        time.sleep(0.001)
-    end = start_at + duration
+    end = _started(start, duration)
     i = 0
     while time.time() < end:
         i += 1
@@ -108,12 +172,23 @@ def _worker_deltars(
     q.put((ok, fail, latencies))
 
 
-def run_one(impl: str, writers: int, duration: float, s3: Any = None) -> dict[str, Any]:
+def run_one(
+    impl: str, writers: int, duration: float, s3: Any = None, parent: str | None = None
+) -> dict[str, Any]:
     """One run: ``writers`` processes for ``duration`` seconds; returns commits/s and failures.
 
     ``s3``: a started ``tests.s3server.S3Server``; the table goes in a new bucket on it.
+    ``parent``: the local directory to make the table in, and leave it in (a new temporary one,
+    removed after the run, when None).
     """
-    root = tempfile.mkdtemp(prefix=f"bench-{impl}-")
+    return _row(impl, writers, duration, *_run(impl, writers, duration, s3, parent))
+
+
+def _run(
+    impl: str, writers: int, duration: float, s3: Any, parent: str | None
+) -> tuple[int, int, list[float]]:
+    """``run_one``'s commits, failed commits and latencies."""
+    root = tempfile.mkdtemp(prefix=f"bench-{impl}-", dir=parent)
     path = os.path.join(root, "t")
     options: dict[str, str] | None = None
     if s3 is not None:
@@ -121,39 +196,64 @@ def run_one(impl: str, writers: int, duration: float, s3: Any = None) -> dict[st
         os.environ.update(s3.environment())  # serialake's processes read the AWS variables
         options = {**s3.environment(), "conditional_put": "etag"}
     try:
-        if impl == "serialake":
-            _create_serialake(path)
-        else:
+        if impl == "delta-rs":
             _create_deltars(path, options)
+        else:
+            _create_serialake(path)  # the limit appends to a table serialake created
         ctx = mp.get_context("spawn")
         q = ctx.Queue()
-        start_at = time.time() + 2.0  # let every process import first
-        if impl == "serialake":
-            procs = [ctx.Process(target=_worker_serialake, args=(path, w, duration, start_at, q))
-                     for w in range(writers)]  # fmt: skip
+        # Every process imports first, then all start together (a fixed delay was too short on a loaded machine).
+        start = (ctx.Queue(), ctx.Event())
+        if impl in ("serialake", "limit"):
+            target = _worker_serialake if impl == "serialake" else _worker_limit
+            procs = [ctx.Process(target=target, args=(path, w, duration, start, q)) for w in range(writers)]
         else:
-            procs = [ctx.Process(target=_worker_deltars, args=(path, w, duration, start_at, q, options))
+            procs = [ctx.Process(target=_worker_deltars, args=(path, w, duration, start, q, options))
                      for w in range(writers)]  # fmt: skip
         for p in procs:
             p.start()
+        _wait_ready(start[0], procs)
+        start[1].set()
         results = [q.get(timeout=duration + 120) for _ in procs]
         for p in procs:
             p.join()
-        ok = sum(r[0] for r in results)
-        fail = sum(r[1] for r in results)
-        lat = sorted(x for r in results for x in r[2])
-        return {
-            "impl": impl,
-            "writers": writers,
-            "commits": ok,
-            "failed": fail,
-            "commits_per_s": ok / duration,
-            "failed_pct": 100.0 * fail / max(1, ok + fail),
-            "p50_ms": 1000 * lat[len(lat) // 2] if lat else None,
-            "p99_ms": 1000 * lat[int(len(lat) * 0.99)] if lat else None,
-        }
+        return sum(r[0] for r in results), sum(r[1] for r in results), [x for r in results for x in r[2]]
     finally:
-        shutil.rmtree(root, ignore_errors=True)
+        if parent is None:  # (a parent's tables are removed with it, after every run: see _local_rows)
+            shutil.rmtree(root, ignore_errors=True)
+
+
+def _wait_ready(ready: Any, procs: list[Any]) -> None:
+    """Wait until every process reported ready; fail at once if one died first."""
+    import queue
+
+    waiting = len(procs)
+    deadline = time.monotonic() + 300
+    while waiting:
+        try:
+            ready.get(timeout=1)
+            waiting -= 1
+        except queue.Empty:
+            dead = [p for p in procs if p.exitcode not in (None, 0)]
+            if dead or time.monotonic() > deadline:
+                for p in procs:
+                    p.kill()
+                codes = [p.exitcode for p in procs]
+                raise RuntimeError(f"benchmark workers did not start (exit codes {codes})") from None
+
+
+def _row(impl: str, writers: int, duration: float, ok: int, fail: int, latencies: list[float]) -> dict[str, Any]:
+    lat = sorted(latencies)
+    return {
+        "impl": impl,
+        "writers": writers,
+        "commits": ok,
+        "failed": fail,
+        "commits_per_s": ok / duration,
+        "failed_pct": 100.0 * fail / max(1, ok + fail),
+        "p50_ms": 1000 * lat[len(lat) // 2] if lat else None,
+        "p99_ms": 1000 * lat[int(len(lat) * 0.99)] if lat else None,
+    }
 
 
 def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
@@ -163,22 +263,54 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     ap.add_argument("--writers", default="1,4,8")
     ap.add_argument("--duration", type=float, default=5.0)
     ap.add_argument("--s3", action="store_true", help="on an S3 server started on 127.0.0.1")
+    ap.add_argument("--impls", default="", help="only these, e.g. limit,serialake (default: all)")
     args = ap.parse_args(argv)
     server = None
     if args.s3:
         from tests.s3server import S3Server
 
         server = S3Server().start()
+    wanted = [i for i in ("limit", "serialake", "delta-rs") if not args.impls or i in args.impls.split(",")]
     rows = []
+    parent = None if server is not None else tempfile.mkdtemp(prefix="bench-commits-")
     try:
         for w in [int(x) for x in args.writers.split(",")]:
-            for impl in ("serialake", "delta-rs"):
-                r = run_one(impl, w, args.duration, server)
-                rows.append(r)
-                print(json.dumps(r), file=sys.stderr)
+            if parent is not None:
+                rows += _local_rows(w, args.duration, wanted, parent)
+                continue
+            for impl in [i for i in wanted if i != "limit"]:  # on S3 the server, not the disk, bounds commits
+                rows.append(run_one(impl, w, args.duration, server))
+                print(json.dumps(rows[-1]), file=sys.stderr)
     finally:
         if server is not None:
             server.stop()
+        if parent is not None:
+            shutil.rmtree(parent, ignore_errors=True)
+    return rows
+
+
+def _local_rows(writers: int, duration: float, impls: list[str], parent: str) -> list[dict[str, Any]]:
+    """The local runs at one writer count, each table in ``parent``, all removed only at the end.
+
+    Creating a file costs ext4 0.03 to 0.3 ms of CPU finding a free inode, the most where many
+    were freed in the last minutes (it skips recently deleted inodes): removing one run's table
+    before the next would slow the next. The limit runs half its time before the libraries and
+    half after, so a change of the machine's load during the run shifts it as it shifts them.
+    """
+    rows: list[dict[str, Any]] = []
+    libraries = [i for i in impls if i != "limit"]
+    halves = []
+    if "limit" in impls:
+        halves.append(_run("limit", writers, duration / 2, None, parent))
+    for impl in libraries:
+        rows.append(run_one(impl, writers, duration, parent=parent))
+        print(json.dumps(rows[-1]), file=sys.stderr)
+    if "limit" in impls:
+        halves.append(_run("limit", writers, duration / 2, None, parent))
+        limit = _row("limit", writers, duration, sum(h[0] for h in halves), 0, [x for h in halves for x in h[2]])
+        limit["commits_per_s_halves"] = [2 * h[0] / duration for h in halves]
+        rows.insert(0, limit)
+        print(json.dumps(limit), file=sys.stderr)
     return rows
 
 

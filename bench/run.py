@@ -48,9 +48,14 @@ def _commit_rows(quick: bool, *extra: str) -> list[dict[str, Any]]:
     for w in sorted({r["writers"] for r in rows}):
         ours = next(r for r in rows if r["writers"] == w and r["impl"] == "serialake")
         rs = next(r for r in rows if r["writers"] == w and r["impl"] == "delta-rs")
+        limit = next((r for r in rows if r["writers"] == w and r["impl"] == "limit"), None)
         row: dict[str, Any] = {"writers": w}
+        if limit is not None:  # local runs: the fsynced put-if-absent limit measured in the same run
+            row["limit ops/s"] = limit["commits_per_s"]
         for label, r in (("serialake", ours), ("delta-rs", rs)):
             row[f"{label} commits/s"] = r["commits_per_s"]
+            if limit is not None:
+                row[f"{label} / limit"] = r["commits_per_s"] / max(limit["commits_per_s"], 1e-9)
             row[f"{label} failed %"] = r["failed_pct"]
             row[f"{label} p50 ms"] = r["p50_ms"]
             if extra:

@@ -151,6 +151,7 @@ def _install() -> None:
         _install_writer()
         _install_writer_v2()
         _install_reader()
+        _install_stream_reader()
         _install_dataframe()
         _install_session()
         _install_catalog()
@@ -395,6 +396,53 @@ def _install_reader() -> None:
 
     _wrap(DataFrameReader, "load", make_load)
     _wrap(DataFrameReader, "table", make_table)
+
+
+def _install_stream_reader() -> None:
+    """``spark.readStream.format("delta").load(path)`` / ``.table(name)``: serialake's streaming
+    source (``serialake.spark.streaming.source``); other formats and tables are Spark's."""
+    from pyspark.sql.streaming.readwriter import DataStreamReader
+
+    _wrap(DataStreamReader, "format", _recording("format", _lower_first))
+    _wrap(DataStreamReader, "option", _option_recorder)
+    _wrap(DataStreamReader, "options", _options_recorder)
+    _wrap(DataStreamReader, "schema", _recording("schema", _first))
+
+    def make_load(original: Callable[..., Any]) -> Callable[..., Any]:
+        def load(self: DataStreamReader, path: str | None = None, format: str | None = None,  # noqa: A002
+                 schema: Any = None, **options: Any) -> DataFrame:  # fmt: skip
+            st = _state(self)
+            chosen = (format or st["format"] or "").lower()
+            if not is_configured(self._spark) or not (
+                chosen == "delta" or (not chosen and _default_is_delta(self._spark))
+            ):
+                return original(self, path, format, schema, **options)
+            for k, v in options.items():
+                _record_option(self, k, v)
+            if schema is not None:
+                st["schema"] = schema
+            from serialake.spark.streaming import source
+
+            with serialake_calls():
+                return source.load(self._spark, path if path is not None else _option(st, "path"), st)
+
+        return load
+
+    def make_table(original: Callable[..., Any]) -> Callable[..., Any]:
+        def table(self: DataStreamReader, tableName: str) -> DataFrame:  # noqa: N803
+            st = _state(self)
+            location = catalog.lookup(tableName) if is_configured(self._spark) else None
+            if location is None or st["format"] not in (None, "delta"):
+                return original(self, tableName)
+            from serialake.spark.streaming import source
+
+            with serialake_calls():
+                return source.load(self._spark, location, st, name=tableName)
+
+        return table
+
+    _wrap(DataStreamReader, "load", make_load)
+    _wrap(DataStreamReader, "table", make_table)
 
 
 def _install_dataframe() -> None:

@@ -155,6 +155,7 @@ def _install() -> None:
         _install_dataframe()
         _install_session()
         _install_catalog()
+        _install_stream_writer()
 
 
 def _recording(key: str, convert: Callable[..., Any]) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -542,3 +543,74 @@ def _install_catalog() -> None:
     _wrap(Catalog, "tableExists", make_exists)
     _wrap(Catalog, "listTables", make_list)
 
+
+def _install_stream_writer() -> None:
+    """``df.writeStream.format("delta")`` ... ``start(path)`` / ``toTable(name)``: the exactly-once
+    sink (``serialake.spark.streaming.sink``), run as Spark's ``foreachBatch``."""
+    from pyspark.sql.streaming import DataStreamWriter
+
+    _wrap(DataStreamWriter, "format", _recording("format", _lower_first))
+    _wrap(DataStreamWriter, "outputMode", _recording("mode", _first_text))
+    _wrap(DataStreamWriter, "option", _option_recorder)
+    _wrap(DataStreamWriter, "options", _options_recorder)
+    # Spark refuses partitioning with foreachBatch, which the sink runs as: the columns are kept
+    # here and handed to Spark's writer only when another sink starts.
+    layout = ("partitionBy", "clusterBy") if hasattr(DataStreamWriter, "clusterBy") else ("partitionBy",)
+    for key in layout:
+        _wrap(DataStreamWriter, key, _deferred(key))
+
+    def streams_delta(writer: DataStreamWriter, table: str | None) -> bool:
+        if not is_configured(writer._spark):
+            return False
+        chosen = _state(writer)["format"]
+        if chosen:
+            return bool(chosen == "delta")
+        if table is not None and catalog.lookup(table) is not None:
+            return True
+        return _default_is_delta(writer._spark)
+
+    def make_start(table_call: bool) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+        def make(original: Callable[..., Any]) -> Callable[..., Any]:
+            def start(self: DataStreamWriter, target: str | None = None, format: str | None = None,  # noqa: A002
+                      outputMode: str | None = None, partitionBy: Any = None,  # noqa: N803
+                      queryName: str | None = None, **options: Any) -> Any:  # noqa: N803
+                # As PySpark's start/toTable do first (through the recording wrappers above).
+                self.options(**options)
+                if outputMode is not None:
+                    self.outputMode(outputMode)
+                if partitionBy is not None:
+                    self.partitionBy(partitionBy)
+                if format is not None:
+                    self.format(format)
+                if queryName is not None:
+                    self.queryName(queryName)
+                if not streams_delta(self, target if table_call else None):
+                    for key in layout:
+                        if _state(self)[key] is not None:
+                            getattr(DataStreamWriter, key)._serialake_original(self, _state(self)[key])
+                    return original(self, target) if target is not None or table_call else original(self)
+                from serialake.spark.streaming import sink
+
+                if table_call:
+                    return sink.start(self, _state(self), table=target, calls=serialake_calls)
+                return sink.start(self, _state(self), path=target, calls=serialake_calls)
+
+            return start
+
+        return make
+
+    _wrap(DataStreamWriter, "start", make_start(False))
+    _wrap(DataStreamWriter, "toTable", make_start(True))
+
+
+def _deferred(key: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """A ``DataStreamWriter`` setter of columns that only records them (``_install_stream_writer``)."""
+
+    def make(original: Callable[..., Any]) -> Callable[..., Any]:
+        def method(self: Any, *cols: Any) -> Any:
+            _state(self)[key] = _columns(cols)
+            return self
+
+        return method
+
+    return make

@@ -32,6 +32,7 @@ from serialake.exceptions import (
 )
 from serialake.spark import invariants, io, scans
 from serialake.spark.invariants import check_rows
+from serialake.spark.streaming import batch_txn
 
 __all__ = [
     "MODES",
@@ -63,6 +64,7 @@ def write(
     clusterBy: str | Sequence[str] | None = None,
     *,
     table_operation: str | None = None,
+    streaming_update: Mapping[str, str] | None = None,
 ) -> int | None:
     """Write ``df`` to the Delta table at ``path``; returns the committed version (None: skipped).
 
@@ -80,7 +82,10 @@ def write(
     table, it must name its clustering columns.
     ``table_operation`` (``CREATE TABLE AS SELECT``, ``CREATE OR REPLACE TABLE AS SELECT``,
     ...) commits the write as a creation or replacement of the whole table: a concurrent
-    one fails with ``ProtocolChangedException``.
+    one fails with ``ProtocolChangedException``. ``streaming_update`` (the streaming sink's
+    ``outputMode``, ``queryId``, ``epochId``) records the commit as ``STREAMING UPDATE``.
+    Inside ``serialake.streaming.idempotent`` a write without ``txnAppId`` commits with the
+    micro-batch's txn (``streaming.batch_txn``).
     """
     mode_key = _check_arguments(mode, replaceWhere, overwriteSchema, txnAppId, txnVersion)
     dynamic = _dynamic_overwrite(mode_key, partitionOverwriteMode, replaceWhere, overwriteSchema)
@@ -107,6 +112,8 @@ def write(
         done = txn.txn_version(txnAppId)
         if done is not None and done >= int(txnVersion):  # type: ignore[arg-type]
             return None
+    elif batch_txn.join(txn):
+        return None  # this micro-batch's write is already committed
     # Tables the data was computed from: a read of this one makes the write not blind.
     scans.record_scans(txn, df)
 
@@ -169,6 +176,8 @@ def write(
         actions.append(SetTransaction(app_id=txnAppId, version=int(txnVersion), last_updated=now_ms()))  # type: ignore[arg-type]
     metrics = _metrics(adds, removes)
     operation = table_operation or "WRITE"
+    if streaming_update is not None:
+        operation, params = "STREAMING UPDATE", dict(streaming_update)
     return commit_or_clean_up(txn, actions, operation, params, metrics, new_files=adds, user_metadata=userMetadata)
 
 

@@ -56,6 +56,7 @@ from serialake.exceptions import (
 from serialake.spark import invariants, io, scans
 from serialake.spark.dml.driver_files import matching_rows
 from serialake.spark.dml.engine import Engine
+from serialake.spark.streaming import batch_txn
 from serialake.spark.write import check_not_null, write_checked_files
 
 __all__ = [
@@ -133,6 +134,10 @@ class DmlResult:
         return int(self.metrics.get("num_affected_rows", 0))
 
 
+#: The operations that commit with the micro-batch's txn inside ``serialake.streaming.idempotent``.
+_BATCH_OPERATIONS = frozenset({"DELETE", "UPDATE", "MERGE"})
+
+
 def open_transaction(table_path: str, operation: str) -> tuple[OptimisticTransaction, Snapshot]:
     """A transaction pinned to the latest snapshot; errors when the table cannot be rewritten here."""
     log = DeltaLog.for_table(table_path)
@@ -146,6 +151,8 @@ def open_transaction(table_path: str, operation: str) -> tuple[OptimisticTransac
             f"Cannot {operation} table {snap.table_path}: it uses column mapping (delta.columnMapping.mode="
             f"{mode}), which serialake reads but cannot write yet."
         )
+    if operation in _BATCH_OPERATIONS:
+        batch_txn.join(txn)  # inside serialake.streaming.idempotent: commits with the micro-batch's txn
     return txn, snap
 
 

@@ -11,7 +11,6 @@ A commit whose outcome was lost is recognised on retry by its ``txnId``.
 from __future__ import annotations
 
 import json
-import random
 import time
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
@@ -55,6 +54,8 @@ from serialake.exceptions import (
 )
 from serialake.storage.base import (
     TRANSIENT_ERRNOS,
+    LogStore,
+    PreparedPut,
     WriteNotDoneError,
     WriteNotDurableError,
     errno_text,
@@ -555,8 +556,15 @@ class OptimisticTransaction:
                 )
 
     def _commit_loop(self, info: TransactionInfo, started: float) -> CommitResult:
+        body = _Body(self.delta_log.store)
+        try:
+            return self._attempts(info, started, body)
+        finally:
+            body.close()
+
+    def _attempts(self, info: TransactionInfo, started: float, body: _Body) -> CommitResult:
+        """Put the commit at the next version until it lands, checking the winners of each version lost."""
         dlog = self.delta_log
-        store = dlog.store
         attempt_version = info.read_version + 1
         attempts = 0
         checked = 0
@@ -568,9 +576,8 @@ class OptimisticTransaction:
         last_error: OSError | None = None
         while True:
             attempts += 1
-            body = actions_to_jsonl(info.actions)
             try:
-                store.put_if_absent(dlog.commit_path(attempt_version), body)
+                body.put(dlog.commit_path(attempt_version), info.actions)
                 dlog.remember_commit(attempt_version, info.actions)
                 self.committed_actions = list(info.actions)
                 return CommitResult(attempt_version, attempts, checked, time.monotonic() - started)
@@ -648,8 +655,8 @@ class OptimisticTransaction:
             if not winners:
                 # Nothing new to check but the put failed: an I/O error. Back off before retrying.
                 time.sleep(min(opts.backoff_max_s, opts.backoff_base_s * (2 ** min(attempts, 10))))
-            elif attempts > 2:
-                time.sleep(random.uniform(0, min(opts.backoff_max_s, opts.backoff_base_s * 2 ** min(attempts, 10))))
+            # Winners that do not conflict: the next version at once. Someone made progress, so this
+            # cannot livelock, and waiting would only let more winners in before the retry.
 
     def _write_failed(
         self, info: TransactionInfo, version: int, what: str, error: OSError
@@ -810,6 +817,30 @@ def _check_paths(body: list[Action], table: str, external_allowed: Any) -> None:
                 raise DeltaIllegalArgumentException(
                     f"Data file path '{a.path}' escapes the table directory of {table}"
                 )
+
+
+class _Body:
+    """A commit's body as its store prepared it (``LogStore.prepare_put``): made once, put at version
+    after version until one is free, and made anew only when rebasing over a winner changed the actions."""
+
+    def __init__(self, store: LogStore) -> None:
+        self.store = store
+        self.actions: list[Action] = []
+        self.prepared: PreparedPut | None = None
+
+    def put(self, path: str, actions: list[Action]) -> None:
+        # Actions are immutable and rebasing replaces those it changes: the same objects, the same body.
+        same = len(actions) == len(self.actions) and all(a is b for a, b in zip(actions, self.actions, strict=True))
+        if self.prepared is None or not same:
+            self.close()
+            self.actions = list(actions)
+            self.prepared = self.store.prepare_put(actions_to_jsonl(self.actions))
+        self.prepared.put(path)
+
+    def close(self) -> None:
+        if self.prepared is not None:
+            self.prepared.close()
+            self.prepared = None
 
 
 def _rebase_ict(info: TransactionInfo, winner: WinnerSummary) -> None:

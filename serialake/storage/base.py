@@ -105,6 +105,32 @@ class FileStatus:
     modification_time: int
 
 
+class PreparedPut:
+    """Bytes to create at one of several paths (``LogStore.prepare_put``).
+
+    ``put(path)`` has ``put_if_absent(path, data)``'s outcome and errors, whatever it keeps
+    between calls; this default keeps nothing and calls ``put_if_absent``, so stores that
+    wrap another, or change how a put behaves, keep their behaviour.
+    """
+
+    def __init__(self, store: LogStore, data: bytes) -> None:
+        self.store = store
+        self.data = data
+
+    def put(self, path: str) -> None:
+        """Create ``path`` holding the bytes atomically and durably (``LogStore.put_if_absent``)."""
+        self.store.put_if_absent(path, self.data)
+
+    def close(self) -> None:
+        """Release what was kept between puts (nothing here)."""
+
+    def __enter__(self) -> PreparedPut:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
 class LogStore(ABC):
     """Reads, lists and atomically writes files under a table root (paths are absolute)."""
 
@@ -147,6 +173,16 @@ class LogStore(ABC):
         appear), ``WriteNotDurableError`` (it appeared; a crash may lose it); any other
         ``OSError`` (``WriteOutcomeUnknownError`` among them) leaves the outcome unknown.
         """
+
+    def prepare_put(self, data: bytes) -> PreparedPut:
+        """``data`` ready to be put (``put_if_absent``) at one path, or at the next when that one is taken.
+
+        The commit loop writes one commit body at version after version until one is free:
+        a store that can make the bytes durable once, then try names, does so (the local
+        store keeps an fsynced unnamed inode and links it). The default puts the bytes anew
+        at each path. Close the result (or use it as a context manager) when done.
+        """
+        return PreparedPut(self, data)
 
     @abstractmethod
     def write(self, path: str, data: bytes) -> None:

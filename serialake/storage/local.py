@@ -25,7 +25,14 @@ from collections.abc import Callable
 from typing import Any
 
 from serialake.exceptions import FileAlreadyExistsError
-from serialake.storage.base import FileStatus, LogStore, WriteNotDoneError, WriteNotDurableError, naming_error
+from serialake.storage.base import (
+    FileStatus,
+    LogStore,
+    PreparedPut,
+    WriteNotDoneError,
+    WriteNotDurableError,
+    naming_error,
+)
 
 #: ``fault_hook(step, path)``: called before each step of a write (see ``LocalLogStore.fault_hook``).
 FaultHook = Callable[[str, str], None]
@@ -42,6 +49,10 @@ def fsync_dir(directory: str) -> None:
     finally:
         os.close(fd)
 
+
+#: Flags of ``LocalLogStore.read`` (plus ``O_NOATIME`` while allowed: see there).
+_READ_FLAGS = os.O_RDONLY | os.O_CLOEXEC
+_NOATIME = getattr(os, "O_NOATIME", 0)
 
 #: Bytes of a big file written between two flushes (see ``_write_temp``): a 10 MB checkpoint
 #: flushed at once delayed concurrent commits' fsyncs by 3-6 ms; in 256 KiB slices, not at all.
@@ -135,6 +146,7 @@ class LocalLogStore(LogStore):
         self._dir_fds: dict[str, int] = {}
         self._dir_lock = threading.Lock()
         self._tmpfile_ok = _linkat is not None
+        self._read_flags = _READ_FLAGS | _NOATIME
 
     def _fsync_dir(self, directory: str) -> None:
         """fsync a directory through a cached descriptor (one open per directory, not per commit)."""
@@ -168,11 +180,11 @@ class LocalLogStore(LogStore):
         except OSError as e:  # the name exists, but the caller cannot know it: a lost result
             raise naming_error(e, path, f"name the file ({step})") from e
 
-    def _put_tmpfile(self, directory: str, path: str, data: bytes) -> bool:
-        """Write an unnamed inode (O_TMPFILE), fsync it, then name it with linkat (no overwrite).
+    def _tmpfile(self, directory: str, path: str, data: bytes) -> int | None:
+        """An unnamed inode (O_TMPFILE) in ``directory`` holding ``data``, fsynced: its descriptor.
 
-        Nothing is ever visible under a temporary name, so a crash leaves no debris.
-        Returns False when the file system does not support O_TMPFILE.
+        Nothing is ever visible under a temporary name, so a crash leaves no debris. None
+        when the file system does not support O_TMPFILE.
         """
         try:
             self._hook("create", path)
@@ -181,35 +193,69 @@ class LocalLogStore(LogStore):
             if e.errno not in _NO_TMPFILE:
                 raise WriteNotDoneError(e, path, "create the temporary file") from e
             self._tmpfile_ok = False
-            return False
+            return None
+        step = "write"
         try:
-            step = "write"
-            try:
+            self._hook(step, path)
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            if self.fsync:
+                step = "fsync"
                 self._hook(step, path)
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view):]
-                if self.fsync:
-                    step = "fsync"
-                    self._hook(step, path)
-                    os.fsync(fd)
-            except OSError as e:  # the unnamed inode vanishes when closed: nothing landed
-                raise WriteNotDoneError(e, path, f"{step} the temporary file") from e
-
-            def link() -> None:
-                source = f"/proc/self/fd/{fd}".encode()
-                if _linkat(_AT_FDCWD, source, _AT_FDCWD, path.encode(), _AT_SYMLINK_FOLLOW) != 0:
-                    err = ctypes.get_errno()
-                    raise OSError(err, os.strerror(err), path)
-
-            self._name(path, "link", link)
-        finally:
+                os.fsync(fd)
+        except BaseException as e:  # the unnamed inode vanishes when closed: nothing landed
             os.close(fd)
-        return True
+            if isinstance(e, OSError):
+                raise WriteNotDoneError(e, path, f"{step} the temporary file") from e
+            raise
+        return fd
+
+    def _link_tmpfile(self, fd: int, path: str) -> None:
+        """Name the unnamed inode ``fd`` ``path`` with linkat, which never overwrites."""
+
+        def link() -> None:
+            source = f"/proc/self/fd/{fd}".encode()
+            if _linkat(_AT_FDCWD, source, _AT_FDCWD, path.encode(), _AT_SYMLINK_FOLLOW) != 0:
+                err = ctypes.get_errno()
+                raise OSError(err, os.strerror(err), path)
+
+        self._name(path, "link", link)
+
+    def prepare_put(self, data: bytes) -> PreparedPut:
+        """The bytes as one fsynced unnamed inode, linked at each path tried (``_PreparedTmpfile``).
+
+        A subclass that changes ``put_if_absent`` gets the default (a put per path).
+        """
+        if self._tmpfile_ok and type(self).put_if_absent is LocalLogStore.put_if_absent:
+            return _PreparedTmpfile(self, data)
+        return PreparedPut(self, data)
 
     def read(self, path: str) -> bytes:
-        with open(path, "rb") as f:
-            return f.read()
+        """The file's bytes, read without updating its access time where allowed (``O_NOATIME``).
+
+        Reading a commit just written would otherwise change its inode (relatime updates the
+        access time on the first read after a write): a journal update per commit read, which
+        concurrent committers' fsyncs then wait for.
+        """
+        try:
+            fd = os.open(path, self._read_flags)
+        except PermissionError as e:
+            if e.errno != errno.EPERM or self._read_flags == _READ_FLAGS:
+                raise
+            self._read_flags = _READ_FLAGS  # O_NOATIME is for the file's owner: read as others do
+            fd = os.open(path, _READ_FLAGS)
+        try:
+            size = os.fstat(fd).st_size
+            data = os.read(fd, size + 1)  # one call when the size holds (short of size + 1: the end)
+            if len(data) == size:
+                return data
+            chunks = [data]
+            while chunk := os.read(fd, 1 << 16):
+                chunks.append(chunk)
+            return b"".join(chunks)
+        finally:
+            os.close(fd)
 
     def open_input(self, path: str) -> Any:
         import pyarrow as pa
@@ -249,7 +295,13 @@ class LocalLogStore(LogStore):
         self._make_dir(directory, path)
         if os.path.exists(path):
             raise FileAlreadyExistsError(f"{path} already exists")
-        if not (self._tmpfile_ok and self._put_tmpfile(directory, path, data)):
+        fd = self._tmpfile(directory, path, data) if self._tmpfile_ok else None
+        if fd is not None:
+            try:
+                self._link_tmpfile(fd, path)
+            finally:
+                os.close(fd)
+        else:
             tmp = self._temp(directory, name, data)
             try:
                 self._name(path, "link", lambda: os.link(tmp, path))
@@ -291,3 +343,60 @@ class LocalLogStore(LogStore):
 
     def delete(self, path: str) -> None:
         _unlink_quietly(path)
+
+
+class _PreparedTmpfile(PreparedPut):
+    """A commit body written and fsynced once as an unnamed inode, then linked at each path tried.
+
+    A put whose name is taken (``FileAlreadyExistsError``) keeps the inode, so the next
+    version costs one ``linkat``, not another write and fsync: what a writer that lost a
+    race does. Each put still has ``put_if_absent``'s steps and guarantees: the bytes are
+    fsynced before any name exists, and the directory is fsynced after the name appears,
+    before ``put`` returns. After any other failure the inode is dropped (the link's outcome
+    may be unknown: it is never named twice); the next put writes it anew.
+    """
+
+    store: LocalLogStore
+
+    def __init__(self, store: LocalLogStore, data: bytes) -> None:
+        super().__init__(store, data)
+        self._fd: int | None = None
+        self._directory = ""
+
+    def put(self, path: str) -> None:
+        store = self.store
+        directory = os.path.dirname(path)
+        if self._fd is not None and directory != self._directory:
+            self.close()
+        fd = self._fd
+        if fd is None:
+            if not store._tmpfile_ok:  # no O_TMPFILE here: a named temporary file per put
+                store.put_if_absent(path, self.data)
+                return
+            if store.fault_hook is not None:
+                store._make_dir(directory, path)  # the step the hook expects first
+            try:
+                fd = store._tmpfile(directory, path, self.data)
+            except WriteNotDoneError as e:
+                if e.errno != errno.ENOENT or store.fault_hook is not None:
+                    raise
+                store._make_dir(directory, path)  # the table's first commit: no log directory yet
+                fd = store._tmpfile(directory, path, self.data)
+            if fd is None:  # found out just now: no O_TMPFILE here
+                store.put_if_absent(path, self.data)
+                return
+            self._fd, self._directory = fd, directory
+        try:
+            store._link_tmpfile(fd, path)
+        except FileAlreadyExistsError:
+            raise  # the same durable bytes may take the next name
+        except BaseException:
+            self.close()
+            raise
+        self.close()
+        store._sync_name(directory, path)
+
+    def close(self) -> None:
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            os.close(fd)

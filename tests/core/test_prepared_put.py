@@ -1,0 +1,111 @@
+"""A commit that loses the race for a version puts the same durable bytes at the next one.
+
+The local store writes and fsyncs a commit body once, as an unnamed inode, and links it at
+each version tried (``LocalLogStore.prepare_put``); the body is written anew only when
+rebasing over a winner changed the actions, or when a link's outcome was unknown.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from collections import Counter
+
+import pytest
+
+from serialake.core import DeltaLog
+from serialake.core import transaction as transaction_module
+from serialake.core.actions import Metadata
+from serialake.core.logfiles import commit_name
+from serialake.storage.base import PreparedPut
+from serialake.storage.local import LocalLogStore
+from tests.core.conftest import SCHEMA, add_file
+
+
+class CountingStore(LocalLogStore):
+    """The real local store, counting each step of its commit writes (``fault_hook``)."""
+
+    def __init__(self, fail: dict[str, int] | None = None) -> None:
+        super().__init__(fsync=True)
+        self.steps: Counter[str] = Counter()
+        self.fail = dict(fail or {})  # step -> errno, injected once
+        self.fault_hook = self._count
+
+    def _count(self, step: str, path: str) -> None:
+        if not path.endswith(".json"):
+            return
+        self.steps[step] += 1
+        err = self.fail.pop(step, None)
+        if err is not None:
+            raise OSError(err, os.strerror(err), path)
+
+
+def _commits(log: DeltaLog) -> list[str]:
+    return sorted(n for n in os.listdir(log.log_path) if n.endswith(".json"))
+
+
+def test_lost_race_links_the_same_durable_bytes_at_the_next_version(make_table) -> None:
+    log = make_table()
+    store = CountingStore()
+    ours = DeltaLog(log.table_path, store=store)
+    txn = ours.start_transaction()
+    for _ in range(2):  # two winners take versions 1 and 2
+        log.start_transaction().commit([add_file(1)], operation="WRITE")
+    assert txn.commit([add_file(2)], operation="WRITE") == 3
+    # Written and fsynced once; linked at 1 (taken: both winners are read) then 3; the directory
+    # synced once, after the name.
+    assert store.steps == Counter(
+        {"mkdir": 1, "create": 1, "write": 1, "fsync": 1, "link": 2, "linked": 1, "fsync-dir": 1}
+    )
+    assert DeltaLog(log.table_path).read_commit(3).commit_info.txn_id == txn.txn_id
+    assert _commits(log) == [commit_name(v) for v in range(4)]
+    assert not [n for n in os.listdir(log.log_path) if n.startswith(".")]
+
+
+def test_body_changed_by_rebasing_is_written_anew(make_table, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A winner with a later in-commit timestamp moves ours after it: the new body is what lands."""
+    log = make_table(props={"delta.enableInCommitTimestamps": "true"})
+    store = CountingStore()
+    ours = DeltaLog(log.table_path, store=store)
+    txn = ours.start_transaction()
+    later = transaction_module.now_ms() + 3_600_000
+    monkeypatch.setattr(transaction_module, "now_ms", lambda: later)
+    log.start_transaction().commit([add_file(1)], operation="WRITE")
+    monkeypatch.undo()
+    assert txn.commit([add_file(2)], operation="WRITE") == 2
+    assert store.steps["create"] == 2 and store.steps["link"] == 2 and store.steps["fsync-dir"] == 1
+    stamps = [DeltaLog(log.table_path).read_commit(v).commit_info.get("inCommitTimestamp") for v in (1, 2)]
+    assert stamps == [later, later + 1]
+
+
+def test_unknown_link_outcome_never_names_the_same_inode_again(make_table) -> None:
+    """EIO from linkat hides whether the name was made: the next attempt writes a new inode."""
+    log = make_table()
+    store = CountingStore(fail={"link": errno.EIO})
+    ours = DeltaLog(log.table_path, store=store)
+    txn = ours.start_transaction()
+    assert txn.commit([add_file(1)], operation="WRITE") == 1
+    assert store.steps["create"] == 2 and store.steps["link"] == 2
+    assert _commits(log) == [commit_name(0), commit_name(1)]
+
+
+def test_first_commit_creates_the_log_directory(tmp_path) -> None:
+    log = DeltaLog(str(tmp_path / "new"), store=LocalLogStore())
+    txn = log.start_transaction()
+    txn.update_metadata(Metadata(schema_string=SCHEMA))
+    assert txn.commit([add_file()], operation="CREATE TABLE") == 0
+    assert _commits(log) == [commit_name(0)]
+
+
+def test_stores_that_change_put_if_absent_keep_it() -> None:
+    """A subclass overriding ``put_if_absent`` (a test double, a gate) is called for every put."""
+
+    class Gate(LocalLogStore):
+        def put_if_absent(self, path: str, data: bytes) -> None:
+            super().put_if_absent(path, data)
+
+    assert type(Gate().prepare_put(b"x")) is PreparedPut
+    assert type(LocalLogStore().prepare_put(b"x")) is not PreparedPut
+    no_tmpfile = LocalLogStore()
+    no_tmpfile._tmpfile_ok = False
+    assert type(no_tmpfile.prepare_put(b"x")) is PreparedPut

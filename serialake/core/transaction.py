@@ -528,20 +528,20 @@ class OptimisticTransaction:
                 discard_rebase_dvs(view)  # a view is only checked: its rebased actions are never committed
 
     def _check_change_data_feed(self, body: list[Action]) -> None:
-        """Refuse data-changing removes without change data on a CDF table (readers would misread them)."""
-        meta = self.metadata
-        if meta is None or not props.get(meta.configuration, props.ENABLE_CDF):
+        """Refuse, on a CDF table, a rewrite without its change data files (readers would misread it).
+
+        Appends, whole-file deletes and deletion-vector deletes need none (``core.cdf``).
+        """
+        from serialake.core import cdf
+
+        if not cdf.enabled(self.metadata):
             return
-        if any(isinstance(a, AddCDCFile) for a in body):
-            return
-        removes = [a for a in body if isinstance(a, RemoveFile) and a.data_change]
-        adds = [a for a in body if isinstance(a, AddFile) and a.data_change]
-        if removes and adds:
+        reason = cdf.commit_needs_change_data(body)
+        if reason is not None:
             raise UnsupportedFeatureError(
                 f"Table {self.table_path} has delta.enableChangeDataFeed=true: this commit rewrites data "
-                f"files (e.g. {removes[0].path}) without change data files, which change-feed readers would "
-                "misread. serialake writes change data only for appends and whole-file deletes; unset the "
-                "property to run DELETE/UPDATE/MERGE here."
+                f"({reason}) without change data files (cdc actions), which change-feed readers would "
+                "misread. Write the changed rows under _change_data/ in the same commit, or unset the property."
             )
 
     def _check_append_only(self, body: list[Action]) -> None:

@@ -15,7 +15,7 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from serialake.core.actions import Action, AddFile
+from serialake.core.actions import Action, AddCDCFile, AddFile
 from serialake.core.deletion_vectors import dv_absolute_path
 from serialake.core.paths import absolute_path
 from serialake.core.transaction import OptimisticTransaction
@@ -40,14 +40,14 @@ def commit_or_clean_up(
     params: Mapping[str, Any],
     metrics: Mapping[str, Any],
     *,
-    new_files: Sequence[AddFile] = (),
+    new_files: Sequence[AddFile | AddCDCFile] = (),
     new_dvs: Sequence[AddFile] = (),
     user_metadata: str | None = None,
     before_commit: BeforeCommit = None,
 ) -> int:
     """Run ``before_commit``, commit; delete the files written that the commit does not reference.
 
-    ``new_files``: data files written for this commit; ``new_dvs``: adds whose deletion
+    ``new_files``: data (and change data) files written for this commit; ``new_dvs``: adds whose deletion
     vector file was written for it. ``before_commit`` is a hook run just before the commit
     (tests interleave concurrent operations with it).
     """
@@ -64,7 +64,7 @@ def commit_or_clean_up(
     return version
 
 
-def remove_written(table: str, adds: Sequence[AddFile], dv_adds: Sequence[AddFile] = ()) -> None:
+def remove_written(table: str, adds: Sequence[AddFile | AddCDCFile], dv_adds: Sequence[AddFile] = ()) -> None:
     """Delete data files (``adds``) and deletion-vector files (of ``dv_adds``) nothing will commit."""
     for add in adds:
         _unlink(absolute_path(table, add.path))
@@ -75,13 +75,15 @@ def remove_written(table: str, adds: Sequence[AddFile], dv_adds: Sequence[AddFil
                 _unlink(path)
 
 
-def _discard_unused(txn: OptimisticTransaction, new_files: Sequence[AddFile], new_dvs: Sequence[AddFile]) -> None:
+def _discard_unused(
+    txn: OptimisticTransaction, new_files: Sequence[AddFile | AddCDCFile], new_dvs: Sequence[AddFile]
+) -> None:
     """Delete the data and deletion-vector files written for ``txn`` that its commit does not reference."""
     if (not new_files and not new_dvs) or txn.committed_actions is None:
         return  # nothing written, or the committed actions unknown: delete nothing
     table = txn.table_path
     final = [a for a in txn.committed_actions if isinstance(a, AddFile)]
-    used = {a.path for a in final}
+    used = {a.path for a in final} | {a.path for a in txn.committed_actions if isinstance(a, AddCDCFile)}
     used_dvs = {dv_absolute_path(table, a.deletion_vector) for a in final if a.deletion_vector is not None}
     remove_written(
         table,

@@ -70,8 +70,8 @@ _STRING = PrimitiveType("string")
 def changes_df(
     spark: SparkSession,
     table_path: str,
-    start_version: int | None = None,
-    end_version: int | None = None,
+    start_version: int | str | None = None,
+    end_version: int | str | None = None,
     *,
     start_timestamp: Any = None,
     end_timestamp: Any = None,

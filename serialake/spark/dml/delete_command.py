@@ -4,6 +4,11 @@ No condition, or a condition on partition columns only: whole files are removed 
 read). Otherwise the matched rows of the candidate files are found (on the driver when
 exact, else one Spark aggregate), then marked in deletion vectors or the touched files are
 rewritten without them (on the driver when exact, else one Spark write job).
+
+On a table recording change data (``delta.enableChangeDataFeed``), a copy-on-write DELETE
+also writes the deleted rows of every touched file as change data (``_change_type`` =
+``delete``), in the same job; whole-file removes and deletion vectors need none (readers
+infer those rows, as Delta writes them).
 """
 
 from __future__ import annotations
@@ -13,10 +18,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from serialake.core import cdf as core_cdf
 from serialake.core import expressions as P
-from serialake.core.actions import AddFile, now_ms
+from serialake.core.actions import Action, AddCDCFile, AddFile, now_ms
 from serialake.core.deletion_vectors import RowIndexSet
 from serialake.core.dv_policy import uses_deletion_vectors
 from serialake.core.snapshot import Snapshot
@@ -24,7 +31,7 @@ from serialake.core.transaction import OptimisticTransaction
 from serialake.core.written import BeforeCommit, commit_or_clean_up
 from serialake.spark import io
 from serialake.spark.dml import engine
-from serialake.spark.dml.driver_files import DriverTable, isin_rows, rewrite_files
+from serialake.spark.dml.driver_files import DriverTable, isin_rows, rewrite_files, rewrite_files_with_changes
 from serialake.spark.dml.kernel import (
     FILE_COL,
     TARGET_ALIAS,
@@ -42,12 +49,14 @@ from serialake.spark.dml.kernel import (
     open_transaction,
     plan_condition,
     read_target,
+    records_changes,
     retire_touched,
     rewrite_metrics,
     rows_of,
     table_columns,
     target_conjuncts,
     write_rows,
+    write_rows_and_changes,
 )
 
 __all__ = ["delete", "run_delete"]
@@ -164,7 +173,24 @@ def _delete_rows(
         return DmlResult(None, {**metrics, "num_affected_rows": 0})
     rewrite_start = time.monotonic()
     adds: list[AddFile] = []
-    if not dvs:  # copy-on-write: the touched files' other rows are written again
+    cdc: list[AddCDCFile] = []
+    if not dvs and records_changes(snap):
+        # Copy-on-write with change data: every touched file is read once, its other rows written
+        # again and its deleted rows recorded (also those of files deleted whole).
+        rewritten = list(touched.values())
+
+        def on_driver_cdf() -> tuple[list[AddFile], list[AddCDCFile]]:
+            jobs = [(t.add, t.rows) for t in rewritten if t.rows is not None]
+            return _driver_delete_rows_recorded(DriverTable.open(snap), jobs)
+
+        def on_spark_cdf() -> tuple[list[AddFile], list[AddCDCFile]]:
+            rows = read_target(spark, snap, [t.add for t in rewritten], alias, with_rows=False)
+            kind = F.when(is_true(cond), F.lit(core_cdf.DELETE)).alias(core_cdf.CHANGE_TYPE)
+            return write_rows_and_changes(snap, rows.select(*table_columns(snap, rows, alias), kind))
+
+        known = all(t.rows is not None for t in rewritten)
+        adds, cdc = budget.run(None, driver=on_driver_cdf if known else None, spark=on_spark_cdf)
+    elif not dvs:  # copy-on-write: the touched files' other rows are written again
         partial = [t for t in touched.values() if live_rows(table, t.add) != t.count]
 
         def on_driver() -> list[AddFile]:
@@ -193,9 +219,11 @@ def _delete_rows(
         start=start,
         scan_ms=scan_ms,
         rewrite_ms=0 if dvs else elapsed_ms(rewrite_start),
+        change_files=len(cdc),
     )
+    actions: list[Action] = [*changes.actions, *adds, *cdc]
     version = commit_or_clean_up(
-        txn, changes.actions + list(adds), "DELETE", params, metrics, new_files=adds, new_dvs=changes.written,
+        txn, actions, "DELETE", params, metrics, new_files=[*adds, *cdc], new_dvs=changes.written,
         before_commit=before_commit,
     )  # fmt: skip
     return DmlResult(version, {**metrics, "num_affected_rows": deleted})
@@ -213,3 +241,16 @@ def _driver_delete_rows(table: DriverTable, touched: Sequence[tuple[AddFile, Row
         return rows.filter(pa.array(~isin_rows(positions, matched)))
 
     return rewrite_files(table, touched, rewrite)
+
+
+def _driver_delete_rows_recorded(
+    table: DriverTable, touched: Sequence[tuple[AddFile, RowIndexSet]]
+) -> tuple[list[AddFile], list[AddCDCFile]]:
+    """``_driver_delete_rows`` on a table recording change data: the deleted rows are recorded too."""
+    import pyarrow as pa
+
+    def rewrite(rows: Any, positions: Any, add: AddFile, matched: RowIndexSet) -> tuple[Any, Any]:
+        hit = isin_rows(positions, matched)
+        return rows.filter(pa.array(~hit)), table.changes(rows.filter(pa.array(hit)), core_cdf.DELETE)
+
+    return rewrite_files_with_changes(table, touched, rewrite)

@@ -16,7 +16,9 @@ an object is visible whole or not at all): no staging area.
 - ``rewrite_files``: the one loop every driver rewrite goes through (DELETE, UPDATE,
   MERGE): read each touched file's live rows with their positions, compute its
   replacement, write it beside the input with the input's partition values, several files
-  at a time; on any failure every file written is deleted.
+  at a time; on any failure every file written is deleted. On a table recording change
+  data (``rewrite_files_with_changes``) each rewrite also gives its change rows, written
+  under ``_change_data/`` with the same partition values.
 
 ``DriverTable.open`` says whether a table qualifies: no column mapping, only columns whose
 Arrow type reads back in Spark as the table type (no nested, interval, variant or
@@ -37,8 +39,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from serialake.core import cdf as core_cdf
 from serialake.core import constraints, row_eval
-from serialake.core.actions import AddFile, decode_path, encode_path
+from serialake.core.actions import AddCDCFile, AddFile, decode_path, encode_path
 from serialake.core.deletion_vectors import RowIndexSet, read_deletion_vector
 from serialake.core.expressions import Expr
 from serialake.core.schema import StructField, StructType
@@ -48,7 +51,15 @@ from serialake.core.values import NotExact
 from serialake.spark import io
 from serialake.storage.datafiles import Access, is_remote
 
-__all__ = ["DriverTable", "check_not_null", "io_threads", "isin_rows", "matching_rows", "rewrite_files"]
+__all__ = [
+    "DriverTable",
+    "check_not_null",
+    "io_threads",
+    "isin_rows",
+    "matching_rows",
+    "rewrite_files",
+    "rewrite_files_with_changes",
+]
 
 
 def io_threads() -> int:
@@ -175,6 +186,14 @@ class DriverTable:
             if rows is not None:
                 rows = rows[keep]
         return table, rows
+
+    def changes(self, rows: Any, kind: str) -> Any:
+        """``rows`` (exactly ``schema``) as change rows: ``_change_type`` = ``kind`` added."""
+        import pyarrow as pa
+
+        return rows.append_column(
+            pa.field(core_cdf.CHANGE_TYPE, pa.string()), pa.repeat(pa.scalar(kind, pa.string()), rows.num_rows)
+        )
 
     def partition_scalar(self, add: AddFile, column: str) -> Any:
         """The value of partition ``column`` in ``add`` as a typed Arrow scalar; None if not a partition column."""
@@ -305,6 +324,8 @@ class DriverTable:
 _Job = TypeVar("_Job")
 # (live rows of the file, their physical positions, the file, the job) -> the file's replacement
 Rewrite = Callable[[Any, Any, AddFile, _Job], Any]
+# the same -> (the file's replacement, its change rows or None)
+RewriteWithChanges = Callable[[Any, Any, AddFile, _Job], tuple[Any, Any]]
 # write(rows, rel_dir, partition values) -> extra files written beside the rewrites (e.g. MERGE's inserts)
 Extra = Callable[[Callable[[Any, str, Mapping[str, str | None]], AddFile | None]], None]
 
@@ -336,11 +357,36 @@ def rewrite_files(
     file); nothing is committed. On any failure every file written is deleted; ``NotExact``
     keeps its reason.
     """
+    adds, _ = _rewrite(table, jobs, lambda rows, positions, add, job: (rewrite(rows, positions, add, job), None), extra)
+    return adds
+
+
+def rewrite_files_with_changes(
+    table: DriverTable,
+    jobs: Sequence[tuple[AddFile, _Job]],
+    rewrite: RewriteWithChanges[_Job],
+    *,
+    extra: Extra | None = None,
+) -> tuple[list[AddFile], list[AddCDCFile]]:
+    """``rewrite_files`` where ``rewrite`` returns ``(replacement, change rows)``: the change rows
+    (``DriverTable.changes``) are written as change data files, under ``_change_data/`` in
+    the input's partition directory, with its partition values. Returns both kinds of files.
+    """
+    return _rewrite(table, jobs, rewrite, extra)
+
+
+def _rewrite(
+    table: DriverTable,
+    jobs: Sequence[tuple[AddFile, _Job]],
+    rewrite: RewriteWithChanges[_Job],
+    extra: Extra | None,
+) -> tuple[list[AddFile], list[AddCDCFile]]:
     if not jobs and extra is None:
-        return []
+        return [], []
     dirs = {add.path: table.rel_dir(add) for add, _ in jobs}  # NotExact for files outside the table
     indexed = table.stats_columns()
     written: list[AddFile] = []
+    changed: list[AddFile] = []
     with table.staging() as staging:
 
         def write(rows: Any, rel_dir: str, partition_values: Mapping[str, str | None]) -> AddFile | None:
@@ -352,7 +398,13 @@ def rewrite_files(
         def one(job: tuple[AddFile, _Job]) -> None:
             add, data = job
             rows, positions = table.read(add, positions=True)
-            write(rewrite(rows, positions, add, data), dirs[add.path], add.partition_values or {})
+            replacement, changes = rewrite(rows, positions, add, data)
+            write(replacement, dirs[add.path], add.partition_values or {})
+            if changes is not None and changes.num_rows:
+                rel = posixpath.join(core_cdf.CHANGE_DATA_DIR, dirs[add.path]).rstrip("/")
+                new = table.write(staging, changes, rel, add.partition_values or {}, data_change=False, indexed=indexed)
+                if new is not None:
+                    changed.append(new)
 
         try:
             if jobs:
@@ -361,10 +413,14 @@ def rewrite_files(
             if extra is not None:
                 extra(write)
         except BaseException:
-            table.discard(written)
+            table.discard([*written, *changed])
             raise
-    table.finish(written)
-    return sorted(written, key=lambda a: a.path)
+    table.finish([*written, *changed])
+    cdc = [
+        AddCDCFile(path=a.path, partition_values=dict(a.partition_values or {}), size=a.size or 0, data_change=False)
+        for a in sorted(changed, key=lambda a: a.path)
+    ]
+    return sorted(written, key=lambda a: a.path), cdc
 
 
 def isin_rows(positions: Any, rows: RowIndexSet) -> Any:

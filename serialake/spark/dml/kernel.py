@@ -35,25 +35,29 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from pyspark import StorageLevel
 from pyspark.errors import AnalysisException
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from serialake.core import DeltaLog, constraints, identity, row_eval
+from serialake.core import cdf as core_cdf
 from serialake.core import expressions as P
-from serialake.core.actions import AddFile
+from serialake.core.actions import AddCDCFile, AddFile
 from serialake.core.deletion_vectors import RowIndexSet
 from serialake.core.dv_policy import DvChanges, mark_deleted
+from serialake.core.schema import PrimitiveType, StructField, StructType
 from serialake.core.snapshot import Snapshot
 from serialake.core.transaction import OptimisticTransaction
+from serialake.core.written import remove_written
 from serialake.exceptions import (
     DeltaAnalysisException,
     DeltaIllegalArgumentException,
     DeltaTableNotFoundError,
     UnsupportedFeatureError,
 )
-from serialake.spark import invariants, io, scans
+from serialake.spark import cdf, invariants, io, scans
 from serialake.spark.dml.driver_files import matching_rows
 from serialake.spark.dml.engine import Engine
 from serialake.spark.streaming import batch_txn
@@ -69,6 +73,7 @@ __all__ = [
     "Touched",
     "affected_rows_df",
     "analysis_error",
+    "change_type",
     "assigned_column",
     "assigned_in_row",
     "assignment_values",
@@ -94,6 +99,7 @@ __all__ = [
     "resolved_condition_sql",
     "rewrite_metrics",
     "rows_of",
+    "records_changes",
     "table_columns",
     "target_col",
     "target_conjuncts",
@@ -101,6 +107,7 @@ __all__ = [
     "touched_files",
     "updated_columns",
     "write_rows",
+    "write_rows_and_changes",
 ]
 
 
@@ -395,6 +402,68 @@ def write_rows(
     return adds
 
 
+def records_changes(snap: Snapshot) -> bool:
+    """Whether the table records change data (``delta.enableChangeDataFeed``): rewrites write it."""
+    return core_cdf.enabled(snap.metadata)
+
+
+def change_type(kind: str | None) -> Column:
+    """A ``_change_type`` value as a Column (None: a row only stored, copied unchanged)."""
+    return F.lit(kind).cast("string").alias(core_cdf.CHANGE_TYPE)
+
+
+_STORED_CHANGES = (core_cdf.UPDATE_POSTIMAGE, core_cdf.INSERT)
+
+
+def write_rows_and_changes(
+    snap: Snapshot,
+    df: DataFrame,
+    *,
+    new_values: bool = False,
+    txn: OptimisticTransaction | None = None,
+) -> tuple[list[AddFile], list[AddCDCFile]]:
+    """``write_rows`` for a table recording change data: the data files and the change data files.
+
+    ``df`` holds the table's columns (and flag columns, as for ``write_rows``) and
+    ``_change_type``: NULL for a row only stored (copied unchanged), ``update_postimage`` or
+    ``insert`` for a row stored and recorded, ``update_preimage`` or ``delete`` for a row
+    recorded only (old values, stored no longer). Constraints, generated and identity
+    values apply to every row before the split, so the recorded rows are the stored ones;
+    with ``new_values`` the rows are computed once (persisted) and written twice.
+    """
+    table = snap.table_path
+    identity_values = None
+    with_type = StructType((*snap.schema.fields, StructField(core_cdf.CHANGE_TYPE, PrimitiveType("string"))))
+    if new_values:
+        names = [c.name for c in identity.identity_columns(snap.schema)]
+        identity_values = invariants.IdentityValues(snap.schema, table, given=names, from_user=False)
+        df = invariants.enforce(df, with_type, snap.configuration, table, identity_values=identity_values)
+    df = check_not_null(df, [f.name for f in snap.schema.fields if not f.nullable], table)
+    cached = df.persist(StorageLevel.MEMORY_AND_DISK) if new_values else None
+    rows = cached if cached is not None else df
+    kind = F.col(core_cdf.CHANGE_TYPE)
+    try:
+        stored = rows.where(kind.isNull() | kind.isin(*_STORED_CHANGES)).drop(core_cdf.CHANGE_TYPE)
+        adds = write_checked_files(
+            stored, table, list(snap.partition_columns), data_change=True, configuration=snap.configuration
+        )
+        try:
+            changes = cdf.write_change_files(rows.where(kind.isNotNull()), snap)
+        except BaseException:
+            remove_written(table, adds)
+            raise
+    finally:
+        if cached is not None:
+            cached.unpersist()
+    if identity_values is not None:
+        if txn is not None:
+            identity_values.record(txn)
+        elif identity_values.high_water_marks():
+            remove_written(table, [*adds, *changes])
+            raise DeltaAnalysisException(f"Table {table}: identity values generated outside a transaction")
+    return adds, changes
+
+
 def json_list(values: Sequence[Any]) -> str:
     """A list as delta-spark writes it in operationParameters."""
     return json.dumps(list(values), separators=(",", ":"))
@@ -631,6 +700,7 @@ def rewrite_metrics(
     dvs_updated: int = 0,
     dvs_removed: int = 0,
     rewrite_ms: int = 0,
+    change_files: int = 0,
 ) -> dict[str, int]:
     """delta-spark's file and timing metrics shared by DELETE and UPDATE."""
     return {
@@ -642,7 +712,7 @@ def rewrite_metrics(
         "numDeletionVectorsAdded": dvs_added,
         "numDeletionVectorsUpdated": dvs_updated,
         "numDeletionVectorsRemoved": dvs_removed,
-        "numAddedChangeFiles": 0,
+        "numAddedChangeFiles": change_files,
         "executionTimeMs": elapsed_ms(start),
         "scanTimeMs": scan_ms,
         "rewriteTimeMs": rewrite_ms,

@@ -19,6 +19,13 @@ Execution: one aggregate job finds the target rows each clause changes (and fail
 multiple matches), then one write job produces the new files: updated rows, inserted
 rows, and (copy-on-write) the unchanged rows of touched files. With deletion vectors the
 changed rows are marked deleted instead of copying the rest of their files.
+
+On a table recording change data (``delta.enableChangeDataFeed``) the same write records
+every change as Delta does: deleted rows (``delete``), updated rows before and after
+(``update_preimage`` / ``update_postimage``) and inserted rows (``insert``), in change data
+files of the same commit. A MERGE that only inserts, or (with deletion vectors) only
+deletes, needs none: readers infer its rows from its files. Such a MERGE runs on Spark
+unless it only inserts.
 """
 
 from __future__ import annotations
@@ -36,9 +43,10 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from serialake.core import cdf as core_cdf
 from serialake.core import expressions as P
 from serialake.core import identity
-from serialake.core.actions import Action, AddFile, now_ms
+from serialake.core.actions import Action, AddCDCFile, AddFile, now_ms
 from serialake.core.deletion_vectors import RowIndexSet
 from serialake.core.dv_policy import uses_deletion_vectors
 from serialake.core.schema import merge_schemas
@@ -57,6 +65,7 @@ from serialake.spark.dml.kernel import (
     analysis_error,
     assigned_column,
     assigned_in_row,
+    change_type,
     condition_text,
     elapsed_ms,
     explicit_flags,
@@ -67,6 +76,7 @@ from serialake.spark.dml.kernel import (
     parse_condition,
     parse_or_true,
     read_target,
+    records_changes,
     resolve_assignments,
     resolved_condition_sql,
     retire_touched,
@@ -75,6 +85,7 @@ from serialake.spark.dml.kernel import (
     to_column,
     updated_columns,
     write_rows,
+    write_rows_and_changes,
 )
 from serialake.spark.errors import pyspark_errors
 from serialake.spark.invariants import EXPLICIT_PREFIX
@@ -326,6 +337,8 @@ class _MergeRun:
 
     def _run_on_driver(self, empty_target: DataFrame) -> DmlResult:
         """The whole MERGE with pyarrow on the driver (``driver_merge``); ``NotExact`` to run it on Spark."""
+        if records_changes(self.snap) and (self.matched or self.by_source):
+            raise NotExact("change data to record")  # the driver MERGE writes no change data files
         budget = engine.for_dml(self.spark)
         source_schema = io.to_delta_schema(self.source.schema)
         mp = driver_merge.plan(self.snap, self.on_parsed, self.alias, source_schema, self.b._clauses)
@@ -736,13 +749,51 @@ class _MergeRun:
     def _write_and_commit(self, changes: DataFrame, touched: dict[str, Touched], counts: dict[int, int]) -> DmlResult:
         rewrite_start = time.monotonic()
         adds: list[AddFile] = []
-        if touched or counts[_INSERT]:
-            outputs = self._outputs(changes, touched, copy_on_write=not uses_deletion_vectors(self.snap))
+        cdc: list[AddCDCFile] = []
+        dvs = uses_deletion_vectors(self.snap)
+        new_rows = counts[_MATCHED_UPDATE] + counts[_NMBS_UPDATE] + counts[_INSERT]
+        if touched and records_changes(self.snap) and (new_rows or not dvs):
+            outputs = self._outputs_and_changes(changes, touched, copy_on_write=not dvs)
+            adds, cdc = write_rows_and_changes(self.snap, outputs, new_values=True, txn=self.txn)
+        elif touched or counts[_INSERT]:
+            outputs = self._outputs(changes, touched, copy_on_write=not dvs)
             adds = write_rows(self.snap, outputs, new_values=True, txn=self.txn)
-        return self._finish(touched, counts, adds, rewrite_start)
+        return self._finish(touched, counts, adds, rewrite_start, cdc)
+
+    def _outputs_and_changes(self, changes: DataFrame, touched: dict[str, Touched], copy_on_write: bool) -> DataFrame:
+        """``_outputs`` with ``_change_type``, and the change rows no file stores: deleted rows and the
+        old values of updated rows (``kernel.write_rows_and_changes`` splits them)."""
+        names = [io.quote_name(f.name) for f in self.snap.schema.fields]
+        flags = [c for c in changes.columns if c.startswith((EXPLICIT_PREFIX, invariants.GENERATE_PREFIX))]
+        unflagged = [F.lit(False).alias(f) for f in flags]
+        code = F.col(_CODE)
+        kind = F.when(code == _INSERT, F.lit(core_cdf.INSERT)).otherwise(F.lit(core_cdf.UPDATE_POSTIMAGE))
+        out = changes.where(code.isin(_MATCHED_UPDATE, _NMBS_UPDATE, _INSERT)).select(
+            *names, *flags, kind.alias(core_cdf.CHANGE_TYPE)
+        )
+        deletes = changes.where(code.isin(_MATCHED_DELETE, _NMBS_DELETE))
+        if self._single_unconditional_delete():
+            deletes = deletes.dropDuplicates([FILE_COL, ROW_COL])  # a row matched by several source rows
+        out = out.unionByName(deletes.select(*names, *unflagged, change_type(core_cdf.DELETE)))
+        updated = changes.where(code.isin(_MATCHED_UPDATE, _NMBS_UPDATE)).select(FILE_COL, ROW_COL)
+        before = self.target.join(updated, [FILE_COL, ROW_COL], "left_semi")
+        out = out.unionByName(
+            before.select(*table_columns(self.snap, before), *unflagged, change_type(core_cdf.UPDATE_PREIMAGE))
+        )
+        if copy_on_write and touched:
+            rows = self.target.where(F.col(FILE_COL).isin(list(touched)))
+            changed = changes.where(F.col(FILE_COL).isNotNull()).select(FILE_COL, ROW_COL)
+            kept = rows.join(changed, [FILE_COL, ROW_COL], "left_anti")
+            out = out.unionByName(kept.select(*table_columns(self.snap, kept), *unflagged, change_type(None)))
+        return out
 
     def _finish(
-        self, touched: dict[str, Touched], counts: dict[int, int], adds: list[AddFile], rewrite_start: float
+        self,
+        touched: dict[str, Touched],
+        counts: dict[int, int],
+        adds: list[AddFile],
+        rewrite_start: float,
+        cdc: Sequence[AddCDCFile] = (),
     ) -> DmlResult:
         """Commit the new files: remove the rewritten ones, or mark the changed rows in DVs."""
         dvs = uses_deletion_vectors(self.snap)
@@ -751,7 +802,7 @@ class _MergeRun:
         inserted = counts[_INSERT]
         written = sum(a.num_records or 0 for a in adds)
         changes = retire_touched(self.table, touched.values(), now_ms(), dvs=dvs)
-        actions: list[Action] = changes.actions + list(adds)
+        actions: list[Action] = [*changes.actions, *adds, *cdc]
         metrics: dict[str, Any] = {
             "numTargetRowsInserted": inserted,
             "numTargetRowsUpdated": updated,
@@ -769,7 +820,7 @@ class _MergeRun:
             "numTargetDeletionVectorsAdded": changes.dvs_added,
             "numTargetDeletionVectorsUpdated": changes.dvs_updated,
             "numTargetDeletionVectorsRemoved": changes.dvs_removed,
-            "numTargetChangeFilesAdded": 0,
+            "numTargetChangeFilesAdded": len(cdc),
             "executionTimeMs": elapsed_ms(self.start),
             "scanTimeMs": self.scan_ms,
             "rewriteTimeMs": elapsed_ms(rewrite_start),
@@ -784,7 +835,7 @@ class _MergeRun:
             "notMatchedBySourcePredicates": json_list([c.describe() for c in self.by_source]),
         }
         version = commit_or_clean_up(
-            self.txn, actions, "MERGE", params, metrics, new_files=adds, new_dvs=changes.written,
+            self.txn, actions, "MERGE", params, metrics, new_files=[*adds, *cdc], new_dvs=changes.written,
             before_commit=self.before_commit,
         )
         return DmlResult(version, result)

@@ -5,6 +5,10 @@ exact, else one Spark aggregate); the touched files are rewritten with the new v
 with deletion vectors, only the new versions of the matched rows are written and the old
 ones marked deleted. When the condition and every SET value are exact and the files fit
 the driver's budget, the whole UPDATE runs on the driver (no Spark job at all).
+
+On a table recording change data (``delta.enableChangeDataFeed``) the same write also
+records each updated row twice, as ``update_preimage`` (old values) and
+``update_postimage`` (new values, as stored), in change data files of the same commit.
 """
 
 from __future__ import annotations
@@ -15,9 +19,11 @@ from typing import Any
 
 from pyspark.errors import AnalysisException
 from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
 
+from serialake.core import cdf as core_cdf
 from serialake.core import values as V
-from serialake.core.actions import AddFile, now_ms
+from serialake.core.actions import Action, AddCDCFile, AddFile, now_ms
 from serialake.core.deletion_vectors import RowIndexSet
 from serialake.core.dv_policy import uses_deletion_vectors
 from serialake.core.snapshot import Snapshot
@@ -25,7 +31,14 @@ from serialake.core.transaction import OptimisticTransaction
 from serialake.core.values import NotExact
 from serialake.core.written import BeforeCommit, commit_or_clean_up
 from serialake.spark.dml import engine
-from serialake.spark.dml.driver_files import DriverTable, check_not_null, isin_rows, matching_rows, rewrite_files
+from serialake.spark.dml.driver_files import (
+    DriverTable,
+    check_not_null,
+    isin_rows,
+    matching_rows,
+    rewrite_files,
+    rewrite_files_with_changes,
+)
 from serialake.spark.dml.kernel import (
     TARGET_ALIAS,
     ConditionLike,
@@ -35,6 +48,7 @@ from serialake.spark.dml.kernel import (
     affected_rows_df,
     analysis_error,
     assignment_values,
+    change_type,
     declare_matched_rows,
     elapsed_ms,
     explicit_flags,
@@ -45,13 +59,17 @@ from serialake.spark.dml.kernel import (
     open_transaction,
     plan_condition,
     read_target,
+    records_changes,
     retire_touched,
     rewrite_metrics,
     rows_of,
+    table_columns,
     to_column,
     updated_columns,
     write_rows,
+    write_rows_and_changes,
 )
+from serialake.spark.invariants import EXPLICIT_PREFIX
 
 __all__ = ["run_update", "update"]
 
@@ -105,8 +123,8 @@ def run_update(
         found = matching_rows(snap, plan.files, plan.exact)
         touched = {f.path: Touched(f, len(rows), rows) for f, rows in found}
         rewrite_start = time.monotonic()
-        adds = _driver_update_rows(table, found, compiled, only_changed=dvs)
-        return _commit_update(txn, snap, touched, adds, dvs, start, rewrite_start, plan, before_commit)
+        adds, cdc = _driver_update_rows(table, found, compiled, only_changed=dvs, record=records_changes(snap))
+        return _commit_update(txn, snap, touched, adds, cdc, dvs, start, rewrite_start, plan, before_commit)
 
     def on_spark() -> DmlResult:
         nonlocal touched
@@ -126,11 +144,24 @@ def run_update(
         rewrite_start = time.monotonic()
         rewritten = [t.add for t in touched.values()]
         adds: list[AddFile] = []
+        cdc: list[AddCDCFile] = []
         if touched:
             source = read_target(spark, snap, rewritten, name, with_rows=False)
             # With deletion vectors only the new versions of the changed rows are written.
-            adds = write_rows(snap, (source.filter(hit) if dvs else source).select(*new_values), new_values=True)
-        return _commit_update(txn, snap, touched, adds, dvs, start, rewrite_start, plan, before_commit)
+            stored = source.filter(hit) if dvs else source
+            if records_changes(snap):
+                post = stored.select(
+                    *new_values, F.when(hit, F.lit(core_cdf.UPDATE_POSTIMAGE)).alias(core_cdf.CHANGE_TYPE)
+                )
+                flags = [c for c in post.columns if c.startswith(EXPLICIT_PREFIX)]
+                pre = source.filter(hit).select(
+                    *table_columns(snap, source, name), *[F.lit(False).alias(f) for f in flags],
+                    change_type(core_cdf.UPDATE_PREIMAGE),
+                )  # fmt: skip
+                adds, cdc = write_rows_and_changes(snap, post.unionByName(pre), new_values=True)
+            else:
+                adds = write_rows(snap, stored.select(*new_values), new_values=True)
+        return _commit_update(txn, snap, touched, adds, cdc, dvs, start, rewrite_start, plan, before_commit)
 
     return budget.run(plan.files, driver=on_driver, spark=on_spark)
 
@@ -140,6 +171,7 @@ def _commit_update(
     snap: Snapshot,
     touched: Mapping[str, Touched],
     adds: list[AddFile],
+    cdc: list[AddCDCFile],
     dvs: bool,
     start: float,
     rewrite_start: float,
@@ -160,10 +192,12 @@ def _commit_update(
         rewrite_ms=elapsed_ms(rewrite_start), files_removed=changes.files_removed,
         bytes_removed=changes.bytes_removed, copied=0 if dvs else rows_of(adds) - updated,
         dvs_added=changes.dvs_added, dvs_updated=changes.dvs_updated, dvs_removed=changes.dvs_removed,
+        change_files=len(cdc),
     )  # fmt: skip
     params = {"predicate": json_list([plan.text] if plan.text else [])}
+    actions: list[Action] = [*changes.actions, *adds, *cdc]
     version = commit_or_clean_up(
-        txn, changes.actions + list(adds), "UPDATE", params, metrics, new_files=adds, new_dvs=changes.written,
+        txn, actions, "UPDATE", params, metrics, new_files=[*adds, *cdc], new_dvs=changes.written,
         before_commit=before_commit,
     )  # fmt: skip
     return DmlResult(version, {**metrics, "num_affected_rows": updated})
@@ -202,30 +236,47 @@ def _driver_update_rows(
     assignments: Mapping[str, V.Compiled],
     *,
     only_changed: bool,
-) -> list[AddFile]:
-    """UPDATE: each touched file with new values in its matched rows (``only_changed``: just those rows)."""
+    record: bool = False,
+) -> tuple[list[AddFile], list[AddCDCFile]]:
+    """UPDATE: each touched file with new values in its matched rows (``only_changed``: just those rows).
+
+    ``record``: the matched rows' old and new values are also written as change data.
+    """
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    def rewrite(rows: Any, positions: Any, add: AddFile, matched: RowIndexSet) -> Any:
+    def rewrite(rows: Any, positions: Any, add: AddFile, matched: RowIndexSet) -> tuple[Any, Any]:
         mask = pa.array(isin_rows(positions, matched))
         hit = rows.filter(mask)
         n = hit.num_rows
-        columns = []
+        new_rows = []  # the matched rows' new values
+        columns = []  # the whole file's
         for field in table.schema:
             old = rows.column(field.name)
             compiled = assignments.get(field.name)
             if compiled is None:
-                columns.append(hit.column(field.name) if only_changed else old)
+                new_rows.append(hit.column(field.name))
+                columns.append(old)
                 continue
             new = compiled.evaluate(lambda ref: _reference(table, hit, add, ref), n)
             check_not_null(table, field.name, new)
             if new.type != field.type:
                 raise NotExact(f"{field.name}: computed {new.type}, column is {field.type}")
-            columns.append(new if only_changed else pc.replace_with_mask(old, mask, new))
-        return pa.Table.from_arrays(columns, schema=table.schema)
+            new_rows.append(new)
+            if not only_changed:
+                columns.append(pc.replace_with_mask(old, mask, new))
+        post = pa.Table.from_arrays(new_rows, schema=table.schema)
+        replacement = post if only_changed else pa.Table.from_arrays(columns, schema=table.schema)
+        if not record:
+            return replacement, None
+        changes = pa.concat_tables(
+            [table.changes(hit, core_cdf.UPDATE_PREIMAGE), table.changes(post, core_cdf.UPDATE_POSTIMAGE)]
+        )
+        return replacement, changes
 
-    return rewrite_files(table, touched, rewrite)
+    if record:
+        return rewrite_files_with_changes(table, touched, rewrite)
+    return rewrite_files(table, touched, lambda *args: rewrite(*args)[0]), []
 
 
 def _reference(table: DriverTable, rows: Any, add: AddFile, ref: V.Ref) -> Any:

@@ -221,5 +221,25 @@ def load(spark: SparkSession, path: Any, st: dict[str, Any], *, name: str | None
     except ValueError:
         raise DeltaIllegalArgumentException(f"versionAsOf must be an integer, not {version!r}") from None
     if _flag(_option(st, "readChangeFeed")) or _flag(_option(st, "readChangeData")):
-        raise DeltaIllegalArgumentException("Reading the change data feed is not supported by serialake yet")
+        return _load_changes(spark, path, st, time_travel=version is not None or timestamp is not None)
     return read(spark, path, version=number, timestamp=timestamp)
+
+
+def _load_changes(spark: SparkSession, path: str, st: dict[str, Any], *, time_travel: bool) -> DataFrame:
+    """``option("readChangeFeed", "true")``: the change data feed (``spark.cdf.changes_df``) between
+    ``startingVersion`` / ``startingTimestamp`` and ``endingVersion`` / ``endingTimestamp``."""
+    from serialake.spark.cdf import changes_df
+
+    if time_travel:
+        raise DeltaIllegalArgumentException(
+            f"Reading the change data feed of {path} takes startingVersion/startingTimestamp and "
+            "endingVersion/endingTimestamp, not versionAsOf/timestampAsOf"
+        )
+    return changes_df(
+        spark,
+        path,
+        _option(st, "startingVersion"),
+        _option(st, "endingVersion"),
+        start_timestamp=_option(st, "startingTimestamp"),
+        end_timestamp=_option(st, "endingTimestamp"),
+    )

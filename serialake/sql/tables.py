@@ -5,6 +5,11 @@ reference, each holding the rows of the snapshot read (the session's isolation l
 decides which). Every reference to the same table and version in one statement uses the
 same snapshot, so a statement never mixes versions of a table.
 
+``table_changes('t', start[, end])`` (a registered name or ``delta.`/path```) and
+``table_changes_by_path('/path', start[, end])`` read the table's change data feed
+(``spark.cdf.changes_df``): a whole-number start or end is a version, anything else a
+timestamp Spark casts.
+
 Temporary views created through ``serialake.sql`` resolve when a statement runs, not when
 they were created: their query is expanded into every statement that names them
 (``expand_views``), so a view's tables are read at the statement's consistent cut, at the
@@ -19,6 +24,7 @@ import weakref
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import sqlglot
 from sqlglot import exp
 
 from serialake.core import DeltaLog, catalog
@@ -30,6 +36,7 @@ from serialake.spark.read import check_version_readable
 from serialake.sql.errors import SqlError
 from serialake.sql.parser import DIALECT, table_ref_of
 from serialake.sql.statements import TableRef
+from serialake.sql.syntax import looks_like_path
 from serialake.storage import normalize_table_path
 
 if TYPE_CHECKING:
@@ -170,6 +177,7 @@ def bind_query(
     from its own target).
     """
     tree = tree.copy()
+    _bind_table_changes(spark, tree, binding)
     found = delta_tables_in(tree)
     # Every table read at its latest version is read at one consistent cut (``isolation.read_cut``).
     latest = [
@@ -216,6 +224,57 @@ def bind_query(
             view.set("alias", exp.TableAlias(this=exp.to_identifier(ref.short_name)))
         node.replace(view)
     return tree
+
+
+TABLE_CHANGES = ("table_changes", "table_changes_by_path")
+
+
+def _bind_table_changes(spark: SparkSession, tree: exp.Expr, binding: Binding) -> None:
+    """Replace each ``table_changes(...)`` / ``table_changes_by_path(...)`` in ``tree`` by a view of the changes."""
+    from serialake.spark.cdf import changes_df
+
+    for node in list(tree.find_all(exp.Table)):
+        call = node.this
+        if not isinstance(call, exp.Anonymous) or str(call.this).lower() not in TABLE_CHANGES:
+            continue
+        function = str(call.this).lower()
+        args = list(call.expressions)
+        if len(args) not in (2, 3) or not (isinstance(args[0], exp.Literal) and args[0].is_string):
+            raise SqlError(
+                f"{function} takes a table {'path' if function.endswith('path') else 'name'} (a string), a start "
+                f"version or timestamp and an optional end: {function}('t', 0[, 5]); got {call.sql(DIALECT)!r}."
+            )
+        path = _changes_table(str(args[0].this), by_path=function.endswith("path"))
+        bounds: list[tuple[int | None, int | None]] = []
+        for arg in args[1:]:
+            if isinstance(arg, exp.Literal) and not arg.is_string:
+                try:
+                    bounds.append((int(str(arg.this)), None))
+                except ValueError:
+                    raise SqlError(f"{function}: a version must be a whole number, got {arg.sql(DIALECT)}.") from None
+            else:
+                bounds.append((None, timestamp_millis(spark, arg)))
+        (start_v, start_ts), (end_v, end_ts) = bounds[0], (bounds[1] if len(bounds) > 1 else (None, None))
+        df = changes_df(spark, path, start_v, end_v, start_timestamp=start_ts, end_timestamp=end_ts)
+        view = exp.to_table(binding.view_of(df))
+        alias = node.args.get("alias")
+        if alias is not None:
+            view.set("alias", alias.copy())
+        node.replace(view)
+
+
+def _changes_table(text: str, *, by_path: bool) -> str:
+    """The location a ``table_changes`` argument names: a registered name, ``delta.`/path```, or a path."""
+    if by_path or looks_like_path(text.strip()) and not text.strip().lower().startswith("delta."):
+        return normalize_table_path(text.strip())
+    try:
+        parsed = sqlglot.parse_one(f"SELECT * FROM {text}", read=DIALECT)
+        table = parsed.find(exp.Table)
+    except sqlglot.errors.ParseError:
+        table = None
+    if table is None:
+        raise SqlError(f"table_changes: {text!r} is not a table name.")
+    return resolve(table_ref_of(table))
 
 
 def timestamp_millis(spark: SparkSession, value: exp.Expr | str) -> int:

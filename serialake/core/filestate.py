@@ -172,7 +172,8 @@ class FileState:
                 out.append((block.table.filter(mask), _Picker(block, _positions(mask))))
         return out
 
-    def _extra_segment(self) -> Segment | None:
+    def extra_segment(self) -> Segment | None:
+        """The adds of later commits as one Arrow table (``arrow_skipping.files_table``, made once), or None."""
         if not self.extra:
             return None
         from serialake.core.arrow_skipping import files_table
@@ -215,7 +216,7 @@ class FileState:
             offset = offset_next
         if per_file is not None and len(self.extra) <= _PER_FILE_LIMIT:
             out.extend(f for f in self.extra.values() if per_file(f))
-        elif (segment := self._extra_segment()) is not None:
+        elif (segment := self.extra_segment()) is not None:
             table, build = segment
             out.extend(build(_true_rows(matcher(table))))
         return out

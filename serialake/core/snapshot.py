@@ -425,8 +425,8 @@ class Snapshot:
         """``checkpoint_actions`` as the checkpoint's Arrow table, the checkpoint's own rows kept in Arrow.
 
         Rows loaded from a checkpoint are copied column by column (no ``AddFile`` is built);
-        only the actions of later commits are converted, so writing a checkpoint of a big
-        table costs a few vectorized passes rather than an object per file.
+        the adds of later commits go to Arrow a column at a time (``FileState.extra_segment``),
+        so writing a checkpoint costs a few vectorized passes rather than a row per file.
         """
         from serialake.core.checkpoint import actions_table, adds_rows_table
 
@@ -434,13 +434,19 @@ class Snapshot:
         objects: list[Action] = [self.protocol, self.metadata]
         objects += [*self._state.txns.values(), *self._state.domains.values()]
         tables = []
-        for segment, build in idx.block_segments():
+        segments = idx.block_segments()
+        try:
+            extra = idx.extra_segment()
+        except ValueError:  # a value Arrow cannot hold (it names the file): the row path reports it
+            objects.extend(idx.extra.values())
+        else:
+            segments += [extra] if extra is not None else []
+        for segment, build in segments:
             rows = adds_rows_table(segment)
             if rows is None:  # types the checkpoint schema cannot take as they are: go through objects
                 objects.extend(build(range(segment.num_rows)))
             else:
                 tables.append(rows)
-        objects.extend(idx.extra.values())
         objects.extend(self._kept_tombstones(retention_cutoff_ms))
         return pa.concat_tables([actions_table(objects), *tables])
 

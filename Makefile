@@ -38,9 +38,11 @@ bench: $(STAMP) check-java
 
 # Then the list-append workload and the crash trials with the log on S3 (a moto server on 127.0.0.1,
 # started and stopped by the command): fewer txns per process, moto serves ~10-30 commits/s.
+# Then the streaming sink's exactly-once trials: 60 SIGKILLs of a pipeline (20 in make test).
 verify: $(STAMP) check-java
 	$(VENV)/bin/serialake verify --processes 8 --txns 500 --dataframes --multi-table
 	$(VENV)/bin/serialake verify --s3 --processes 8 --txns 100
+	SERIALAKE_STREAM_TRIALS=60 $(PY) -m pytest -q -p no:cacheprovider tests/spark/test_streaming_sink.py -k exactly_once
 
 # 100,000 transactions: 8 processes x 3,125 at each of the four levels/tables (docs/verification.md).
 verify-long: $(STAMP)

@@ -30,6 +30,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
 from pyspark.errors import AnalysisException, StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
@@ -71,6 +72,17 @@ def _source_dir(root: Path, files: int, per_file: int = 5, *, first_file: int = 
         tmp.write_text("".join(json.dumps(r) + "\n" for r in _rows(f * per_file, per_file)))
         os.replace(tmp, path)
     return src
+
+
+def _source_table(root: Path, files: int, per_file: int) -> Path:
+    """A serialake-readable table of ``files`` commits (written by delta-rs), one file of ``per_file`` rows each."""
+    from deltalake import write_deltalake
+
+    path = root / "src_table"
+    schema = pa.schema([("id", pa.int64()), ("grp", pa.int64()), ("s", pa.string())])
+    for f in range(files):
+        write_deltalake(str(path), pa.Table.from_pylist(_rows(f * per_file, per_file), schema=schema), mode="append")
+    return path
 
 
 def _stream(spark: SparkSession, src: Path) -> DataFrame:
@@ -690,10 +702,10 @@ def _trials() -> int:
 @pytest.mark.slow
 @pytest.mark.concurrency
 def test_exactly_once_through_sigkill_and_restart(tmp_path: Path) -> None:
-    """Pipelines (a source of FILES files, one per batch) killed with SIGKILL and restarted until
-    each drains its source: ``_trials()`` kills in all. Each pipeline's first run is killed
-    right after a batch's commit (replayed on restart), its second right before one; the
-    others at random moments of the query's run."""
+    """Pipelines (a source of 12 files, one per batch: a serialake table read as a stream, or
+    JSON files) killed with SIGKILL and restarted until each drains its source: ``_trials()``
+    kills in all. Each pipeline's first run is killed right after a batch's commit (replayed
+    on restart), its second right before one; the others at random moments of the run."""
     rng = random.Random(int(os.environ.get("SERIALAKE_STREAM_SEED") or time.time_ns() % 10_000))
     files, per_file = 12, 40
     kills, pipelines = 0, 0
@@ -701,7 +713,9 @@ def test_exactly_once_through_sigkill_and_restart(tmp_path: Path) -> None:
     while kills < _trials():
         root = tmp_path / f"p{pipelines}"
         root.mkdir()
-        src = _source_dir(root, files, per_file)
+        # A serialake table read as a stream (its own readStream.format("delta")), or Spark's file source.
+        source_format = "json" if pipelines % 2 else "delta"
+        src = _source_dir(root, files, per_file) if source_format == "json" else _source_table(root, files, per_file)
         groups = _file_groups(per_file, files)
         target, ck = str(root / "t"), root / "ck"
         runs = 0
@@ -715,7 +729,7 @@ def test_exactly_once_through_sigkill_and_restart(tmp_path: Path) -> None:
                 env["STREAM_KILL_AFTER_COMMIT"] = str(rng.randrange(files // 2))
             elif kill_mode == "before":
                 env["STREAM_KILL_BEFORE_COMMIT"] = str(rng.randrange(done_batches, files))
-            p = _Pipeline(src, target, ck, env)
+            p = _Pipeline(src, target, ck, env, source_format)
             runs += 1
             try:
                 if kill_mode == "random" and p.wait_for("STARTED"):
@@ -726,7 +740,7 @@ def test_exactly_once_through_sigkill_and_restart(tmp_path: Path) -> None:
                 p.kill()
             if kill_mode != "none" or code != 0:
                 kills += 1
-            report.append(f"pipeline {pipelines} run {runs}: {kill_mode} -> {code}")
+            report.append(f"pipeline {pipelines} ({source_format}) run {runs}: {kill_mode} {env} -> {code}")
             _check_partial(target, groups)
             if code == 0:
                 assert "DONE" in p.lines, p.output()

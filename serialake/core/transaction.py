@@ -61,6 +61,7 @@ from serialake.storage.base import (
     errno_text,
     os_error_advice,
 )
+from serialake.storage.s3 import S3_SCHEMES
 
 if TYPE_CHECKING:
     from serialake.core.deletion_vectors import RowIndexSet
@@ -802,9 +803,16 @@ def _check_paths(body: list[Action], table: str, external_allowed: Any) -> None:
                 p = p[5:].lstrip("/")
                 p = "/" + p
             if "://" in p:
-                raise DeltaIllegalArgumentException(
-                    f"Data file path '{a.path}' is not on the file system of table {table}"
-                )
+                scheme = p.split("://", 1)[0].lower()
+                if scheme not in S3_SCHEMES:
+                    raise DeltaIllegalArgumentException(
+                        f"Data file path '{a.path}' uses the URI scheme '{scheme}', which serialake does not serve"
+                    )
+                if not _inside_s3_table(p, table) and not external_allowed(a.path):
+                    raise DeltaIllegalArgumentException(
+                        f"Data file path '{a.path}' is outside table {table}"
+                    )
+                continue
             if p.startswith("/"):
                 inside = (p + "/").startswith(table.rstrip("/") + "/") or p.startswith(table.rstrip("/") + "/")
                 if not inside and not external_allowed(a.path):
@@ -817,6 +825,15 @@ def _check_paths(body: list[Action], table: str, external_allowed: Any) -> None:
                 raise DeltaIllegalArgumentException(
                     f"Data file path '{a.path}' escapes the table directory of {table}"
                 )
+
+
+def _inside_s3_table(uri: str, table: str) -> bool:
+    """Whether S3 object ``uri`` lies under S3 table ``table`` (``s3`` and ``s3a`` alike)."""
+    if "://" not in table or table.split("://", 1)[0].lower() not in S3_SCHEMES:
+        return False
+    inner = uri.split("://", 1)[1].rstrip("/")
+    root = table.split("://", 1)[1].rstrip("/")
+    return inner.startswith(root + "/")
 
 
 class _Body:

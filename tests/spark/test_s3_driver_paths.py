@@ -348,9 +348,6 @@ def test_vacuum_on_s3(
     assert history[:2] == ["VACUUM END", "VACUUM START"]
 
 
-@pytest.mark.xfail(
-    strict=True, reason="core.transaction._check_paths refuses every '://' add path, s3:// included (change asked for)"
-)
 def test_vacuum_keeps_a_shallow_clones_source(
     spark: Any, bucket: str, options: dict[str, str], no_retention_check: None
 ) -> None:
@@ -426,9 +423,6 @@ def test_deep_clone_s3_to_s3_and_to_local(
     assert len(_data_objects(back)) == 2
 
 
-@pytest.mark.xfail(
-    strict=True, reason="core.transaction._check_paths refuses every '://' add path, s3:// included (change asked for)"
-)
 def test_shallow_clone_of_s3_keeps_s3_uris(
     spark: Any, bucket: str, options: dict[str, str], tmp_path: Path
 ) -> None:

@@ -52,6 +52,7 @@ __all__ = [
     "COMMIT_VERSION",
     "DELETE",
     "INSERT",
+    "REPLACING_OPERATIONS",
     "RESERVED_COLUMNS",
     "UPDATE_POSTIMAGE",
     "UPDATE_PREIMAGE",
@@ -83,15 +84,36 @@ def enabled(metadata: Metadata | None) -> bool:
     return metadata is not None and bool(props.get(metadata.configuration, props.ENABLE_CDF))
 
 
-def commit_needs_change_data(actions: Iterable[Action]) -> str | None:
+#: Operations that replace what they remove (no row copied or updated): their removed files'
+#: rows are deleted and their added files' rows inserted, as readers infer them. ``WRITE``
+#: counts in mode Overwrite without a predicate (replaceWhere may copy rows), ``STREAMING
+#: UPDATE`` in output mode Complete.
+REPLACING_OPERATIONS = frozenset(
+    {
+        "CREATE TABLE AS SELECT",
+        "REPLACE TABLE AS SELECT",
+        "CREATE OR REPLACE TABLE AS SELECT",
+        "REPLACE TABLE",
+        "CREATE OR REPLACE TABLE",
+        "RESTORE",
+    }
+)
+
+
+def commit_needs_change_data(
+    actions: Iterable[Action], operation: str | None = None, parameters: Mapping[str, Any] | None = None
+) -> str | None:
     """Why the data actions of a commit cannot be read as changes without ``cdc`` files, or None.
 
     New files (adds of paths the commit does not remove) read as inserts, removed files as
     deletes, and a file re-added under a new deletion vector as the rows whose mark
     changed; each is right alone, and deletes next to marks too. New files beside removed
     or re-marked files are a rewrite (copy-on-write, or new row versions): their copied or
-    updated rows would be misread as deleted and inserted.
+    updated rows would be misread as deleted and inserted, unless ``operation`` replaces
+    data wholesale (``REPLACING_OPERATIONS``: an overwrite without a predicate, a RESTORE).
     """
+    if _replaces(operation, parameters or {}):
+        return None
     removed: set[str] = set()
     added: dict[str, AddFile] = {}
     for a in actions:
@@ -105,6 +127,14 @@ def commit_needs_change_data(actions: Iterable[Action]) -> str | None:
     if new and removed:
         return f"it removes data files (e.g. {sorted(removed)[0]}) and adds others (e.g. {new[0]})"
     return None
+
+
+def _replaces(operation: str | None, parameters: Mapping[str, Any]) -> bool:
+    if operation == "WRITE":
+        return parameters.get("mode") == "Overwrite" and not parameters.get("predicate")
+    if operation == "STREAMING UPDATE":
+        return parameters.get("outputMode") == "Complete"
+    return operation in REPLACING_OPERATIONS
 
 
 @dataclass(frozen=True)

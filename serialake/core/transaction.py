@@ -402,7 +402,7 @@ class OptimisticTransaction:
         assert protocol is not None
         features.check_writable(protocol, self.metadata, table)
         self._check_append_only(body)
-        self._check_change_data_feed(body)
+        self._check_change_data_feed(body, operation, operation_parameters)
         _check_paths(body, table, self._external_path_allowed)
 
         file_actions = [a for a in body if isinstance(a, FileAction)]
@@ -528,16 +528,18 @@ class OptimisticTransaction:
             finally:
                 discard_rebase_dvs(view)  # a view is only checked: its rebased actions are never committed
 
-    def _check_change_data_feed(self, body: list[Action]) -> None:
+    def _check_change_data_feed(
+        self, body: list[Action], operation: str, parameters: Mapping[str, Any] | None
+    ) -> None:
         """Refuse, on a CDF table, a rewrite without its change data files (readers would misread it).
 
-        Appends, whole-file deletes and deletion-vector deletes need none (``core.cdf``).
+        Appends, whole-file deletes, deletion-vector deletes and overwrites need none (``core.cdf``).
         """
         from serialake.core import cdf
 
         if not cdf.enabled(self.metadata):
             return
-        reason = cdf.commit_needs_change_data(body)
+        reason = cdf.commit_needs_change_data(body, operation, parameters)
         if reason is not None:
             raise UnsupportedFeatureError(
                 f"Table {self.table_path} has delta.enableChangeDataFeed=true: this commit rewrites data "

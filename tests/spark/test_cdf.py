@@ -256,6 +256,33 @@ def test_append_and_whole_file_delete_are_read_from_their_files(spark: SparkSess
     assert _changes(spark, path, 2, 2) == [(9, "c", 90, "s9", "delete", 2)]
 
 
+def test_overwrite_and_restore_are_read_from_their_files(spark: SparkSession, tmp_table: str) -> None:
+    """An overwrite and a RESTORE replace what they remove: no change files, their removed rows read
+    as deletes and their added rows as inserts. An overwrite with a predicate that keeps rows of
+    the files it rewrites (replaceWhere) cannot be read so, and is refused."""
+    path = tmp_table
+    rows = _rows(4)
+    _create(spark, path, rows, partitioned=False, props=CDF)
+    dml.run_update(spark, path, "id = 1", {"v": "-1"})
+    current = [(0, "a", 0, "s0"), (1, "b", -1, "s1"), (2, "a", 20, "s2"), (3, "b", 30, "s3")]
+    assert _table(spark, path) == current
+    v2 = serialake.write(spark.createDataFrame([(9, "c", 90, "s9")], SCHEMA), path, mode="overwrite")
+    assert v2 == 2 and not _cdc(path, 2)
+    assert _changes(spark, path, 2, 2) == sorted(
+        [(*r, "delete", 2) for r in current] + [(9, "c", 90, "s9", "insert", 2)]
+    )
+    serialake.DeltaTable.forPath(spark, path).restoreToVersion(1)
+    assert not _cdc(path, 3)
+    assert _changes(spark, path, 3, 3) == sorted(
+        [(*r, "insert", 3) for r in current] + [(9, "c", 90, "s9", "delete", 3)]
+    )
+    with pytest.raises(UnsupportedFeatureError, match="enableChangeDataFeed"):
+        serialake.write(
+            spark.createDataFrame([(0, "a", 1, "new")], SCHEMA), path, mode="overwrite", replaceWhere="id = 0"
+        )
+    assert _table(spark, path) == current
+
+
 def test_deletion_vector_changes_are_read_from_the_vectors(spark: SparkSession, tmp_table: str) -> None:
     """A file re-added under a new deletion vector: its newly marked rows are deletes, and rows a
     RESTORE unmarks again are inserts (Delta's reading of such commits)."""
@@ -285,6 +312,14 @@ def test_commit_check_refuses_rewrites_without_change_files() -> None:
     assert core_cdf.commit_needs_change_data([old.remove()]) is None  # a whole-file delete
     assert core_cdf.commit_needs_change_data([old.remove(), old]) is None  # re-added (a new deletion vector)
     assert core_cdf.commit_needs_change_data([old.remove(data_change=False), add]) is None  # not a data change
+    # Operations that replace what they remove: an overwrite without a predicate, RESTORE, REPLACE.
+    rewrite = [old.remove(), add]
+    assert core_cdf.commit_needs_change_data(rewrite, "WRITE", {"mode": "Overwrite"}) is None
+    assert core_cdf.commit_needs_change_data(rewrite, "WRITE", {"mode": "Overwrite", "predicate": '["x"]'})
+    assert core_cdf.commit_needs_change_data(rewrite, "WRITE", {"mode": "Append"})
+    assert core_cdf.commit_needs_change_data(rewrite, "RESTORE", {}) is None
+    assert core_cdf.commit_needs_change_data(rewrite, "STREAMING UPDATE", {"outputMode": "Complete"}) is None
+    assert core_cdf.commit_needs_change_data(rewrite, "UPDATE", {})
 
 
 def test_rewrite_without_change_files_is_refused(spark: SparkSession, tmp_table: str) -> None:

@@ -5,12 +5,12 @@ Both queries read the same Spark Parquet file source (a directory the benchmark 
 Parquet files written by pyarrow: id long, grp int, s string, v double) and write it out
 unchanged:
 
-- **latency**: a running query (default trigger: the next batch starts as soon as the
-  previous ends) is handed one new 10,000-row file at a time; the time from the file's
-  appearance to ``processAllAvailable()`` returning (the batch written and committed:
-  Spark's file sink records it in ``_spark_metadata``, serialake commits a Delta version with
-  the batch's ``SetTransaction``) is one sample. Median and p90 of ``--batches`` samples,
-  after two untimed warm-up batches.
+- **latency**: a running query of each kind (default trigger: the next batch starts as soon
+  as the previous ends; both run, fed in turns) is handed one new 10,000-row file at a
+  time; the time from the file's appearance to ``processAllAvailable()`` returning (the
+  batch written and committed: Spark's file sink records it in ``_spark_metadata``,
+  serialake commits a Delta version with the batch's ``SetTransaction``) is one sample.
+  Median and p90 of ``--batches`` samples each, after two untimed warm-up batches.
 - **throughput**: ``--files`` files of ``--file-rows`` rows drained with
   ``Trigger.AvailableNow`` and ``maxFilesPerTrigger`` (``--per-batch`` files a micro-batch),
   from ``start()`` to the end of the query: sustained rows per second, the median of
@@ -63,20 +63,32 @@ def _query(spark: Any, src: str, fmt: str, target: str, checkpoint: str, *, per_
     return writer.start(target)
 
 
-def _latency(spark: Any, root: str, fmt: str, batches: int) -> list[float]:
-    src = os.path.join(root, f"latency-src-{fmt}")
-    os.makedirs(src)
-    q = _query(spark, src, fmt, os.path.join(root, f"latency-{fmt}"), os.path.join(root, f"latency-ck-{fmt}"))
-    samples = []
+def _latency(spark: Any, root: str, batches: int) -> dict[str, list[float]]:
+    """Per format, the seconds from a new file's appearance to its batch being written, ``batches`` times.
+
+    Both queries run at once and are fed in turns (the order alternating each round), so that
+    neither meets only a warmer JVM or a quieter machine.
+    """
+    queries: dict[str, tuple[str, Any]] = {}
+    samples: dict[str, list[float]] = {"parquet": [], "delta": []}
     try:
+        for fmt in samples:
+            src = os.path.join(root, f"latency-src-{fmt}")
+            os.makedirs(src)
+            ck = os.path.join(root, f"latency-ck-{fmt}")
+            queries[fmt] = (src, _query(spark, src, fmt, os.path.join(root, f"latency-{fmt}"), ck))
         for i in range(batches + 2):  # two warm-up batches
-            _file(src, i, BATCH_ROWS)
-            start = time.perf_counter()
-            q.processAllAvailable()
-            if i >= 2:
-                samples.append(time.perf_counter() - start)
+            order = list(samples) if i % 2 else list(reversed(samples))
+            for fmt in order:
+                src, q = queries[fmt]
+                _file(src, i, BATCH_ROWS)
+                start = time.perf_counter()
+                q.processAllAvailable()
+                if i >= 2:
+                    samples[fmt].append(time.perf_counter() - start)
     finally:
-        q.stop()
+        for _, q in queries.values():
+            q.stop()
     return samples
 
 
@@ -114,7 +126,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     spark = serialake.spark_session(app_name="bench-streaming")
     root = tempfile.mkdtemp(prefix="serialake-bench-streaming-")
     try:
-        latency = {fmt: _latency(spark, root, fmt, args.batches) for fmt in ("parquet", "delta")}
+        latency = _latency(spark, root, args.batches)
         _check(root, (args.batches + 2) * BATCH_ROWS)
         src = os.path.join(root, "throughput-src")
         os.makedirs(src)

@@ -180,6 +180,18 @@ def test_append_stream_commits_each_batch_once_with_its_txn(spark: SparkSession,
     assert history[1]["isBlindAppend"] is True
 
 
+def test_query_id_known_without_the_threads_property(
+    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With PySpark's threads not pinned, the batch's thread lacks the query id: start's is used."""
+    monkeypatch.setattr(sink, "query_id", lambda batch_df: None)
+    src = _source_dir(tmp_path, 2)
+    target = str(tmp_path / "t")
+    q = _run(spark, src, target, tmp_path / "ck")
+    assert q.exception() is None
+    assert DeltaLog.for_table(target).update().txn_version(q.id) == 1
+
+
 def test_restart_continues_and_a_replayed_batch_writes_nothing(
     spark: SparkSession, tmp_path: Path, calls: list[tuple[int, int | None]]
 ) -> None:

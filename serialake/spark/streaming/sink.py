@@ -103,6 +103,8 @@ def idempotent(batch_fn: BatchFunction, app_id: str | None = None) -> BatchFunct
 # ---------------------------------------------------------------------------------------------
 
 _OUTPUT_MODES = {"append": "Append", "complete": "Complete"}
+#: How long a batch waits for ``start`` to return the query's id when its thread does not show it.
+_START_WAIT_S = 120.0
 
 
 def start(
@@ -132,7 +134,9 @@ def start(
         location = target
     batch = _SinkBatch(location, st, mode, calls)
     writer.foreachBatch(batch)  # PySpark's: the JVM writer's sink becomes the batch function
-    return SinkQuery(writer._jwrite.start(), batch)
+    jsq = writer._jwrite.start()
+    batch.started(str(jsq.id().toString()))
+    return SinkQuery(jsq, batch)
 
 
 def _output_mode(st: dict[str, Any]) -> str:
@@ -188,6 +192,19 @@ class _SinkBatch:
         self.calls = calls
         self.error: BaseException | None = None
         self.lock = threading.Lock()
+        self._query_id: str | None = None
+        self._started = threading.Event()
+
+    def started(self, query_id: str) -> None:
+        self._query_id = query_id
+        self._started.set()
+
+    def query_id(self, batch_df: DataFrame) -> str | None:
+        """The query's id: from the batch's thread, else (threads not pinned) once ``start`` returned it."""
+        found = query_id(batch_df)
+        if found is None and self._started.wait(_START_WAIT_S):
+            found = self._query_id
+        return found
 
     def __call__(self, batch_df: DataFrame, batch_id: int) -> None:
         try:
@@ -202,7 +219,7 @@ class _SinkBatch:
 def commit_batch(sink: _SinkBatch, batch_df: DataFrame, batch_id: int) -> int | None:
     """Write one micro-batch (skipped when its version is committed); the version, None when skipped."""
     spark = batch_df.sparkSession
-    app = sink.app_id or query_id(batch_df)
+    app = sink.app_id or sink.query_id(batch_df)
     if not app:
         raise DeltaIllegalArgumentException("serialake's delta sink runs only inside a streaming query")
     overwrite = sink.mode == "complete"

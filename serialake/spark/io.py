@@ -326,11 +326,14 @@ def write_data_files(
 
         stored = [f for f in df.schema.fields if f.name not in set(partition_columns)]
         data_schema = to_delta_schema(T.StructType(stored))
+        types = {f.name: f.data_type for f in to_delta_schema(df.schema).fields}
         return remote.write_files(
             df,
             table_path,
             partition_columns,
+            [types[c] for c in partition_columns],
             stats_columns(data_schema, configuration or {}),
+            file_stats,
             data_change=data_change,
             max_records_per_file=max_records_per_file,
         )
@@ -739,16 +742,13 @@ def read_files_df(
     if not is_local_path(table):  # object storage: the executors read the objects
         from serialake.spark import remote
 
+        spark_schema = to_spark_schema(StructType(tuple(out_fields)))
+        if with_file_path:
+            spark_schema = spark_schema.add(FILE_COLUMN, T.StringType(), False).add(
+                ROW_INDEX_COLUMN, T.LongType(), False
+            )
         return remote.read_files(
-            spark,
-            table,
-            out_fields,
-            parts,
-            mode != "none",
-            files,
-            with_file_path=with_file_path,
-            file_column=FILE_COLUMN,
-            row_index_column=ROW_INDEX_COLUMN,
+            spark, table, out_fields, spark_schema, parts, mode != "none", files, with_file_path=with_file_path
         )
     stored = data_fields(schema, parts)
     file_schema = StructType(tuple(_physical_field(f) for f in stored)) if mode != "none" else StructType(

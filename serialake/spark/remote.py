@@ -29,7 +29,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -77,6 +77,7 @@ class _WriteTask:
     indexed: tuple[tuple[tuple[str, ...], DataType], ...]
     max_records: int
     codec: str
+    stats_of: Callable[[Any, list[tuple[tuple[str, ...], DataType]]], str]  # footer -> Delta stats JSON
 
     def __call__(self, batches: Iterator[Any]) -> Iterator[Any]:
         import pyarrow as pa
@@ -156,8 +157,6 @@ class _OpenFile:
         self.rows += batch.num_rows
 
     def close(self) -> dict[str, Any]:
-        from serialake.spark.io import file_stats
-
         self._writer.close()
         size = self._sink.tell()
         self._create.__exit__(None, None, None)
@@ -168,7 +167,7 @@ class _OpenFile:
             "size": size,
             "modification_time": int(time.time() * 1000),
             "num_records": metadata.num_rows,
-            "stats": file_stats(metadata, list(self.task.indexed)),
+            "stats": self.task.stats_of(metadata, list(self.task.indexed)),
         }
 
     def abandon(self) -> None:
@@ -202,32 +201,33 @@ def write_files(
     df: DataFrame,
     table_path: str,
     partition_columns: Sequence[str],
+    partition_types: Sequence[DataType],
     indexed: Sequence[tuple[tuple[str, ...], DataType]],
+    stats_of: Callable[[Any, list[tuple[tuple[str, ...], DataType]]], str],
     *,
     data_change: bool,
     max_records_per_file: int | None,
 ) -> list[AddFile]:
     """Write ``df`` as the table's Parquet data files from the executors; their AddFiles.
 
-    ``partition_columns`` are resolved names of ``df`` columns (not stored in the files);
-    ``indexed`` the columns that get statistics. Files without rows are not written. Nothing
-    is committed.
+    ``partition_columns`` are resolved names of ``df`` columns (not stored in the files), of
+    types ``partition_types``; ``indexed`` the columns that get statistics, which
+    ``stats_of`` computes from a written footer. Files without rows are not written.
+    Nothing is committed.
     """
-    from serialake.spark.io import to_delta_schema
-
     spark = df.sparkSession
-    types = {f.name: f for f in to_delta_schema(df.schema).fields}
     codec = (spark.conf.get("spark.sql.parquet.compression.codec", "snappy") or "snappy").lower()
     codec = {"uncompressed": "none", "lz4raw": "lz4", "lz4_raw": "lz4"}.get(codec, codec)
     task = _WriteTask(
         access=Access.here(table_path),
         table=table_path,
         partition_columns=tuple(partition_columns),
-        partition_types=tuple(types[c].data_type for c in partition_columns),
+        partition_types=tuple(partition_types),
         data_columns=tuple(f.name for f in df.schema.fields if f.name not in set(partition_columns)),
         indexed=tuple(indexed),
         max_records=int(max_records_per_file or 0),
         codec=codec,
+        stats_of=stats_of,
     )
     if partition_columns:
         df = df.sortWithinPartitions(*[F.col(_quote(c)) for c in partition_columns])
@@ -406,24 +406,18 @@ def read_files(
     spark: SparkSession,
     table_path: str,
     out_fields: Sequence[StructField],
+    spark_schema: T.StructType,
     partition_columns: Sequence[str],
     mapped: bool,
     files: Sequence[AddFile],
     *,
     with_file_path: bool,
-    file_column: str,
-    row_index_column: str,
 ) -> DataFrame:
-    """The rows of ``files`` (a non-empty list) as a DataFrame of ``out_fields`` (logical names,
-    table types), read on the executors; plus ``file_column`` / ``row_index_column`` when
-    ``with_file_path``."""
+    """The rows of ``files`` (a non-empty list) as a DataFrame of ``spark_schema``: ``out_fields``
+    (logical names, table types), then, when ``with_file_path``, the file path and row index
+    columns. Read on the executors."""
     from pyspark.sql.pandas.types import to_arrow_schema
 
-    from serialake.spark.io import to_spark_schema
-
-    spark_schema = to_spark_schema(StructType(tuple(out_fields)))
-    if with_file_path:
-        spark_schema = spark_schema.add(file_column, T.StringType(), False).add(row_index_column, T.LongType(), False)
     arrow_schema = to_arrow_schema(spark_schema, timezone="UTC")
     lowered = {c.lower() for c in partition_columns}
     columns: list[_Column] = []

@@ -259,6 +259,14 @@ def resolve_range(
     return start, end
 
 
+def _format_ms(ms: int) -> str:
+    """A commit time as the errors show it (as ``core.log.format_ms``; not imported: ``core.log``
+    reaches this module through ``core.transaction``)."""
+    import datetime as dt
+
+    return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + " UTC"
+
+
 def _end_before_start(start: int, end: int) -> DeltaIllegalArgumentException:
     return DeltaIllegalArgumentException(
         f"CDC range from start {start} to end {end} was invalid. End cannot be before start."
@@ -267,36 +275,32 @@ def _end_before_start(start: int, end: int) -> DeltaIllegalArgumentException:
 
 def _version_at_or_after(table: str, stamps: list[tuple[int, int]], ts: int) -> int:
     """The first version committed at or after ``ts`` (Delta's startingTimestamp)."""
-    from serialake.core.log import format_ms
-
     times = [t for _, t in stamps]
     i = bisect.bisect_left(times, ts)
     if i == len(stamps):
         last_v, last_t = stamps[-1]
         raise DeltaIllegalArgumentException(
-            f"Timestamp {format_ms(ts)} is after the latest version {last_v} of table {table} "
-            f"({format_ms(last_t)}). Use a timestamp at or before {format_ms(last_t)}."
+            f"Timestamp {_format_ms(ts)} is after the latest version {last_v} of table {table} "
+            f"({_format_ms(last_t)}). Use a timestamp at or before {_format_ms(last_t)}."
         )
     return stamps[i][0]
 
 
 def _version_at_or_before(table: str, stamps: list[tuple[int, int]], ts: int) -> int:
     """The last version committed at or before ``ts`` (Delta's endingTimestamp); errors out of range."""
-    from serialake.core.log import format_ms
-
     times = [t for _, t in stamps]
     i = bisect.bisect_right(times, ts)
     if i == 0:
         first_v, first_t = stamps[0]
         raise DeltaIllegalArgumentException(
-            f"The provided timestamp ({format_ms(ts)}) is before the earliest version available to table "
-            f"{table} (version {first_v}, {format_ms(first_t)}). Please use a timestamp after {format_ms(first_t)}."
+            f"The provided timestamp ({_format_ms(ts)}) is before the earliest version available to table "
+            f"{table} (version {first_v}, {_format_ms(first_t)}). Please use a timestamp after {_format_ms(first_t)}."
         )
     if i == len(stamps) and times[-1] < ts:
         last_v, last_t = stamps[-1]
         raise DeltaIllegalArgumentException(
-            f"Timestamp {format_ms(ts)} is after the latest version {last_v} of table {table} "
-            f"({format_ms(last_t)}). Use a timestamp at or before {format_ms(last_t)}."
+            f"Timestamp {_format_ms(ts)} is after the latest version {last_v} of table {table} "
+            f"({_format_ms(last_t)}). Use a timestamp at or before {_format_ms(last_t)}."
         )
     return stamps[i - 1][0]
 

@@ -381,8 +381,47 @@ def test_table_by_name_and_refusals(spark: SparkSession, tmp_table: str, tmp_pat
         _stream(spark, tmp_table, maxFilesPerTrigger=0)
     with pytest.raises(IllegalArgumentException, match="withEventTimeOrder"):
         _stream(spark, tmp_table, withEventTimeOrder="true")
-    with pytest.raises(IllegalArgumentException, match="change data feed"):
-        _stream(spark, tmp_table, readChangeFeed="true")
+
+
+CHANGES = ("id", "s", "_change_type", "_commit_version")
+
+
+def test_change_data_feed_stream(spark: SparkSession, tmp_table: str, run: Any) -> None:
+    from serialake.spark.cdf import changes_df
+
+    props = {"delta.enableChangeDataFeed": "true", "delta.enableDeletionVectors": "true"}
+    _append(spark, tmp_table, range(0, 4), properties=props)
+    df = _stream(spark, tmp_table, readChangeFeed="true", maxFilesPerTrigger=1)
+    assert df.columns == ["id", "s", "p", "_change_type", "_commit_version", "_commit_timestamp"]
+    sink = Batches(*CHANGES)
+    query = run(df, sink)
+    assert sink.rows == [(i, f"s{i}", "insert", 0) for i in range(4)]  # the snapshot: inserts of its version
+
+    first = _append(spark, tmp_table, range(4, 6), files=2)  # inserts, two files
+    table = DeltaTable.forPath(spark, tmp_table)
+    table.update("id = 1", {"s": "'u'"})  # change files: pre and post images
+    table.delete("id = 2")  # a deletion vector: no change files, the re-marked row is the delete
+    last = DeltaLog.for_table(tmp_table).update().version
+    query.processAllAvailable()
+    batch = sorted(tuple(r[c] for c in CHANGES) for r in changes_df(spark, tmp_table, first, last).collect())
+    assert sorted(r for r in sink.rows if r[3] > 0) == batch  # the batch reader's rows, exactly
+    assert (1, "u", "update_postimage", first + 1) in batch and (2, "s2", "delete", last) in batch
+    # A commit's changes are admitted whole (two files in one batch despite maxFilesPerTrigger=1).
+    assert sink.sizes[-3:] == [2, 2, 1]
+    DeltaLog.clear_cache()  # commit times as another process reads them (this one remembers its own commits')
+    stamps = {r["_commit_version"]: r["_commit_timestamp"] for r in changes_df(spark, tmp_table, 0, last).collect()}
+    streamed = Batches("_commit_version", "_commit_timestamp")
+    run(_stream(spark, tmp_table, readChangeFeed="true", startingVersion=1), streamed, "times")
+    assert {v: t for v, t in streamed.rows} == {v: t for v, t in stamps.items() if v >= 1}
+
+
+def test_change_data_feed_stream_needs_the_feed(spark: SparkSession, tmp_table: str, run: Any) -> None:
+    _append(spark, tmp_table, range(0, 2))
+    snapshot = Batches(*CHANGES)  # the initial snapshot needs no recorded changes
+    run(_stream(spark, tmp_table, readChangeFeed="true"), snapshot, "a")
+    assert snapshot.rows == [(0, "s0", "insert", 0), (1, "s1", "insert", 0)]
+    with pytest.raises(StreamingQueryException, match=r"DELTA_MISSING_CHANGE_DATA.*recorded for version \[0\]"):
+        run(_stream(spark, tmp_table, readChangeFeed="true", startingVersion=0), Batches(), "b")
 
 
 @pytest.fixture

@@ -30,6 +30,12 @@ delta-spark's ``DeltaSource`` does:
   read with the newer schema: columns a file lacks are NULL; a different partitioning
   cannot be read as one stream and fails (start from a version after it). An identity
   column's high-water mark (every write to such a table moves it) is not a change.
+- **The change data feed** (``readChangeFeed``): the table's columns then ``_change_type``,
+  ``_commit_version`` and ``_commit_timestamp``; the initial snapshot as inserts of its
+  version, then each commit's changes as ``core.cdf`` plans them (change files, else adds as
+  inserts, removes as deletes, re-marked rows through deletion vectors), read on the
+  executors. Data changes do not stop it; a commit's changes enter a micro-batch whole (as
+  Delta admits them); a version without recorded change data fails the query.
 
 Offsets are Delta's ``DeltaSourceOffset`` fields: ``reservoirId`` (the table id),
 ``reservoirVersion``, ``index`` (the last data file read within that version's files; -1:
@@ -58,13 +64,15 @@ from typing import Any, ClassVar
 import pyspark.sql.types as T
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.pandas.types import to_arrow_schema
 
 from serialake.core import DeltaLog
+from serialake.core import cdf as core_cdf
 from serialake.core import properties as props
 from serialake.core.actions import AddFile, CommitInfo, Metadata, RemoveFile
 from serialake.core.identity import HIGH_WATER_MARK
 from serialake.core.log import CommitEntry, format_ms, to_millis
-from serialake.core.schema import StructField, StructType, physical_name
+from serialake.core.schema import PrimitiveType, StructField, StructType, physical_name
 from serialake.exceptions import (
     DeltaAnalysisException,
     DeltaError,
@@ -72,7 +80,8 @@ from serialake.exceptions import (
     DeltaTableNotFoundError,
 )
 from serialake.spark import io
-from serialake.spark.remote import _bins, _plan, _ReadTask
+from serialake.spark.cdf import changes_schema
+from serialake.spark.remote import _TARGET_TASK_BYTES, _bins, _Column, _plan, _ReadTask
 from serialake.storage.datafiles import Access
 from serialake.storage.s3 import S3LogStore, split_s3_uri, store_with
 
@@ -92,6 +101,8 @@ __all__ = ["DeltaStreamReader", "DeltaStreamSource", "StreamingSourceError", "St
 
 #: The name of the option carrying the stream's table version and metadata (JSON) to Spark's workers.
 CONFIG_OPTION = "serialake.stream"
+#: The change data feed's change type column.
+CHANGE_TYPE = core_cdf.CHANGE_TYPE
 #: Data files per micro-batch when neither limit is given (Delta's default).
 DEFAULT_MAX_FILES = 1000
 #: The ``index`` of an offset before a version's first file.
@@ -255,10 +266,7 @@ def load(spark: SparkSession, path: Any, st: dict[str, Any], *, name: str | None
         )
     options = {k: v for k, v in st["options"].items() if k != "path"}
     get = _getter(options)
-    if _flag(get, "readChangeFeed") or _flag(get, "readChangeData"):
-        raise DeltaIllegalArgumentException(
-            "Reading the change data feed as a stream (readChangeFeed) is not supported by serialake yet"
-        )
+    changes = _flag(get, "readChangeFeed") or _flag(get, "readChangeData")
     if _flag(get, "withEventTimeOrder"):
         raise DeltaIllegalArgumentException(
             "withEventTimeOrder is not supported by serialake's Delta stream: the initial snapshot is read in "
@@ -276,20 +284,34 @@ def load(spark: SparkSession, path: Any, st: dict[str, Any], *, name: str | None
         )
     source = _source_class(log.table_path)
     _register(spark, source)
+    if changes:
+        _check_reserved(log.table_path, snapshot.schema)
     config = {
         "version": snapshot.version,
         "metadata": snapshot.metadata._to_obj(),
         "parallelism": int(spark.sparkContext.defaultParallelism),
+        "changes": changes,
     }
-    reader = DataStreamReader(spark).format(source.name()).schema(stream_schema(snapshot.metadata))
+    schema = stream_schema(snapshot.metadata, changes=changes)
+    reader = DataStreamReader(spark).format(source.name()).schema(schema)
     for key, value in options.items():
         reader = reader.option(key, value)
     return reader.option(CONFIG_OPTION, json.dumps(config)).load(log.table_path)
 
 
-def stream_schema(metadata: Metadata) -> T.StructType:
-    """The Spark schema of a stream over a table with ``metadata`` (what a batch read shows)."""
-    return io.to_spark_schema(metadata.schema)
+def stream_schema(metadata: Metadata, *, changes: bool = False) -> T.StructType:
+    """The Spark schema of a stream over a table with ``metadata`` (what a batch read shows); of
+    its change data feed: then ``_change_type``, ``_commit_version``, ``_commit_timestamp``."""
+    return changes_schema(metadata.schema) if changes else io.to_spark_schema(metadata.schema)
+
+
+def _check_reserved(table: str, schema: StructType) -> None:
+    taken = [f.name for f in schema.fields if f.name.lower() in core_cdf.RESERVED_COLUMNS]
+    if taken:
+        raise DeltaAnalysisException(
+            f"Cannot read the change data feed of {table} as a stream: its column(s) {', '.join(taken)} have the "
+            "names of the change data feed's own columns"
+        )
 
 
 _classes: dict[str, type[DeltaStreamSource]] = {}
@@ -335,7 +357,7 @@ class DeltaStreamSource(DataSource):
 
     def schema(self) -> T.StructType:
         config = json.loads(self.options[CONFIG_OPTION])
-        return stream_schema(Metadata._from_obj(config["metadata"]))
+        return stream_schema(Metadata._from_obj(config["metadata"]), changes=bool(config.get("changes")))
 
     def streamReader(self, schema: T.StructType) -> DeltaStreamReader:  # noqa: N802 - PySpark's name
         return DeltaStreamReader(dict(self.options), schema, type(self).ACCESS)
@@ -367,8 +389,14 @@ class _Barrier:
     error: StreamingSourceError
 
 
-#: One step of a scan: (version, index, the data file or None for the end-of-version marker).
-_Item = tuple[int, int, AddFile | None]
+@dataclass(frozen=True)
+class _Version:
+    """The files of one version a scan reads, with their indexes; ``whole``: admitted all or none
+    (a commit's changes in a change data feed stream, as Delta admits them)."""
+
+    version: int
+    files: list[tuple[int, Any]]  # AddFile, or core.cdf.FileRead for the change data feed
+    whole: bool
 
 
 class _Admission:
@@ -377,15 +405,25 @@ class _Admission:
     def __init__(self, files: int, size: int) -> None:
         self.files = files
         self.size = size
+        self.taken = False
 
-    def admit(self, add: AddFile | None) -> bool:
-        """Whether to take ``add``: always while capacity is left before it (so at least one file);
-        the end-of-version markers are no files and are always taken."""
-        if add is None:
-            return True
+    def admit(self, add: Any) -> bool:
+        """Whether to take ``add``: always while capacity is left before it (so at least one file)."""
         ok = self.files > 0 and self.size > 0
+        self.taken = True
         self.files -= 1
         self.size -= add.size or 0
+        return ok
+
+    def admit_all(self, files: Sequence[Any]) -> bool:
+        """Whether to take all of ``files``: when they fit, or when nothing was taken yet."""
+        if not files:
+            return True
+        size = sum(f.size or 0 for f in files)
+        ok = not self.taken or (self.files >= len(files) and self.size >= size)
+        self.taken = True
+        self.files -= len(files)
+        self.size -= size
         return ok
 
 
@@ -403,17 +441,27 @@ class DeltaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.metadata = Metadata._from_obj(config["metadata"])
         self.parallelism = max(1, int(config.get("parallelism") or 1))
         self.options = StreamOptions.parse(options)
+        self.changes = bool(config.get("changes"))  # the change data feed (readChangeFeed)
         self.access = access
-        self.task = _read_task(self.table, self.metadata, schema, access)
+        self.arrow_schema = to_arrow_schema(schema, timezone="UTC")
+        self.task = None if self.changes else _read_task(self.table, self.metadata, schema, access)
+        if self.changes:  # change files carry _change_type; data files get it as a constant
+            self.change_tasks = {
+                (cdc, rows): _read_task(self.table, self.metadata, schema, access,
+                                        change_type="stored" if cdc else "constant", with_rows=rows)
+                for cdc, rows in ((True, False), (False, False), (False, True))
+            }  # fmt: skip
         self._exclude = re.compile(self.options.exclude_regex) if self.options.exclude_regex else None
         self._log: DeltaLog | None = None
-        self._initial: tuple[int, list[AddFile]] | None = None
+        self._initial: tuple[int, list[Any]] | None = None
         self._until: int | None = None
+        self._metadata_at: dict[int, Metadata] = {}
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state["_log"] = None  # the executors read files, never the log
         state["_initial"] = None
+        state["_metadata_at"] = {}
         return state
 
     # -- Spark's calls -------------------------------------------------------------------------
@@ -451,18 +499,28 @@ class DeltaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """
         begin = self._offset(start)
         admission = self._admission(limit)
-        last: _Item | None = None
-        for item in self._items(begin):
-            if isinstance(item, _Barrier):
+        last: tuple[int, int] | None = None
+        for group in self._versions(begin):
+            if isinstance(group, _Barrier):
                 if last is None:
-                    raise item.error
+                    raise group.error
                 break
-            if admission is not None and not admission.admit(item[2]):
-                break
-            last = item
+            if admission is not None and group.whole:
+                if not admission.admit_all([f for _, f in group.files]):
+                    break
+            elif admission is not None:
+                stopped = False
+                for index, f in group.files:
+                    if not admission.admit(f):
+                        stopped = True
+                        break
+                    last = (group.version, index)
+                if stopped:
+                    break
+            last = (group.version, END_INDEX)
         if last is None:
             return begin.to_json(self.metadata.id)
-        version, index, _ = last
+        version, index = last
         if index == END_INDEX:
             end = Offset(version + 1, BASE_INDEX, False)
         else:
@@ -472,23 +530,50 @@ class DeltaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         """The data files after ``start`` up to ``end``, grouped into tasks of about 128 MB."""
         begin, stop = self._offset(start), self._offset(end)
-        files: list[AddFile] = []
-        for item in self._items(begin, stop):
-            if isinstance(item, _Barrier):
-                raise item.error
-            version, index, add = item
-            if (version, index) > (stop.version, stop.index):
-                break
-            if add is not None:
-                files.append(add)
+        files: list[Any] = []
+        for group in self._versions(begin, stop):
+            if isinstance(group, _Barrier):
+                raise group.error
+            files.extend(f for index, f in group.files if (group.version, index) <= (stop.version, stop.index))
         if not files:
             return []
-        return [InputPartition(b) for b in _bins(files, self.table, self.parallelism)]
+        if not self.changes:
+            return [InputPartition(b) for b in _bins(files, self.table, self.parallelism)]
+        return [InputPartition(b) for b in _change_bins(files, self.table, self.parallelism)]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         """The rows of a partition's files as Arrow batches of the stream's schema (on an executor)."""
         for entry in partition.value:
-            yield from self.task._read(entry)
+            if self.changes:
+                yield from self._read_changes(entry)
+            else:
+                assert self.task is not None
+                yield from self.task._read(entry)
+
+    def _read_changes(self, entry: dict[str, Any]) -> Iterator[Any]:
+        """One file's changes: its rows (those ``rows`` names, else all but its deletion vector's)
+        with ``_change_type`` (the change file's own, else the entry's) and the commit's version and time."""
+        import numpy as np
+        import pyarrow as pa
+
+        cdc = entry["type"] is None
+        rows = entry.get("rows")
+        task = self.change_tasks[(cdc, rows is not None)]
+        if not cdc:
+            entry = {**entry, "pv": {**entry["pv"], CHANGE_TYPE: entry["type"]}}
+        width = len(task.order)
+        schema = self.arrow_schema
+        version = pa.scalar(int(entry["version"]), schema.field(width).type)
+        stamp = pa.scalar(int(entry["ts"]) * 1000, pa.int64()).cast(schema.field(width + 1).type)
+        keep = None if rows is None else np.asarray(rows, dtype=np.int64)
+        for batch in task._read(entry):
+            if keep is not None:
+                batch = batch.filter(pa.array(np.isin(batch.column(width + 1).to_numpy(), keep)))
+                if not batch.num_rows:
+                    continue
+            n = batch.num_rows
+            columns = [*batch.columns[:width], pa.repeat(version, n), pa.repeat(stamp, n)]
+            yield pa.RecordBatch.from_arrays(columns, schema=schema)
 
     def commit(self, end: dict[str, Any]) -> None:
         if not bool(end.get("isStartingVersion")):
@@ -496,17 +581,17 @@ class DeltaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     # -- the scan ------------------------------------------------------------------------------
 
-    def _items(self, start: Offset, stop: Offset | None = None) -> Iterator[_Item | _Barrier]:
-        """The data files after ``start`` in stream order, each version ended by a marker
-        (``END_INDEX``); a ``_Barrier`` (and nothing after it) at a commit the stream cannot pass.
-        Commits are read until the log ends, ``stop``'s version or ``Trigger.AvailableNow``'s."""
+    def _versions(self, start: Offset, stop: Offset | None = None) -> Iterator[_Version | _Barrier]:
+        """The files after ``start`` in stream order, one group per version (the initial snapshot,
+        then each commit); a ``_Barrier`` (and nothing after it) at a commit the stream cannot
+        pass. Commits are read until the log ends, ``stop``'s version or ``Trigger.AvailableNow``'s."""
         version = start.version
+        files: list[Any]
         if start.initial:
-            for i, add in enumerate(self._snapshot_files(version)):
-                if i > start.index:
-                    yield version, i, add
-            yield version, END_INDEX, None
+            files = self._snapshot_files(version)
+            yield _Version(version, [(i, f) for i, f in enumerate(files) if i > start.index], False)
             version += 1
+        metadata: Metadata | None = None  # the metadata in effect (change data feed only)
         while True:
             if self._until is not None and version > self._until:
                 return
@@ -515,27 +600,41 @@ class DeltaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             entry = self._commit(version)
             if entry is None:
                 return
-            files = self._commit_files(entry)
-            if isinstance(files, _Barrier):
-                yield files
-                return
-            for i, add in enumerate(files):
-                if version > start.version or start.initial or i > start.index:
-                    if self._exclude is None or not self._exclude.search(add.path):
-                        yield version, i, add
-            yield version, END_INDEX, None
+            if self.changes:
+                if metadata is None:
+                    metadata = self._metadata_before(version)
+                changed = self._commit_changes(entry, metadata)
+                if isinstance(changed, _Barrier):
+                    yield changed
+                    return
+                metadata, files = changed
+            else:
+                found = self._commit_files(entry)
+                if isinstance(found, _Barrier):
+                    yield found
+                    return
+                files = list(found)
+            yield _Version(version, [
+                (i, f) for i, f in enumerate(files)
+                if (version > start.version or start.initial or i > start.index)
+                and (self._exclude is None or not self._exclude.search(f.path))
+            ], self.changes)  # fmt: skip
             version += 1
 
-    def _snapshot_files(self, version: int) -> list[AddFile]:
+    def _snapshot_files(self, version: int) -> list[Any]:
         """The live files of ``version`` in a fixed order (modification time, path), as Delta orders them."""
         if self._initial is None or self._initial[0] != version:
             try:
                 snapshot = self._delta_log().snapshot(version=version)
             except FileNotFoundError as e:
                 raise self._lost(version, e) from None
-            files = sorted(snapshot.all_files, key=lambda a: (a.modification_time, a.path))
+            adds = sorted(snapshot.all_files, key=lambda a: (a.modification_time, a.path))
             if self._exclude is not None:
-                files = [f for f in files if not self._exclude.search(f.path)]
+                adds = [f for f in adds if not self._exclude.search(f.path)]
+            files: list[Any] = adds
+            if self.changes:  # every row an insert of the snapshot's version
+                files = [core_cdf.FileRead(version, snapshot.timestamp, a.path, dict(a.partition_values or {}),
+                                           a.size or 0, core_cdf.INSERT, a.deletion_vector) for a in adds]  # fmt: skip
             self._initial = (version, files)
         return self._initial[1]
 
@@ -545,9 +644,11 @@ class DeltaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         try:
             return log.read_commit(version)
         except FileNotFoundError:
-            latest = self._latest_version()
-            if version > latest:
+            if version > self._latest_version():
                 return None
+        try:  # it landed after the first read looked: read again, it is no gap
+            return log.read_commit(version)
+        except FileNotFoundError:
             raise self._lost(version, None) from None
 
     def _commit_files(self, entry: CommitEntry) -> list[AddFile] | _Barrier:
@@ -595,6 +696,41 @@ class DeltaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 f"option 'ignoreDeletes' to 'true'. The source table can be found at path {self.table}."
             ))  # fmt: skip
         return adds
+
+    def _commit_changes(
+        self, entry: CommitEntry, metadata: Metadata
+    ) -> tuple[Metadata, list[core_cdf.FileRead]] | _Barrier:
+        """The change data feed of a commit (``core.cdf``: its change files, else its adds as inserts
+        and removes as deletes, re-marked rows through deletion vectors) and the metadata in effect
+        after it; or why the stream must stop at it."""
+        version = entry.version
+        for action in entry.actions:
+            if isinstance(action, Metadata):
+                problem = self._metadata_problem(action, version)
+                if problem is not None:
+                    return _Barrier(version, problem)
+                metadata = action
+        if not core_cdf.enabled(metadata):
+            return _Barrier(version, StreamingSourceError(
+                f"[DELTA_MISSING_CHANGE_DATA] Error getting change data for range [{version} , {version}] of "
+                f"table {self.table} as change data was not recorded for version [{version}]. If you've enabled "
+                "change data feed on this table, use `DESCRIBE HISTORY` to see when it was first enabled. "
+                "Otherwise, to start recording change data, use `ALTER TABLE table_name SET TBLPROPERTIES "
+                f"({props.ENABLE_CDF}=true)`."
+            ))  # fmt: skip
+        return metadata, list(core_cdf.version_changes(self.table, version, entry.timestamp, entry.actions).reads)
+
+    def _metadata_before(self, version: int) -> Metadata:
+        """The table's metadata in effect before commit ``version`` (the stream's after its version)."""
+        if version > self.version:
+            return self.metadata
+        if version == 0:
+            return Metadata(schema_string=None)  # nothing before the first commit: no change data
+        found = self._metadata_at.get(version - 1)
+        if found is None:
+            found = self._delta_log().snapshot(version=version - 1).metadata
+            self._metadata_at = {version - 1: found}
+        return found
 
     # -- metadata ------------------------------------------------------------------------------
 
@@ -657,6 +793,8 @@ class DeltaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             store = None
             if self.access.s3_settings is not None:
                 store = _ShippedS3LogStore(self.access.s3_settings)
+                if self.changes:  # core.cdf reads deletion vectors with this process's own S3 settings
+                    _configure_s3(self.access.s3_settings)
             self._log = DeltaLog.for_table(self.table, store)
         return self._log
 
@@ -734,6 +872,31 @@ class DeltaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return _Admission(files, size)
 
 
+def _change_bins(reads: Sequence[core_cdf.FileRead], table: str, parallelism: int) -> list[list[dict[str, Any]]]:
+    """``remote._bins`` for change reads: each entry also says its change type (None: a change
+    file's own), the rows to read (re-marked rows) and its commit's version and time."""
+    from serialake.core.paths import absolute_path
+
+    total = sum(max(r.size, 1) for r in reads)
+    count = max(1, min(len(reads), max(parallelism, -(-total // _TARGET_TASK_BYTES))))
+    bins: list[list[dict[str, Any]]] = [[] for _ in range(count)]
+    weights = [0] * count
+    for r in sorted(reads, key=lambda r: -r.size):
+        i = weights.index(min(weights))
+        bins[i].append({
+            "uri": absolute_path(table, r.path),
+            "path": r.path,
+            "pv": dict(r.partition_values),
+            "dv": r.deletion_vector._to_obj() if r.deletion_vector is not None else None,
+            "type": r.change_type,
+            "rows": None if r.rows is None else [int(x) for x in r.rows.to_numpy()],
+            "version": r.version,
+            "ts": r.timestamp,
+        })  # fmt: skip
+        weights[i] += max(r.size, 1)
+    return [b for b in bins if b]
+
+
 def _columns(names: Sequence[str]) -> str:
     return "[" + ", ".join(names) + "]"
 
@@ -798,14 +961,28 @@ def _field_json(f: StructField) -> Any:
 # ---------------------------------------------------------------------------------------------
 
 
-def _read_task(table: str, metadata: Metadata, schema: T.StructType, access: Access) -> _ReadTask:
+def _read_task(
+    table: str,
+    metadata: Metadata,
+    schema: T.StructType,
+    access: Access,
+    *,
+    change_type: str | None = None,
+    with_rows: bool = False,
+) -> _ReadTask:
     """``spark.remote``'s file reader for the stream's columns, in the Arrow types of ``schema``
-    (the schema Spark gave the source, so the batches match what it expects)."""
-    from pyspark.sql.pandas.types import to_arrow_schema
+    (the schema Spark gave the source, so the batches match what it expects).
+
+    For the change data feed (``schema`` ends with its three columns): the table's columns and
+    ``_change_type``, ``stored`` in the file (a change file) or a ``constant`` given as a
+    partition value; ``with_rows`` adds the file path and row index columns.
+    """
+    import pyarrow as pa
 
     arrow_schema = to_arrow_schema(schema, timezone="UTC")
     fields: Sequence[StructField] = StructType.from_json(metadata.schema_string or "{}").fields
-    if len(fields) != len(arrow_schema):
+    extra = len(core_cdf.RESERVED_COLUMNS) if change_type is not None else 0
+    if len(fields) + extra != len(arrow_schema):
         raise StreamingSourceError(
             f"The stream of {table} was given a schema of {len(arrow_schema)} columns; the table has {len(fields)}"
         )
@@ -819,15 +996,38 @@ def _read_task(table: str, metadata: Metadata, schema: T.StructType, access: Acc
             parts.append((f.name, physical_name(f) if mapped else f.name, f.data_type, arrow_type))
         else:
             columns.append(_plan(f, mapped, arrow_type))
+    order = [f.name for f in fields]
+    out = [arrow_schema.field(i) for i in range(len(fields))]
+    if change_type is not None:
+        kind = arrow_schema.field(len(fields))
+        if change_type == "stored":
+            columns.append(_Column(CHANGE_TYPE, CHANGE_TYPE, kind.type))
+        else:
+            parts.append((CHANGE_TYPE, CHANGE_TYPE, PrimitiveType("string"), kind.type))
+        order.append(CHANGE_TYPE)
+        out.append(kind)
+    if with_rows:
+        out += [pa.field("_file", pa.string(), False), pa.field("_row_index", pa.int64(), False)]
     return _ReadTask(
         access=access,
         table=table,
         columns=tuple(columns),
         partitions=tuple(parts),
-        order=tuple(f.name for f in fields),
-        with_file_path=False,
-        schema=arrow_schema,
+        order=tuple(order),
+        with_file_path=with_rows,
+        schema=arrow_schema if change_type is None else pa.schema(out),
     )
+
+
+def _configure_s3(settings: Mapping[str, Any]) -> None:
+    """This process's S3 settings from shipped ones (``s3.worker_access``): Spark's planning
+    worker of one stream, which has no settings of its own."""
+    from serialake.storage import s3
+
+    options = {k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in settings["config"].items()}
+    if settings.get("client", {}).get("allow_http"):
+        options["allow_http"] = "true"
+    s3.configure(options)
 
 
 class _ShippedS3LogStore(S3LogStore):

@@ -8,7 +8,9 @@ version, in schema order) then ``_change_type``, ``_commit_version`` (long) and
 
 The plan (which rows of which files are which changes) comes from ``core.cdf``; the rows
 are read by ``io.read_files_df`` (local files by Spark's Parquet reader, S3 objects by the
-executors), in at most a few scans whatever the number of versions:
+executors). Up to ``_MAX_VERSION_SCANS`` versions are read one version after the other
+(a scan per role, the version and change type as literals, rows in version order without
+a sort); longer ranges in a few scans whatever the number of versions, then sorted:
 
 - change data files (``cdc`` actions) read with their ``_change_type`` column;
 - whole data files read as inserts (adds) or deletes (removes), each through its own
@@ -117,7 +119,7 @@ def timestamp_ms(spark: SparkSession, value: Any) -> int:
     if isinstance(value, (dt.datetime, dt.date, int, float)) and not isinstance(value, bool):
         return to_millis(value)
     text = str(value)
-    row = spark.range(1).select(F.unix_millis(F.lit(text).cast("timestamp")).alias("ms")).first()
+    row = spark.range(1).select(F.unix_millis(F.lit(text).try_cast("timestamp")).alias("ms")).first()
     if row is None or row["ms"] is None:
         raise DeltaIllegalArgumentException(
             f"The provided timestamp {text!r} cannot be converted to a valid timestamp "
@@ -145,15 +147,21 @@ def plan_df(spark: SparkSession, plan: core_cdf.ChangePlan) -> DataFrame:
     schema = base.schema
     _check_reserved(plan.table, schema)
     parts: list[DataFrame] = []
-    change_files = [r for r in reads if r.is_change_file]
-    whole = [r for r in reads if not r.is_change_file and r.rows is None]
-    rows = [r for r in reads if r.rows is not None]
-    if change_files:
-        parts.append(_read_whole(spark, plan, base, change_files, change_files=True))
-    for layer in _layers(whole):
-        parts.append(_read_whole(spark, plan, base, layer, change_files=False))
-    if rows:
-        parts.append(_read_rows(spark, base, rows))
+    few = len(plan.versions) <= _MAX_VERSION_SCANS
+    if few:
+        # Each version's files scanned apart, in version order: the union keeps that order (no sort).
+        for version in plan.versions:
+            parts.extend(_version_parts(spark, plan, base, version.reads))
+    else:
+        change_files = [r for r in reads if r.is_change_file]
+        whole = [r for r in reads if not r.is_change_file and r.rows is None]
+        rows = [r for r in reads if r.rows is not None]
+        if change_files:
+            parts.append(_read_whole(spark, plan, base, change_files, change_files=True))
+        for layer in _layers(whole):
+            parts.append(_read_whole(spark, plan, base, layer, change_files=False))
+        if rows:
+            parts.append(_read_rows(spark, base, rows))
     out_columns = [F.col(io.quote_name(f.name)) for f in schema.fields] + [
         F.col(CHANGE_TYPE),
         F.col(_VERSION).alias(COMMIT_VERSION),
@@ -162,9 +170,46 @@ def plan_df(spark: SparkSession, plan: core_cdf.ChangePlan) -> DataFrame:
     df = parts[0].select(*out_columns)
     for p in parts[1:]:
         df = df.unionByName(p.select(*out_columns))
-    if len(plan.versions) > 1:
+    if not few:
         df = df.orderBy(COMMIT_VERSION)
     return df
+
+
+#: Reads of up to this many versions scan each version's files apart (one to three scans a
+#: version, their rows in version order without a sort); longer ranges share a few scans
+#: (the version, time and change type given per file by a join) and are sorted.
+_MAX_VERSION_SCANS = 16
+
+
+def _version_parts(
+    spark: SparkSession, plan: core_cdf.ChangePlan, base: Snapshot, reads: Sequence[core_cdf.FileRead]
+) -> list[DataFrame]:
+    """The rows of one version's ``reads``: one scan per role (change files, inserts, deletes),
+    the version, time and change type as literals, and the rows of re-marked files."""
+    groups: dict[str | None, list[core_cdf.FileRead]] = {}
+    for r in reads:
+        if r.rows is None:
+            groups.setdefault(r.change_type, []).append(r)
+    parts = [_read_group(spark, plan, base, g) for g in groups.values()]
+    rows = [r for r in reads if r.rows is not None]
+    if rows:
+        parts.append(_read_rows(spark, base, rows))
+    return parts
+
+
+def _read_group(
+    spark: SparkSession, plan: core_cdf.ChangePlan, base: Snapshot, reads: Sequence[core_cdf.FileRead]
+) -> DataFrame:
+    """Every live row of ``reads``: files of one version and one role (paths distinct)."""
+    first = reads[0]
+    files = [_as_add(r, with_dv=True, extra={}) for r in reads]
+    if first.is_change_file:
+        df = io.read_files_df(spark, _with_fields(plan, base, [StructField(CHANGE_TYPE, _STRING)], []), files)
+    else:
+        df = io.read_files_df(spark, base, files).withColumn(CHANGE_TYPE, F.lit(first.change_type))
+    return df.withColumn(_VERSION, F.lit(first.version).cast("long")).withColumn(
+        _MS, F.lit(first.timestamp).cast("long")
+    )
 
 
 def _empty(spark: SparkSession, metadata: Any) -> DataFrame:

@@ -300,6 +300,37 @@ def test_deletion_vector_changes_are_read_from_the_vectors(spark: SparkSession, 
     assert _changes(spark, path, 3, 3) == sorted([(*by_id[4], "insert", 3), (*by_id[8], "insert", 3)])
 
 
+def test_long_ranges_read_through_shared_scans(
+    spark: SparkSession, tmp_table: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past ``_MAX_VERSION_SCANS`` versions the files of all versions share a few scans (version,
+    time and change type joined per file, a file added and removed in the range read twice) and
+    the rows are sorted: the same rows as version by version, in version order."""
+    import serialake.spark.cdf as spark_cdf
+
+    path = tmp_table
+    _create(spark, path, _rows(8), partitioned=True, props={**CDF, **DV})
+    dml.run_delete(spark, path, "id = 3")  # re-marked file
+    dml.run_update(spark, path, "id = 4", {"v": "0"})  # change files
+    serialake.write(spark.createDataFrame([(9, "c", 90, "s9")], SCHEMA), path)  # added ...
+    dml.run_delete(spark, path, "p = 'c'")  # ... and removed whole in the range
+    serialake.DeltaTable.forPath(spark, path).restoreToVersion(1)  # rows unmarked, files re-added
+    by_version = changes_df(spark, path, 0).collect()
+    monkeypatch.setattr(spark_cdf, "_MAX_VERSION_SCANS", 1)
+    shared = changes_df(spark, path, 0).collect()
+    assert sorted(map(tuple, shared)) == sorted(map(tuple, by_version))
+    for rows in (by_version, shared):
+        versions = [r["_commit_version"] for r in rows]
+        assert versions == sorted(versions) and set(versions) == set(range(6))
+    got = sorted(tuple(r)[:6] for r in shared if r._commit_version >= 1)
+    assert got == sorted([
+        (3, "b", 30, "s3", "delete", 1),
+        (4, "a", 40, "s4", "update_preimage", 2), (4, "a", 0, "s4", "update_postimage", 2),
+        (9, "c", 90, "s9", "insert", 3), (9, "c", 90, "s9", "delete", 4),
+        (4, "a", 40, "s4", "insert", 5), (4, "a", 0, "s4", "delete", 5),
+    ])  # fmt: skip
+
+
 # -- commits -------------------------------------------------------------------------------------
 
 
@@ -414,6 +445,8 @@ def test_read_errors_as_delta(spark: SparkSession, history: tuple[str, list[int]
         changes_df(spark, path, 0, end_timestamp=stamps[0] - 60_000)
     with pytest.raises(DeltaIllegalArgumentException, match="must be a version number"):
         changes_df(spark, path, "latest")
+    with pytest.raises(DeltaIllegalArgumentException, match="cannot be converted to a valid timestamp"):
+        changes_df(spark, path, start_timestamp="not a time")
     # Change data not recorded: before it was enabled, and after it was turned off.
     other = str(tmp_path / "late")
     _create(spark, other, _rows(4), partitioned=False, props={})

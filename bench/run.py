@@ -116,6 +116,7 @@ _optional("queries", "Queries over several tables at STRICT SERIALIZABLE and SER
 _optional("scale", "Planning at scale: big checkpointed tables", "bench.scale")
 _optional("write", 'Write throughput: format("delta") and serialake.write vs plain Parquet', "bench.write_throughput")
 _optional("streaming", 'Streaming writes: writeStream.format("delta") vs the Parquet sink', "bench.streaming")
+_optional("cdf", "Change data feed reads: 1M changed rows vs delta-rs load_cdf", "bench.cdf")
 _optional("deltaspark", "delta-spark's Python tests against serialake (set DELTA_REPO)", "bench.delta_spark_tests")
 
 

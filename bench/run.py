@@ -115,6 +115,7 @@ _optional("cut", "Consistent multi-table reads under concurrent commits", "bench
 _optional("queries", "Queries over several tables at STRICT SERIALIZABLE and SERIALIZABLE", "bench.multi_table_queries")
 _optional("scale", "Planning at scale: big checkpointed tables", "bench.scale")
 _optional("write", 'Write throughput: format("delta") and serialake.write vs plain Parquet', "bench.write_throughput")
+_optional("s3_write", "Write throughput to an S3 server: serialake.write vs delta-rs write_deltalake", "bench.s3_write")
 _optional("streaming", 'Streaming writes: writeStream.format("delta") vs the Parquet sink', "bench.streaming")
 _optional("cdf", "Change data feed reads: 1M changed rows vs delta-rs load_cdf", "bench.cdf")
 _optional("deltaspark", "delta-spark's Python tests against serialake (set DELTA_REPO)", "bench.delta_spark_tests")

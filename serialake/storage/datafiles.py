@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any, BinaryIO
 
 from serialake.storage import s3
+from serialake.storage.local import fsync_dir
 
 __all__ = ["Access", "DataFileStatus", "is_remote"]
 
@@ -191,7 +192,7 @@ class Access:
                 f.flush()
                 os.fsync(f.fileno())
             os.replace(temp, location)
-            _fsync_dir(os.path.dirname(location))
+            fsync_dir(os.path.dirname(location))
             return
         import obstore
 
@@ -210,14 +211,14 @@ class Access:
             directory = os.path.dirname(location)
             if not os.path.isdir(directory):
                 os.makedirs(directory, exist_ok=True)
-                _fsync_dir(os.path.dirname(directory))
+                fsync_dir(os.path.dirname(directory))
             f = open(location, "xb")  # noqa: SIM115 - closed below, removed on error
             try:
                 yield f
                 f.flush()
                 os.fsync(f.fileno())
                 f.close()
-                _fsync_dir(directory)
+                fsync_dir(directory)
             except BaseException:
                 f.close()
                 try:
@@ -336,19 +337,6 @@ class _ObjectSink:
                 abort()
         except Exception:  # noqa: BLE001 - abandoning an upload that failed anyway
             pass
-
-
-def _fsync_dir(directory: str) -> None:
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 def _s3_error(request: str, location: str, error: BaseException) -> OSError:

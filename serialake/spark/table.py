@@ -21,6 +21,7 @@ from pyspark.sql import types as T
 from serialake.core import DeltaLog, catalog, clustering, constraints, features, identity
 from serialake.core import properties as props
 from serialake.core.actions import FileAction, Metadata, Protocol, now_ms
+from serialake.core.cdf import CHANGE_DATA_DIR
 from serialake.core.deletion_vectors import dv_referenced_files
 from serialake.core.schema import DataType, SchemaError, StructField, StructType, data_type_from_json_value
 from serialake.core.snapshot import Snapshot
@@ -830,7 +831,12 @@ def _vacuum_candidates(
     """Unreferenced files older than ``cutoff`` (path, size), and stale staging directories."""
     files: list[tuple[str, int]] = []
     for root, dirs, names in os.walk(table):
-        dirs[:] = sorted(d for d in dirs if not io.is_hidden(d, partition_columns))
+        # Change data files (``_change_data``) are never referenced by a snapshot: like Delta,
+        # vacuum removes them once older than the retention (their commit's age).
+        top = root == table
+        dirs[:] = sorted(
+            d for d in dirs if not io.is_hidden(d, partition_columns) or (top and d == CHANGE_DATA_DIR)
+        )
         for name in names:
             if io.is_hidden(name, partition_columns):
                 continue
@@ -861,7 +867,10 @@ def _remote_vacuum_candidates(
     kept = {_object_key(p) for p in keep}
     files = []
     for f in Access().walk(table):
-        if any(io.is_hidden(part, partition_columns) for part in f.path.split("/")):
+        parts = f.path.split("/")
+        if parts[0] == CHANGE_DATA_DIR:  # change data files: removed once older than the retention
+            parts = parts[1:]
+        if any(io.is_hidden(part, partition_columns) for part in parts):
             continue
         uri = f"{table}/{f.path}"
         if _object_key(uri) in kept or f.modification_time >= cutoff:
@@ -908,7 +917,7 @@ def _remove_empty_dirs(table: str, partition_columns: Sequence[str]) -> int:
         if root == table:
             continue
         rel = os.path.relpath(root, table).split(os.sep)
-        if any(io.is_hidden(part, partition_columns) for part in rel):
+        if any(io.is_hidden(part, partition_columns) for part in rel if part != CHANGE_DATA_DIR):
             continue
         if not names and not os.listdir(root):
             try:

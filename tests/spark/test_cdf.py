@@ -594,3 +594,32 @@ def test_change_feed_on_s3(spark: SparkSession, server: S3Server, engine: str) -
 
         isolation._recent.pop(spark, None)
         isolation._cache.pop(spark, None)
+
+
+@pytest.mark.parametrize("partitioned", [False, True])
+def test_vacuum_removes_change_data_files_past_the_retention(
+    spark: SparkSession, tmp_table: str, partitioned: bool
+) -> None:
+    """Change data files are never referenced by a snapshot: VACUUM keeps them within the
+    retention (the feed of recent versions needs them) and removes them after it, as Delta does."""
+    from serialake.spark.table import DeltaTable
+
+    _create(spark, tmp_table, _rows(6), partitioned=partitioned, props=CDF)
+    dml.run_update(spark, tmp_table, "id < 3", {"v": "v + 1"})
+    written = _on_disk_change_files(tmp_table)
+    assert written and written == _logged_change_files(tmp_table)
+    table = DeltaTable.forPath(spark, tmp_table)
+    table.vacuum()  # default retention: everything is recent
+    assert _on_disk_change_files(tmp_table) == written
+    spark.conf.set("spark.databricks.delta.retentionDurationCheck.enabled", "false")
+    try:
+        dry = {r.path for r in table.vacuum(0, dryRun=True).collect()}
+        assert {p for p in dry if f"/{core_cdf.CHANGE_DATA_DIR}/" in p} == {
+            "file:" + os.path.join(tmp_table, p) for p in written
+        }
+        table.vacuum(0)
+    finally:
+        spark.conf.unset("spark.databricks.delta.retentionDurationCheck.enabled")
+    assert _on_disk_change_files(tmp_table) == set()
+    assert not os.path.exists(os.path.join(tmp_table, core_cdf.CHANGE_DATA_DIR))  # empty directories go too
+    assert _table(spark, tmp_table) == sorted((i, p, v + 1 if i < 3 else v, s) for i, p, v, s in _rows(6))

@@ -553,19 +553,10 @@ def test_changes_written_by_delta_rs_read_as_delta_rs_reads_them(spark: SparkSes
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[S3Server]:
-    from serialake.storage import s3 as s3store
-    from tests.s3server import S3Server
+    from tests.s3server import s3_environment
 
-    srv = S3Server().start()
-    with pytest.MonkeyPatch.context() as mp:
-        for key, value in srv.environment().items():
-            mp.setenv(key, value)
-        s3store._stores.clear()
-        try:
-            yield srv
-        finally:
-            srv.stop()
-            s3store._stores.clear()
+    with s3_environment() as srv:
+        yield srv
 
 
 @pytest.mark.s3

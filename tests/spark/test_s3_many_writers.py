@@ -36,16 +36,10 @@ ROWS = 50
 
 @pytest.fixture
 def server() -> Iterator[S3Server]:
-    from tests.s3server import S3Server
+    from tests.s3server import s3_environment
 
-    srv = S3Server().start()
-    try:
-        with pytest.MonkeyPatch.context() as mp:
-            for key, value in srv.environment().items():
-                mp.setenv(key, value)  # this process reads the log too
-            yield srv
-    finally:
-        srv.stop()
+    with s3_environment() as srv:  # this process reads the log too
+        yield srv
 
 
 def _run_writers(server: S3Server, uri: str, tmp: Path) -> dict[str, dict[str, Any]]:

@@ -428,22 +428,10 @@ def test_change_data_feed_stream_needs_the_feed(spark: SparkSession, tmp_table: 
 def s3_env(spark: SparkSession) -> Iterator[Any]:
     """An S3 server on 127.0.0.1 whose settings only this process has (environment variables set
     after Spark's workers started): the stream's workers get them with the source."""
-    from serialake.spark import isolation
-    from serialake.storage import s3 as s3store
-    from tests.s3server import S3Server
+    from tests.s3server import s3_environment
 
-    server = S3Server().start()
-    with pytest.MonkeyPatch.context() as mp:
-        for key, value in server.environment().items():
-            mp.setenv(key, value)
-        s3store._stores.clear()
-        try:
-            yield server
-        finally:
-            server.stop()
-            s3store._stores.clear()
-            isolation._recent.pop(spark, None)  # the session must not keep probing this server's tables
-            isolation._cache.pop(spark, None)
+    with s3_environment(spark) as server:
+        yield server
 
 
 @pytest.mark.s3

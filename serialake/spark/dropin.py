@@ -357,6 +357,21 @@ def _install_writer_v2() -> None:
         _wrap(DataFrameWriterV2, kind, action(kind))
 
 
+def _delta_load_state(reader: Any, format: str | None, schema: Any, options: dict[str, Any]) -> dict[str, Any] | None:  # noqa: A002
+    """The recorded state of a batch or stream reader's ``load(...)`` when serialake serves it (a
+    configured session, format ``delta`` or delta by default), with ``load``'s own format,
+    schema and options recorded; None when Spark's own ``load`` should run."""
+    st = _state(reader)
+    chosen = (format or st["format"] or "").lower()
+    if not is_configured(reader._spark) or not (chosen == "delta" or (not chosen and _default_is_delta(reader._spark))):
+        return None
+    for k, v in options.items():
+        _record_option(reader, k, v)
+    if schema is not None:
+        st["schema"] = schema
+    return st
+
+
 def _install_reader() -> None:
     _wrap(DataFrameReader, "format", _recording("format", _lower_first))
     _wrap(DataFrameReader, "option", _option_recorder)
@@ -366,16 +381,9 @@ def _install_reader() -> None:
     def make_load(original: Callable[..., Any]) -> Callable[..., Any]:
         def load(self: DataFrameReader, path: Any = None, format: str | None = None,  # noqa: A002
                  schema: Any = None, **options: Any) -> DataFrame:  # fmt: skip
-            st = _state(self)
-            chosen = (format or st["format"] or "").lower()
-            if not is_configured(self._spark) or not (
-                chosen == "delta" or (not chosen and _default_is_delta(self._spark))
-            ):
+            st = _delta_load_state(self, format, schema, options)
+            if st is None:
                 return original(self, path, format, schema, **options)
-            for k, v in options.items():
-                _record_option(self, k, v)
-            if schema is not None:
-                st["schema"] = schema
             target = path if path is not None else _option(st, "path")
             with serialake_calls():
                 return dropin_write.load(self._spark, target, st)
@@ -412,16 +420,9 @@ def _install_stream_reader() -> None:
     def make_load(original: Callable[..., Any]) -> Callable[..., Any]:
         def load(self: DataStreamReader, path: str | None = None, format: str | None = None,  # noqa: A002
                  schema: Any = None, **options: Any) -> DataFrame:  # fmt: skip
-            st = _state(self)
-            chosen = (format or st["format"] or "").lower()
-            if not is_configured(self._spark) or not (
-                chosen == "delta" or (not chosen and _default_is_delta(self._spark))
-            ):
+            st = _delta_load_state(self, format, schema, options)
+            if st is None:
                 return original(self, path, format, schema, **options)
-            for k, v in options.items():
-                _record_option(self, k, v)
-            if schema is not None:
-                st["schema"] = schema
             from serialake.spark.streaming import source
 
             with serialake_calls():

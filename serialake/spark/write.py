@@ -432,19 +432,23 @@ def _shape(value: Any) -> Any:
     return value
 
 
+def nullable_type(data_type: T.DataType) -> T.DataType:
+    """``data_type`` with every field, element and value nullable, recursively (as Delta creates
+    tables from DataFrames, and as Spark reads Parquet files)."""
+    if isinstance(data_type, T.StructType):
+        return T.StructType(
+            [T.StructField(f.name, nullable_type(f.dataType), True, f.metadata) for f in data_type.fields]
+        )
+    if isinstance(data_type, T.ArrayType):
+        return T.ArrayType(nullable_type(data_type.elementType), True)
+    if isinstance(data_type, T.MapType):
+        return T.MapType(nullable_type(data_type.keyType), nullable_type(data_type.valueType), True)
+    return data_type
+
+
 def _as_nullable(schema: T.StructType) -> T.StructType:
-    """Every field nullable, recursively (as Delta creates tables from DataFrames)."""
-
-    def conv(t: T.DataType) -> T.DataType:
-        if isinstance(t, T.StructType):
-            return T.StructType([T.StructField(f.name, conv(f.dataType), True, f.metadata) for f in t.fields])
-        if isinstance(t, T.ArrayType):
-            return T.ArrayType(conv(t.elementType), True)
-        if isinstance(t, T.MapType):
-            return T.MapType(conv(t.keyType), conv(t.valueType), True)
-        return t
-
-    result = conv(schema)
+    """Every field of ``schema`` nullable, recursively (``nullable_type``)."""
+    result = nullable_type(schema)
     assert isinstance(result, T.StructType)
     return result
 

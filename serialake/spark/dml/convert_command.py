@@ -36,7 +36,7 @@ from serialake.core.schema import StructType
 from serialake.exceptions import DeltaAnalysisException, DeltaIllegalArgumentException
 from serialake.spark import io
 from serialake.spark.dml.kernel import json_list
-from serialake.spark.write import add_schema_features
+from serialake.spark.write import add_schema_features, nullable_type
 from serialake.storage.datafiles import Access, DataFileStatus, is_remote
 
 __all__ = ["convert_to_delta", "parquet_identifier_path"]
@@ -221,7 +221,7 @@ def _file_schema(table: str, rel: str, footer: Any) -> T.StructType:
     text = (footer.metadata or {}).get(_SPARK_SCHEMA_KEY)
     if text:
         parsed = T.StructType.fromJson(json.loads(text))
-        return _nullable(parsed)  # type: ignore[return-value]
+        return nullable_type(parsed)  # type: ignore[return-value]
     columns = [footer.schema.column(i) for i in range(footer.num_columns)]
     int96 = {c.path for c in columns if c.physical_type == "INT96"}  # Spark reads these as timestamps
     fields = []
@@ -232,19 +232,8 @@ def _file_schema(table: str, rel: str, footer: Any) -> T.StructType:
             raise DeltaAnalysisException(
                 f"Cannot CONVERT TO DELTA {table}: file {rel}: column {f.name} of Parquet type {f.type} ({e})"
             ) from None
-        fields.append(T.StructField(f.name, _nullable(data_type), True))
+        fields.append(T.StructField(f.name, nullable_type(data_type), True))
     return T.StructType(fields)
-
-
-def _nullable(data_type: T.DataType) -> T.DataType:
-    """``data_type`` with every field, element and value nullable (Spark reads files so)."""
-    if isinstance(data_type, T.StructType):
-        return T.StructType([T.StructField(f.name, _nullable(f.dataType), True, f.metadata) for f in data_type.fields])
-    if isinstance(data_type, T.ArrayType):
-        return T.ArrayType(_nullable(data_type.elementType), True)
-    if isinstance(data_type, T.MapType):
-        return T.MapType(_nullable(data_type.keyType), _nullable(data_type.valueType), True)
-    return data_type
 
 
 def _merge(table: str, rel: str, left: T.DataType, right: T.DataType) -> Any:

@@ -293,10 +293,13 @@ class DeltaLog:
         """``(version, timestamp_ms)`` of every commit still in the log, made non-decreasing."""
         out: list[tuple[int, int]] = []
         last = -1
-        for st in list_log(self.store, self.log_path):
-            v = version_of(st.name)
-            if v is None:
-                continue
+        listed = {v: st for st in list_log(self.store, self.log_path) if (v := version_of(st.name)) is not None}
+        if listed:
+            # A listing concurrent with commits can miss one it shows the successor of: ask by name.
+            for v in range(min(listed), max(listed)):
+                if v not in listed and (found := self.store.status(self.commit_path(v))) is not None:
+                    listed[v] = found
+        for v, st in sorted(listed.items()):
             ts = st.modification_time
             with self._commits_lock:
                 entry = self._commits.get(v)

@@ -158,6 +158,18 @@ class LogStore(ABC):
         except OSError:
             return 0
 
+    def status(self, path: str) -> FileStatus | None:
+        """``path``'s name, size and modification time, found by name (None when absent).
+
+        Loading the log asks for a commit a listing left out: a directory read concurrent with
+        commits can miss version N while showing N+1. The default asks the local file system.
+        """
+        try:
+            st = os.stat(path)
+        except FileNotFoundError:
+            return None
+        return FileStatus(os.path.basename(path), st.st_size, int(st.st_mtime * 1000))
+
     @abstractmethod
     def list_from(self, directory: str, start_name: str = "") -> list[FileStatus]:
         """Files in ``directory`` whose name is >= ``start_name``, sorted by name.

@@ -82,6 +82,9 @@ class LogStoreWrapper(LogStore):
     def modification_time(self, path: str) -> int:
         return self.inner.modification_time(path)
 
+    def status(self, path: str) -> FileStatus | None:
+        return self.inner.status(path)
+
     def open_input(self, path: str) -> Any:
         return self.inner.open_input(path)
 

@@ -295,6 +295,21 @@ class S3LogStore(LogStore):
         except Exception as e:  # noqa: BLE001
             raise _failed("HEAD", path, e) from e
 
+    def status(self, path: str) -> FileStatus | None:
+        import obstore
+        from obstore.exceptions import NotFoundError
+
+        store, key = self._locate(path)
+        try:
+            meta = obstore.head(store, key)
+        except (NotFoundError, FileNotFoundError):
+            return None
+        except Exception as e:  # noqa: BLE001
+            raise _failed("HEAD", path, e) from e
+        stamp = meta.get("last_modified")
+        ms = int(stamp.timestamp() * 1000) if stamp is not None else 0
+        return FileStatus(path.rsplit("/", 1)[-1], int(meta["size"]), ms)
+
     def modification_time(self, path: str) -> int:
         import obstore
 

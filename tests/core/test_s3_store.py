@@ -83,6 +83,9 @@ def test_store_contract(bucket: str) -> None:
     assert [s.name for s in store.list_from(root, f"{2:020d}.json")][:2] == [f"{2:020d}.json", f"{10:020d}.json"]
     assert [s.size for s in store.list_from(root, f"{10:020d}.json")][:1] == [10]
     assert store.list_from(f"s3://{bucket}/missing/_delta_log") == []
+    listed = {st.name: st for st in store.list_from(root)}
+    assert store.status(f"{root}/{10:020d}.json") == listed[f"{10:020d}.json"]  # found by name as listed
+    assert store.status(f"{root}/{9:020d}.json") is None
     assert store.exists(f"{root}/_last_checkpoint") and not store.exists(f"{root}/nope")
     store.delete(f"{root}/_last_checkpoint")
     store.delete(f"{root}/_last_checkpoint")  # absent: not an error

@@ -24,6 +24,9 @@ DELETED_FILE_RETENTION = "delta.deletedFileRetentionDuration"
 DELETED_FILE_RETENTION_DEFAULT = "interval 1 week"
 ENABLE_CDF = "delta.enableChangeDataFeed"
 COLUMN_MAPPING_MODE = "delta.columnMapping.mode"
+COLUMN_MAPPING_MAX_ID = "delta.columnMapping.maxColumnId"
+ENABLE_ICEBERG_COMPAT_V2 = "delta.enableIcebergCompatV2"
+UNIVERSAL_FORMATS = "delta.universalFormat.enabledFormats"
 ENABLE_ICT = "delta.enableInCommitTimestamps"
 ROW_LEVEL_CONCURRENCY = "delta.enableRowLevelConcurrency"
 ROW_LEVEL_CONCURRENCY_DEFAULT = True
@@ -134,7 +137,7 @@ _SPECS: dict[str, PropertySpec] = {
         PropertySpec("delta.checkpoint.writeStatsAsJson", _bool, "true, false", True),
         PropertySpec("delta.checkpoint.writeStatsAsStruct", _bool, "true, false", False),
         PropertySpec("delta.checkpointPolicy", _one_of("classic", "v2"), "classic, v2", "classic"),
-        PropertySpec("delta.columnMapping.maxColumnId", int, "an integer", None),
+        PropertySpec(COLUMN_MAPPING_MAX_ID, int, "an integer", None),
         PropertySpec("delta.randomizeFilePrefixes", _bool, "true, false", False),
         PropertySpec("delta.randomPrefixLength", _positive_int, "a positive integer", 2),
         PropertySpec("delta.setTransactionRetentionDuration", parse_interval_ms, "an interval", None),
@@ -144,8 +147,8 @@ _SPECS: dict[str, PropertySpec] = {
         PropertySpec("delta.tuneFileSizesForRewrites", _bool, "true, false", False),
         PropertySpec("delta.enableTypeWidening", _bool, "true, false", False),
         PropertySpec("delta.enableRowTracking", _bool, "true, false", False),
-        PropertySpec("delta.enableIcebergCompatV2", _bool, "true, false", False),
-        PropertySpec("delta.universalFormat.enabledFormats", str, "iceberg, hudi", None),
+        PropertySpec(ENABLE_ICEBERG_COMPAT_V2, _bool, "true, false", False),
+        PropertySpec(UNIVERSAL_FORMATS, str, "iceberg, hudi", None),
         PropertySpec("delta.parquet.compression.codec", str, "snappy, zstd, gzip, lz4, none", None),
         PropertySpec("delta.inCommitTimestampEnablementVersion", int, "a version", None),
         PropertySpec("delta.inCommitTimestampEnablementTimestamp", int, "a timestamp", None),

@@ -28,6 +28,7 @@ from typing import Any
 from serialake.core import expressions as E
 from serialake.core.actions import AddFile, decode_path
 from serialake.core.partition_values import parse_partition_value
+from serialake.core.schema import physical_name
 from serialake.core.types import arrow_type, type_family
 from serialake.core.values import NotExact
 from serialake.storage.datafiles import Access, is_remote
@@ -95,21 +96,20 @@ class RowReader:
                 raise CannotEvaluate(f"data file {add.path} is not readable here")
         data_cols = [c for c in columns if c.lower() not in {p.lower() for p in self.partition_columns}]
         names = {f.name.lower(): f.name for f in self.schema.fields}
-        wanted = []
+        wanted: dict[str, str] = {}  # name in the file (physical under column mapping) -> table name
         for c in data_cols:
             real = names.get(c.lower())
             if real is None:
                 raise CannotEvaluate(f"unknown column {c}")
-            f = self.schema.field(real)
-            if f.metadata.get("delta.columnMapping.physicalName"):
-                raise CannotEvaluate("column mapping")
-            wanted.append(real)
+            wanted[physical_name(self.schema.field(real))] = real
         if remote:
             try:
-                return pq.ParquetFile(Access().open_parquet(full)).read(columns=wanted)
+                table = pq.ParquetFile(Access().open_parquet(full)).read(columns=list(wanted))
             except OSError as e:
                 raise CannotEvaluate(f"data file {add.path} is not readable here ({e})") from None
-        return pq.read_table(full, columns=wanted)
+        else:
+            table = pq.read_table(full, columns=list(wanted))
+        return table.rename_columns([wanted[c] for c in table.column_names])
 
     def evaluate(self, add: AddFile, expr: Any, rows: Any = None) -> RowVerdict:
         """Three-valued ``expr`` on the live rows of ``add`` (restricted to ``rows`` if given).
@@ -190,8 +190,6 @@ def inexact_reason(expr: Any, schema: Any) -> str | None:
             f = schema.field(e.name)
             if f is None:
                 raise _Inexact(f"unknown column {e.name}")
-            if f.metadata.get("delta.columnMapping.physicalName"):
-                raise _Inexact("column mapping")
             kind = _EXACT_FAMILIES.get(type_family(f.data_type) or "")
             if kind is None:
                 raise _Inexact(f"column {e.name} has type {f.data_type.simple_string()}")
@@ -297,7 +295,8 @@ def evaluate(expr: Any, table: Any, n: int, pv: Mapping[str, str | None], schema
             if f is None:
                 raise CannotEvaluate(f"unknown column {e.name}")
             if f.name.lower() in parts_lower:
-                raw = next((v for k, v in pv.items() if k.lower() == f.name.lower()), None)
+                keys = {f.name.lower(), physical_name(f).lower()}  # physical names under column mapping
+                raw = next((v for k, v in pv.items() if k.lower() in keys), None)
                 return _typed_scalar(raw, f.data_type)
             return table.column(f.name)
         if isinstance(e, E.Literal):

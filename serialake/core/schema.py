@@ -30,6 +30,8 @@ __all__ = [
     "change_field",
     "data_type_from_json_value",
     "merge_schemas",
+    "remove_field",
+    "rename_field",
     "field_path",
     "physical_name",
     "split_dotted",
@@ -291,6 +293,31 @@ def change_field(
                 )
         fields.insert(at, f)
     return StructType(tuple(fields))
+
+
+def rename_field(schema: StructType, path: Sequence[str], new_name: str) -> StructType:
+    """``schema`` with the field at ``path`` (through structs) named ``new_name``, metadata kept."""
+    return _at_path(schema, path, lambda f: [replace(f, name=new_name)])
+
+
+def remove_field(schema: StructType, path: Sequence[str]) -> StructType:
+    """``schema`` without the field at ``path`` (through structs)."""
+    return _at_path(schema, path, lambda f: [])
+
+
+def _at_path(schema: StructType, path: Sequence[str], change: Any) -> StructType:
+    """``schema`` with the field at ``path`` replaced by the fields ``change(field)`` returns."""
+    index = next((i for i, f in enumerate(schema.fields) if f.name.lower() == path[0].lower()), None)
+    if index is None:
+        raise SchemaError(f"column '{path[0]}' does not exist (fields: {', '.join(schema.field_names)})")
+    f = schema.fields[index]
+    if len(path) == 1:
+        replaced = change(f)
+    elif isinstance(f.data_type, StructType):
+        replaced = [replace(f, data_type=_at_path(f.data_type, path[1:], change))]
+    else:
+        raise SchemaError(f"column '{f.name}' is a {f.data_type.simple_string()}, not a struct")
+    return StructType((*schema.fields[:index], *replaced, *schema.fields[index + 1 :]))
 
 
 def _merge_types(target: DataType, addition: DataType) -> DataType:

@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from serialake.core import features, row_eval, row_level
+from serialake.core import column_mapping, features, row_eval, row_level
 from serialake.core import properties as props
 from serialake.core.actions import (
     Action,
@@ -192,6 +192,8 @@ class OptimisticTransaction:
             # A metadata update keeps the table identity unless the caller replaces the table.
             metadata = replace(metadata, id=self.snapshot.metadata.id)
         metadata = replace(metadata, configuration=conf)
+        previous = self.snapshot.metadata if self.snapshot is not None else None
+        metadata = column_mapping.assign(metadata, previous, table=self.table_path, replacing=replace_table)
         from serialake.core.schema import StructType
 
         # A metaData without schemaString (None) fails in from_json as a SchemaError, as any invalid string does.

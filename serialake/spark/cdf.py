@@ -365,6 +365,7 @@ def write_change_files(df: DataFrame, snap: Snapshot) -> list[AddCDCFile]:
         list(snap.partition_columns),
         data_change=False,
         configuration=snap.configuration,
+        schema=StructType((*snap.schema.fields, StructField(core_cdf.CHANGE_TYPE, PrimitiveType("string")))),
     )
     if written and is_local_path(table):
         io.fsync_dirs(table, [core_cdf.CHANGE_DATA_DIR])  # the table directory's new entry

@@ -23,6 +23,7 @@ import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from dataclasses import replace
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
@@ -32,10 +33,11 @@ from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from serialake.core import column_mapping as cm
 from serialake.core import properties as props
 from serialake.core.actions import AddFile, decode_path, encode_path
 from serialake.core.constraints import GENERATION_EXPRESSION
-from serialake.core.partition_values import parse_partition_value
+from serialake.core.partition_values import hive_escape, parse_partition_value
 from serialake.core.paths import absolute_path
 from serialake.core.schema import (
     ArrayType,
@@ -96,7 +98,7 @@ __all__ = [
 
 STAGING_DIR = "_staging"
 # Column metadata only writers use: a generated column's expression, an identity column's state.
-WRITE_SIDE_METADATA = (GENERATION_EXPRESSION, "delta.identity.")
+WRITE_SIDE_METADATA = (GENERATION_EXPRESSION, "delta.identity.", "delta.columnMapping.")
 # Widening casts Delta applies on write without mergeSchema (data type -> table types).
 WIDENING: dict[str, frozenset[str]] = {
     "byte": frozenset({"short", "integer", "long"}),
@@ -132,13 +134,25 @@ def to_spark_schema(schema: StructType) -> T.StructType:
     metadata: DataFrames read from the table do not carry it, as with Delta.
     """
     value = json.loads(schema.to_json())
-    for f in value.get("fields", ()):
-        meta = f.get("metadata")
-        if meta and any(k.startswith(WRITE_SIDE_METADATA) for k in meta):
-            f["metadata"] = {k: v for k, v in meta.items() if not k.startswith(WRITE_SIDE_METADATA)}
+    _drop_write_side_metadata(value)
     result = T.StructType.fromJson(value)
     assert isinstance(result, T.StructType)
     return result
+
+
+def _drop_write_side_metadata(value: Any) -> None:
+    """Remove ``WRITE_SIDE_METADATA`` keys from the fields of a schema's JSON value, at any depth."""
+    if isinstance(value, dict):
+        meta = value.get("metadata")
+        if isinstance(meta, dict) and any(k.startswith(WRITE_SIDE_METADATA) for k in meta):
+            value["metadata"] = {k: v for k, v in meta.items() if not k.startswith(WRITE_SIDE_METADATA)}
+        for key in ("fields", "type", "elementType", "keyType", "valueType"):
+            inner = value.get(key)
+            if isinstance(inner, list):
+                for item in inner:
+                    _drop_write_side_metadata(item)
+            elif isinstance(inner, dict):
+                _drop_write_side_metadata(inner)
 
 
 def conform(col: Column, given: T.DataType, target: T.DataType) -> Column:
@@ -298,6 +312,7 @@ def write_data_files(
     data_change: bool = True,
     max_records_per_file: int | None = None,
     configuration: Mapping[str, str] | None = None,
+    schema: StructType | None = None,
 ) -> list[AddFile]:
     """Write ``df`` as Parquet data files of the table and describe them as AddFiles.
 
@@ -316,27 +331,38 @@ def write_data_files(
 
     On object storage (``s3://``) the executors write the files themselves, straight to their
     final names, and the job returns their descriptions (``spark.remote.write_files``).
+
+    On a column-mapped table (``schema``: the table's, with its column-mapping metadata) the
+    files hold the physical names and the ids as Parquet field ids, and stats and partition
+    values are keyed by physical names; under IcebergCompatV2 the partition columns are kept
+    in the files too (``PhysicalWrite``).
     """
     table_path = _local_path(table_path)
     spark = df.sparkSession
     _ensure_micros_timestamps(spark)
     partition_columns = [_resolve(df.schema, c, table_path) for c in partition_columns]
+    physical = PhysicalWrite.of(df, schema, partition_columns, configuration or {}, table_path)
+    if physical is not None:
+        df, partition_columns = physical.df, physical.partition_by
+    stored = [f for f in df.schema.fields if f.name not in set(partition_columns)]
+    indexed = stats_columns(to_delta_schema(T.StructType(stored)), configuration or {})
     if not is_local_path(table_path):  # object storage: the executors write the objects
         from serialake.spark import remote
 
-        stored = [f for f in df.schema.fields if f.name not in set(partition_columns)]
-        data_schema = to_delta_schema(T.StructType(stored))
         types = {f.name: f.data_type for f in to_delta_schema(df.schema).fields}
-        return remote.write_files(
+        adds = remote.write_files(
             df,
             table_path,
             partition_columns,
             [types[c] for c in partition_columns],
-            stats_columns(data_schema, configuration or {}),
+            indexed,
             file_stats,
             data_change=data_change,
             max_records_per_file=max_records_per_file,
+            field_ids=physical.stored_fields if physical is not None else None,
+            directory_names=physical.directory_names if physical is not None else None,
         )
+        return physical.rekey(adds) if physical is not None else adds
     observation = Observation(f"serialake_write_{uuid.uuid4().hex}")
     observed = df.observe(observation, F.count(F.lit(1)).alias(_ROWS_METRIC))
     writer = observed.write.format("parquet").mode("append")  # into the fresh, empty staging dir
@@ -349,10 +375,6 @@ def write_data_files(
         written = _staged_files(staging)
         spark_types = {f.name: f.dataType for f in df.schema.fields}
         zone = session_zone(spark)
-        file_schema = to_delta_schema(
-            T.StructType([f for f in df.schema.fields if f.name not in set(partition_columns)])
-        )
-        indexed = stats_columns(file_schema, configuration or {})
         jobs = [
             (rel_dir, name, _partition_values(rel_dir, partition_columns, spark_types, zone, staging))
             for rel_dir, name in written
@@ -360,13 +382,100 @@ def write_data_files(
 
         def finish(job: tuple[str, str, dict[str, str | None]]) -> AddFile | None:
             rel_dir, name, values = job
-            return publish_staged(table_path, staging, rel_dir, name, values, indexed, data_change)
+            target_dir = None
+            if physical is not None:
+                target_dir, values = physical.directory(rel_dir), physical.partition_values(values)
+            return publish_staged(table_path, staging, rel_dir, name, values, indexed, data_change, target_dir)
 
         with ThreadPoolExecutor(_IO_THREADS) as pool:
             adds = [a for a in pool.map(finish, jobs) if a is not None]
         _check_written_rows(table_path, staging, adds, observation)
         fsync_dirs(table_path, {posixpath.dirname(decode_path(a.path)) for a in adds})
         return adds
+
+
+class PhysicalWrite:
+    """How rows of a column-mapped table are written (``write_data_files``).
+
+    ``df`` has the rows under physical names, each column carrying its id as
+    ``parquet.field.id`` (nested struct fields too), which Spark's Parquet writer stores as
+    field ids. ``partition_by`` are the columns Spark partitions by: the physical partition
+    columns, or, where partition values must be materialized in the files (IcebergCompatV2),
+    copies of them under hidden names, which ``directory`` and ``partition_values`` turn back
+    into the physical names.
+    """
+
+    _COPY = "__serialake_partition_"
+
+    def __init__(
+        self, df: DataFrame, partition_by: list[str], physical: dict[str, str], stored_fields: list[StructField]
+    ) -> None:
+        self.df = df
+        self.partition_by = partition_by
+        self.directory_names = physical  # partition_by name -> physical name
+        self.stored_fields = stored_fields  # the table fields stored in files, in file order
+
+    @classmethod
+    def of(
+        cls,
+        df: DataFrame,
+        schema: StructType | None,
+        partition_columns: Sequence[str],
+        configuration: Mapping[str, str],
+        table: str,
+    ) -> PhysicalWrite | None:
+        """The physical write of ``df`` (the table's logical columns), None when the table is not mapped."""
+        if schema is None or cm.mapping_mode(configuration, table) == "none":
+            return None
+        physical = cm.physical_schema(schema, spark_field_ids=True)
+        by_name = {f.name.lower(): (f, p) for f, p in zip(schema.fields, physical.fields)}
+        columns: list[Column] = []
+        names: dict[str, str] = {}
+        table_fields: dict[str, StructField] = {}
+        for given in df.schema.fields:
+            pair = by_name.get(given.name.lower())
+            if pair is None:
+                raise DeltaAnalysisException(
+                    f"Column '{given.name}' written to table {table} is not in its schema "
+                    f"(columns: {', '.join(schema.field_names)})"
+                )
+            f, p = pair
+            spark_field = to_spark_schema(StructType((p,))).fields[0]
+            col = F.col(quote_name(given.name))
+            if has_spark_struct(spark_field.dataType):
+                col = col.cast(spark_field.dataType)  # positional: renames nested fields, keeps their ids
+            columns.append(col.alias(p.name, metadata=dict(spark_field.metadata)))
+            names[given.name] = p.name
+            table_fields[p.name] = f
+        parts = [names[c] for c in partition_columns]
+        materialize = bool(props.get(configuration, props.ENABLE_ICEBERG_COMPAT_V2))
+        if materialize and parts:
+            copies = [f"{cls._COPY}{i}" for i in range(len(parts))]
+            columns.extend(F.col(quote_name(c)).alias(copy) for c, copy in zip(partition_columns, copies))
+            partition_by, mapping = copies, dict(zip(copies, parts))
+        else:
+            partition_by, mapping = parts, {c: c for c in parts}
+        kept = [p for p in names.values() if materialize or p not in set(parts)]
+        return cls(df.select(*columns), partition_by, mapping, [table_fields[p] for p in kept])
+
+    def directory(self, rel_dir: str) -> str:
+        """A staged directory (``partition_by`` names) as the table's (physical names)."""
+        out = []
+        for segment in rel_dir.split(os.sep):
+            key, sep, value = segment.partition("=")
+            name = self.directory_names.get(unquote(key))
+            out.append(f"{hive_escape(name)}={value}" if sep and name is not None else segment)
+        return os.sep.join(out)
+
+    def partition_values(self, values: Mapping[str, str | None]) -> dict[str, str | None]:
+        """Partition values keyed by ``partition_by`` names, keyed by physical names."""
+        return {self.directory_names.get(k, k): v for k, v in values.items()}
+
+    def rekey(self, adds: Sequence[AddFile]) -> list[AddFile]:
+        """AddFiles the executors wrote, their partition values keyed by physical names."""
+        if all(k == v for k, v in self.directory_names.items()):
+            return list(adds)
+        return [replace(a, partition_values=self.partition_values(a.partition_values or {})) for a in adds]
 
 
 def _check_written_rows(table_path: str, staging: str, adds: Sequence[AddFile], observation: Observation) -> None:
@@ -523,8 +632,11 @@ def publish_staged(
     partition_values: dict[str, str | None],
     indexed: list[tuple[tuple[str, ...], DataType]],
     data_change: bool,
+    target_dir: str | None = None,
 ) -> AddFile | None:
-    """Move one staged file into the table, fsync it, and build its AddFile (None if empty)."""
+    """Move one staged file into the table, fsync it, and build its AddFile (None if empty).
+
+    ``target_dir``: its directory in the table (default: ``rel_dir``, the staged one)."""
     source = os.path.join(staging, rel_dir, name)
     metadata = pq.read_metadata(source)
     if metadata.num_rows == 0:
@@ -532,6 +644,7 @@ def publish_staged(
     stats = file_stats(metadata, indexed)
     suffix = name[name.index(".") :] if "." in name else ".parquet"
     new_name = f"part-{uuid.uuid4()}{suffix}"
+    rel_dir = rel_dir if target_dir is None else target_dir
     rel_path = posixpath.join(rel_dir.replace(os.sep, "/"), new_name) if rel_dir else new_name
     target = os.path.join(table_path, rel_path)
     os.makedirs(os.path.dirname(target), exist_ok=True)

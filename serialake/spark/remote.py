@@ -29,7 +29,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -78,6 +78,8 @@ class _WriteTask:
     max_records: int
     codec: str
     stats_of: Callable[[Any, list[tuple[tuple[str, ...], DataType]]], str]  # footer -> Delta stats JSON
+    field_ids: tuple[StructField, ...] | None = None  # column-mapped: the table fields of data_columns
+    directory_names: tuple[tuple[str, str], ...] = ()  # partition column -> name in directory names
 
     def __call__(self, batches: Iterator[Any]) -> Iterator[Any]:
         import pyarrow as pa
@@ -113,6 +115,13 @@ class _WriteTask:
         """``(partition key, rows of the data columns)`` for each run of equal partition values
         (the task's rows are sorted by them)."""
         data = batch.select(list(self.data_columns))
+        if self.field_ids is not None:
+            import pyarrow as pa
+
+            from serialake.core.column_mapping import arrow_with_field_ids
+
+            with_ids = arrow_with_field_ids(data.schema, list(self.field_ids))
+            data = pa.RecordBatch.from_arrays(data.columns, schema=with_ids)
         if not self.partition_columns or batch.num_rows == 0:
             yield (), data
             return
@@ -129,8 +138,10 @@ class _WriteTask:
         name = f"part-{uuid.uuid4()}.c000.{self.codec}.parquet" if self.codec != "none" else (
             f"part-{uuid.uuid4()}.c000.parquet"
         )
+        names = dict(self.directory_names)
         dirs = [
-            f"{hive_escape(c)}={HIVE_DEFAULT_PARTITION if v is None else hive_escape(v) or HIVE_DEFAULT_PARTITION}"
+            f"{hive_escape(names.get(c, c))}="
+            f"{HIVE_DEFAULT_PARTITION if v is None else hive_escape(v) or HIVE_DEFAULT_PARTITION}"
             for c, v in zip(self.partition_columns, key)
         ]
         return "/".join([*dirs, name])
@@ -207,13 +218,17 @@ def write_files(
     *,
     data_change: bool,
     max_records_per_file: int | None,
+    field_ids: Sequence[StructField] | None = None,
+    directory_names: Mapping[str, str] | None = None,
 ) -> list[AddFile]:
     """Write ``df`` as the table's Parquet data files from the executors; their AddFiles.
 
     ``partition_columns`` are resolved names of ``df`` columns (not stored in the files), of
     types ``partition_types``; ``indexed`` the columns that get statistics, which
     ``stats_of`` computes from a written footer. Files without rows are not written.
-    Nothing is committed.
+    Nothing is committed. Column-mapped tables: ``field_ids`` are the table fields stored
+    (the other columns of ``df``, in order), whose ids become Parquet field ids, and
+    ``directory_names`` name the partition directories.
     """
     spark = df.sparkSession
     codec = (spark.conf.get("spark.sql.parquet.compression.codec", "snappy") or "snappy").lower()
@@ -228,6 +243,8 @@ def write_files(
         max_records=int(max_records_per_file or 0),
         codec=codec,
         stats_of=stats_of,
+        field_ids=tuple(field_ids) if field_ids is not None else None,
+        directory_names=tuple((directory_names or {}).items()),
     )
     if partition_columns:
         df = df.sortWithinPartitions(*[F.col(_quote(c)) for c in partition_columns])

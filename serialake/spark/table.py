@@ -468,10 +468,6 @@ class DeltaTable:
         assert snap is not None
         conf = props.validate_properties(properties, table=self.path)
         constraints.refuse_constraint_properties(conf, self.path)
-        if props.COLUMN_MAPPING_MODE in conf and conf[props.COLUMN_MAPPING_MODE] != io.column_mapping_mode(snap):
-            raise UnsupportedFeatureError(
-                f"Table {self.path}: changing delta.columnMapping.mode is not supported by serialake."
-            )
         versions = {k: int(v) for k, v in conf.items() if k.lower() in _PROTOCOL_KEYS}
         stored = {k: v for k, v in conf.items() if k.lower() not in _PROTOCOL_KEYS}
         txn.update_metadata(replace(snap.metadata, configuration={**snap.metadata.configuration, **stored}))
@@ -717,10 +713,6 @@ class DeltaTableBuilder:
                 )
             parts.append(f.name)
         conf = props.validate_properties(self._properties, table=table)
-        if props.get(conf, props.COLUMN_MAPPING_MODE) != "none":
-            raise UnsupportedFeatureError(
-                f"Table {table}: creating tables with delta.columnMapping.mode is not supported by serialake."
-            )
         fields = dict(
             schema_string=schema.to_json(),
             partition_columns=tuple(parts),

@@ -28,7 +28,6 @@ from serialake.exceptions import (
     DeltaAnalysisException,
     DeltaIllegalArgumentException,
     SchemaMismatchError,
-    UnsupportedFeatureError,
 )
 from serialake.spark import invariants, io, scans
 from serialake.spark.invariants import check_rows
@@ -103,11 +102,6 @@ def write(
             )
         if mode_key == "ignore":
             return None
-        if io.column_mapping_mode(snap) != "none":
-            raise UnsupportedFeatureError(
-                f"Table {table} uses column mapping (delta.columnMapping.mode="
-                f"{io.column_mapping_mode(snap)}); serialake reads such tables but cannot write them yet."
-            )
     if txnAppId is not None:
         done = txn.txn_version(txnAppId)
         if done is not None and done >= int(txnVersion):  # type: ignore[arg-type]
@@ -159,7 +153,12 @@ def write(
         removes = [f.remove(timestamp=stamp) for f in removed]
 
     adds = write_checked_files(
-        data, table, part_cols, max_records_per_file=maxRecordsPerFile, configuration=final_meta.configuration
+        data,
+        table,
+        part_cols,
+        max_records_per_file=maxRecordsPerFile,
+        configuration=final_meta.configuration,
+        schema=schema,
     )
     if identity_values is not None:
         identity_values.record(txn)
@@ -502,6 +501,7 @@ def write_checked_files(
     data_change: bool = True,
     max_records_per_file: int | None = None,
     configuration: Mapping[str, str] | None = None,
+    schema: StructType | None = None,
 ) -> list[AddFile]:
     """``io.write_data_files`` where a failed ``check_rows`` check raises ``DeltaAnalysisException``."""
     try:
@@ -512,6 +512,7 @@ def write_checked_files(
             data_change=data_change,
             max_records_per_file=max_records_per_file,
             configuration=configuration,
+            schema=schema,
         )
     except Exception as e:  # noqa: BLE001 - Spark wraps the check's error in several layers
         message = invariants.check_failure(e)

@@ -25,10 +25,12 @@ from serialake.sql.statements import (
     DescribeDetail,
     DescribeHistory,
     DescribeTable,
+    DropColumns,
     DropConstraint,
     DropFeature,
     Generate,
     Optimize,
+    RenameColumn,
     RenameTable,
     Reorg,
     Restore,
@@ -396,6 +398,24 @@ def _alter_table(p: Cursor) -> Statement | None:
         return ClusterBy(table=table, columns=tuple(columns), text=p.statement)
     if p.word() in ("ALTER", "CHANGE"):
         return _change_column(p, table)
+    if p.accept("RENAME", "COLUMN"):
+        column = p.path("the column to rename")
+        p.expect("TO")
+        new_name = p.name("the column's new name")
+        p.finish()
+        return RenameColumn(table=table, column=column, new_name=new_name, text=p.statement)
+    dropping = p.matches("DROP", "COLUMNS") or p.matches("DROP", "COLUMN")
+    if dropping:
+        p.i += dropping
+        if_exists = p.accept("IF", "EXISTS")
+        paren = p.accept("(")
+        paths = [p.path("a column to drop")]
+        while p.accept(","):
+            paths.append(p.path("a column to drop"))
+        if paren:
+            p.expect(")")
+        p.finish()
+        return DropColumns(table=table, columns=tuple(paths), if_exists=if_exists, text=p.statement)
     if p.accept("RENAME", "TO"):
         new_name = ".".join(p.path("the new table name"))
         p.finish()

@@ -44,6 +44,7 @@ from serialake.sql.statements import (
     DescribeDetail,
     DescribeHistory,
     DescribeTable,
+    DropColumns,
     DropConstraint,
     DropFeature,
     DropTable,
@@ -53,6 +54,7 @@ from serialake.sql.statements import (
     Optimize,
     Passthrough,
     Query,
+    RenameColumn,
     RenameTable,
     Reorg,
     Restore,
@@ -346,6 +348,18 @@ def _change_column(spark: SparkSession, st: ChangeColumn) -> DataFrame:
     return _wrote(spark, path)
 
 
+def _rename_column(spark: SparkSession, st: RenameColumn) -> DataFrame:
+    path = _existing(st.table)
+    dml.rename_column(path, st.column, st.new_name)
+    return _wrote(spark, path)
+
+
+def _drop_columns(spark: SparkSession, st: DropColumns) -> DataFrame:
+    path = _existing(st.table)
+    dml.drop_columns(path, st.columns, if_exists=st.if_exists)
+    return _wrote(spark, path)
+
+
 def _clone(spark: SparkSession, st: Clone) -> DataFrame:
     """CREATE ... CLONE: ``dml.clone`` to the table's path (or its name's location)."""
     name = st.table.name
@@ -605,6 +619,8 @@ _HANDLERS: dict[type, Callable[[SparkSession, Any], DataFrame]] = {
     UnsetProperties: _unset_properties,
     AddColumns: _add_columns,
     ChangeColumn: _change_column,
+    RenameColumn: _rename_column,
+    DropColumns: _drop_columns,
     ClusterBy: _cluster_by,
     Clone: _clone,
     RenameTable: _rename_table,

@@ -237,6 +237,24 @@ class ChangeColumn(Statement):
 
 
 @dataclass(frozen=True)
+class RenameColumn(Statement):
+    """ALTER TABLE ... RENAME COLUMN a[.b] TO c (column mapping tables)."""
+
+    table: TableRef
+    column: tuple[str, ...]
+    new_name: str
+
+
+@dataclass(frozen=True)
+class DropColumns(Statement):
+    """ALTER TABLE ... DROP COLUMN[S] [IF EXISTS] a[, b.c] (column mapping tables)."""
+
+    table: TableRef
+    columns: tuple[tuple[str, ...], ...]
+    if_exists: bool = False
+
+
+@dataclass(frozen=True)
 class Clone(Statement):
     """CREATE [OR REPLACE] TABLE [IF NOT EXISTS] t [SHALLOW | DEEP] CLONE source
     [VERSION AS OF n | TIMESTAMP AS OF ts] [TBLPROPERTIES (...)] [LOCATION 'path']."""

@@ -254,3 +254,39 @@ def test_column_mapped_table_on_s3_is_read_by_logical_names(on_spark: SparkSessi
     assert [(r["user id"], r.info.city if r.info else None, r.part) for r in df.orderBy("user id").collect()] == [
         (1, "Oslo", "p1"), (2, None, "p1")
     ]  # fmt: skip
+
+
+def test_column_mapped_table_written_on_s3(on_spark: SparkSession, server: S3Server) -> None:
+    """The executors write physical names and field ids; DML and renames work; delta-rs reads it."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from deltalake import QueryBuilder
+
+    from serialake.core import DeltaLog
+    from serialake.storage.datafiles import Access
+
+    uri = _uri(server)
+    on_spark.sql(
+        f"CREATE TABLE delta.`{uri}` (id LONG, info STRUCT<city: STRING>, p STRING) USING delta PARTITIONED BY (p) "
+        "TBLPROPERTIES ('delta.columnMapping.mode' = 'name')"
+    )
+    df = on_spark.createDataFrame(
+        [(1, ("Oslo",), "x"), (2, ("Rome",), "y")], "id long, info struct<city:string>, p string"
+    )
+    df.write.format("delta").mode("append").save(uri)
+    snap = DeltaLog.for_table(uri).update()
+    physical = {f.name: f.metadata["delta.columnMapping.physicalName"] for f in snap.schema.fields}
+    ids = {f.name: f.metadata["delta.columnMapping.id"] for f in snap.schema.fields}
+    for add in snap.all_files:
+        assert set(add.partition_values) == {physical["p"]}
+        footer = pq.ParquetFile(pa.py_buffer(Access.here(uri).read_bytes(f"{uri}/{add.path}")))
+        assert {(f.name, int(f.metadata[b"PARQUET:field_id"])) for f in footer.schema_arrow} == {
+            (physical["id"], ids["id"]), (physical["info"], ids["info"])
+        }
+    DeltaTable.forPath(on_spark, uri).delete("id = 2")
+    on_spark.sql(f"ALTER TABLE delta.`{uri}` RENAME COLUMN info TO place")
+    assert _rows(serialake.read(on_spark, uri).select("id", "place.city", "p"), "id", "city", "p") == [
+        (1, "Oslo", "x")
+    ]
+    rs = pa.table(QueryBuilder().register("t", _deltars(server, uri)).execute("SELECT id, place, p FROM t").read_all())
+    assert rs.to_pylist() == [{"id": 1, "place": {"city": "Oslo"}, "p": "x"}]

@@ -25,7 +25,14 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from serialake.spark.dml.alter_command import add_columns, change_column, cluster_by, unset_properties
+    from serialake.spark.dml.alter_command import (
+        add_columns,
+        change_column,
+        cluster_by,
+        drop_columns,
+        rename_column,
+        unset_properties,
+    )
     from serialake.spark.dml.clone_command import clone
     from serialake.spark.dml.constraint_command import add_constraint, drop_constraint
     from serialake.spark.dml.convert_command import convert_to_delta, parquet_identifier_path
@@ -46,6 +53,8 @@ _MODULE_OF = {
     "add_columns": "alter_command",
     "change_column": "alter_command",
     "cluster_by": "alter_command",
+    "drop_columns": "alter_command",
+    "rename_column": "alter_command",
     "unset_properties": "alter_command",
     "clone": "clone_command",
     "add_constraint": "constraint_command",
@@ -97,6 +106,7 @@ __all__ = [
     "cluster_by",
     "convert_to_delta",
     "delete",
+    "drop_columns",
     "drop_constraint",
     "drop_feature",
     "generate",
@@ -105,6 +115,7 @@ __all__ = [
     "optimize",
     "parquet_identifier_path",
     "purge_deletion_vectors",
+    "rename_column",
     "restore",
     "restoreToTimestamp",
     "restoreToVersion",

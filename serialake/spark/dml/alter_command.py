@@ -16,7 +16,15 @@ from pyspark.sql import types as T
 
 from serialake.core import DeltaLog, clustering, constraints
 from serialake.core import properties as props
-from serialake.core.schema import SchemaError, StructField, StructType, change_field, field_path
+from serialake.core.schema import (
+    SchemaError,
+    StructField,
+    StructType,
+    change_field,
+    field_path,
+    remove_field,
+    rename_field,
+)
 from serialake.core.written import BeforeCommit, commit_or_clean_up
 from serialake.exceptions import (
     DeltaAnalysisException,
@@ -27,7 +35,7 @@ from serialake.exceptions import (
 from serialake.spark import io
 from serialake.spark.dml.kernel import open_transaction
 
-__all__ = ["add_columns", "change_column", "cluster_by", "unset_properties"]
+__all__ = ["add_columns", "change_column", "cluster_by", "drop_columns", "rename_column", "unset_properties"]
 
 
 def add_columns(
@@ -99,11 +107,10 @@ def change_column(
     table = snap.table_path
     dotted = ".".join(column)
     old = _field_at(snap.schema, column, table)
-    if new_name is not None and new_name != old.name:
-        raise UnsupportedFeatureError(
-            f"Cannot rename column '{dotted}' of table {table} to '{new_name}': renaming a column needs column "
-            "mapping (delta.columnMapping.mode = 'name'), which serialake reads but cannot write yet."
-        )
+    base, parts = snap.schema, tuple(snap.partition_columns)
+    if new_name is not None and new_name.strip("`") != old.name:
+        base, parts = _renamed(snap, column, new_name)  # renamed and changed in one commit
+        column = [*column[:-1], new_name.strip("`")]
     if data_type is not None:
         wanted = StructType.from_ddl(f"`x` {data_type}").fields[0].data_type
         if wanted.simple_string() != old.data_type.simple_string():
@@ -115,15 +122,15 @@ def change_column(
     if old.name.lower() in {c.lower() for c in snap.partition_columns} and nullable is False:
         raise DeltaAnalysisException(f"Cannot SET NOT NULL on partition column '{dotted}' of table {table}.")
     try:
-        schema = change_field(snap.schema, column, comment=comment, nullable=nullable, first=first, after=after)
+        schema = change_field(base, column, comment=comment, nullable=nullable, first=first, after=after)
     except SchemaError as e:
         raise DeltaAnalysisException(f"Cannot change column '{dotted}' of table {table}: {e}") from None
     if nullable is False and old.nullable:
-        _check_no_nulls(spark, txn, snap, column, table)
+        _check_no_nulls(spark, txn, snap, [*column[:-1], old.name], table)
     if schema == snap.schema:
         return snap.version  # nothing changes: no commit (as SET TBLPROPERTIES of the same value)
     constraints.validate_generated_columns(schema, table)
-    txn.update_metadata(replace(snap.metadata, schema_string=schema.to_json()))
+    txn.update_metadata(replace(snap.metadata, schema_string=schema.to_json(), partition_columns=parts))
     new = _field_at(schema, column, table)
     params: dict[str, str] = {"column": json.dumps(new.to_json_value(), separators=(",", ":"))}
     if first:
@@ -131,6 +138,125 @@ def change_column(
     elif after is not None:
         params["position"] = f"AFTER {after}"
     return commit_or_clean_up(txn, [], "CHANGE COLUMN", params, {}, before_commit=before_commit)
+
+
+def _require_mapping(snap: Any, action: str) -> None:
+    """Renaming and dropping columns rewrite no file: they need column mapping (``name`` or ``id``)."""
+    if io.column_mapping_mode(snap) == "none":
+        raise DeltaAnalysisException(
+            f"Cannot {action} of table {snap.table_path}: it needs column mapping, so that data files keep the "
+            "column under its physical name. Enable it with ALTER TABLE ... SET TBLPROPERTIES "
+            "('delta.columnMapping.mode' = 'name') (no file is rewritten), then retry."
+        )
+
+
+def _referenced_by(snap: Any, names: Sequence[str]) -> str | None:
+    """What refers to column ``names`` (a path) by name: a CHECK constraint or a generated column."""
+    top = names[0].lower()
+    for check in constraints.check_constraints(snap.configuration):
+        if top in constraints.referenced_columns(check.expression, what=f"CHECK constraint {check.name}"):
+            return f"CHECK constraint {check.name}"
+    for generated in constraints.generated_columns(snap.schema):
+        if top in constraints.referenced_columns(generated.expression, what=f"generated column {generated.name}"):
+            return f"generated column {generated.name}"
+    return None
+
+
+def rename_column(
+    table_path: str, column: Sequence[str], new_name: str, *, before_commit: BeforeCommit = None
+) -> int:
+    """``ALTER TABLE ... RENAME COLUMN a TO b`` (a nested field: ``["s", "a"]``): a metadata commit.
+
+    Needs column mapping: the column keeps its id and physical name, so no data file is
+    rewritten. A partition column is renamed in the partitioning too; a column a CHECK
+    constraint or a generated column refers to cannot be renamed (drop those first).
+    Concurrent writes fail with ``MetadataChangedException``. Returns the committed version.
+    """
+    txn, snap = open_transaction(table_path, "RENAME COLUMN")
+    if new_name.strip("`") == _field_at(snap.schema, column, snap.table_path).name:
+        return snap.version
+    schema, parts = _renamed(snap, column, new_name)
+    txn.update_metadata(replace(snap.metadata, schema_string=schema.to_json(), partition_columns=parts))
+    params = {"oldColumnPath": ".".join(column), "newColumnPath": ".".join([*column[:-1], new_name.strip("`")])}
+    return commit_or_clean_up(txn, [], "RENAME COLUMN", params, {}, before_commit=before_commit)
+
+
+def _renamed(snap: Any, column: Sequence[str], new_name: str) -> tuple[StructType, tuple[str, ...]]:
+    """The schema and partition columns with ``column`` named ``new_name`` (checked: see ``rename_column``)."""
+    table = snap.table_path
+    dotted = ".".join(column)
+    _require_mapping(snap, f"rename column '{dotted}'")
+    old = _field_at(snap.schema, column, table)
+    new_name = new_name.strip("`")
+    if not new_name:
+        raise DeltaAnalysisException(f"Cannot rename column '{dotted}' of table {table} to an empty name")
+    parent = field_path(snap.schema, column[:-1])[-1].data_type if len(column) > 1 else snap.schema
+    assert isinstance(parent, StructType)
+    clash = next((f.name for f in parent.fields if f.name.lower() == new_name.lower() and f is not old), None)
+    if clash is not None:
+        raise DeltaAnalysisException(
+            f"Cannot rename column '{dotted}' of table {table} to '{new_name}': column '{clash}' already exists."
+        )
+    user = _referenced_by(snap, column)
+    if user is not None:
+        raise DeltaAnalysisException(f"Cannot rename column '{dotted}' of table {table}: {user} refers to it. "
+                                     "Drop it first.")
+    parts = tuple(
+        new_name if len(column) == 1 and c.lower() == old.name.lower() else c for c in snap.partition_columns
+    )
+    return rename_field(snap.schema, column, new_name), parts
+
+
+def drop_columns(
+    table_path: str,
+    columns: Sequence[Sequence[str]],
+    *,
+    if_exists: bool = False,
+    before_commit: BeforeCommit = None,
+) -> int:
+    """``ALTER TABLE ... DROP COLUMN[S]``: remove columns (paths) from the schema in a metadata commit.
+
+    Needs column mapping: the data stays in the files, unread, until they are rewritten;
+    the ids are never given out again. Partition and clustering columns, the last column,
+    and columns a CHECK constraint or generated column refers to cannot be dropped. With
+    ``if_exists`` missing columns are skipped. Returns the committed version (the read
+    version when nothing is dropped).
+    """
+    txn, snap = open_transaction(table_path, "DROP COLUMNS")
+    table = snap.table_path
+    names = ", ".join(".".join(c) for c in columns)
+    _require_mapping(snap, f"drop column(s) {names}")
+    schema = snap.schema
+    dropped = []
+    parts = {c.lower() for c in snap.partition_columns}
+    clustered = {c.lower() for c in clustering.clustering_columns(snap.domain_metadata, snap.schema, table) or []}
+    for column in columns:
+        dotted = ".".join(column)
+        try:
+            field_path(schema, column)
+        except SchemaError as e:
+            if if_exists:
+                continue
+            raise DeltaAnalysisException(f"Cannot drop column '{dotted}' of table {table}: {e}") from None
+        if len(column) == 1 and column[0].lower() in parts:
+            raise DeltaAnalysisException(f"Cannot drop partition column '{dotted}' of table {table}.")
+        if dotted.lower() in clustered:
+            raise DeltaAnalysisException(
+                f"Cannot drop clustering column '{dotted}' of table {table}: change the clustering first "
+                "(ALTER TABLE ... CLUSTER BY)."
+            )
+        user = _referenced_by(snap, column)
+        if user is not None:
+            raise DeltaAnalysisException(f"Cannot drop column '{dotted}' of table {table}: {user} refers to it.")
+        schema = remove_field(schema, column)
+        dropped.append(dotted)
+    if not dropped:
+        return snap.version
+    if not schema.fields:
+        raise DeltaAnalysisException(f"Cannot drop every column of table {table}.")
+    txn.update_metadata(replace(snap.metadata, schema_string=schema.to_json()))
+    params = {"columns": json.dumps(dropped)}
+    return commit_or_clean_up(txn, [], "DROP COLUMNS", params, {}, before_commit=before_commit)
 
 
 def cluster_by(table_path: str, columns: Sequence[str], *, before_commit: BeforeCommit = None) -> int:

@@ -10,9 +10,9 @@ other data file (staged, renamed into the inputs' directory, fsynced, stats from
 footer; on S3 written once to its final name).
 
 Row order is the one OPTIMIZE promises for its row mapping: inputs in path order, rows in
-physical order. Anything this path does not reproduce exactly as Spark reads it (column
-mapping, nested or interval types, a column whose stored type needs a lossy cast, a
-file outside the table directory) raises ``NotExact``, and the bin is compacted by Spark.
+physical order. Anything this path does not reproduce exactly as Spark reads it (nested
+or interval types, a column whose stored type needs a lossy cast, a file outside the
+table directory) raises ``NotExact``, and the bin is compacted by Spark.
 """
 
 from __future__ import annotations

@@ -20,8 +20,8 @@ an object is visible whole or not at all): no staging area.
   data (``rewrite_files_with_changes``) each rewrite also gives its change rows, written
   under ``_change_data/`` with the same partition values.
 
-``DriverTable.open`` says whether a table qualifies: no column mapping, only columns whose
-Arrow type reads back in Spark as the table type (no nested, interval, variant or
+``DriverTable.open`` says whether a table qualifies: only columns whose Arrow type reads
+back in Spark as the table type (no nested, interval, variant or
 timestamp columns whose time zone handling differs), no generated or identity columns,
 no CHECK constraints, data files inside the table directory. Anything else raises
 ``NotExact`` (``core.values``); the engine then runs the step on Spark, which handles
@@ -30,6 +30,7 @@ everything.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import posixpath
 import uuid
@@ -40,11 +41,13 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from serialake.core import cdf as core_cdf
+from serialake.core import column_mapping as cm
 from serialake.core import constraints, row_eval
+from serialake.core import properties as props
 from serialake.core.actions import AddCDCFile, AddFile, decode_path, encode_path
 from serialake.core.deletion_vectors import RowIndexSet, read_deletion_vector
 from serialake.core.expressions import Expr
-from serialake.core.schema import StructField, StructType
+from serialake.core.schema import PrimitiveType, StructField, StructType, physical_name
 from serialake.core.snapshot import Snapshot
 from serialake.core.types import arrow_type
 from serialake.core.values import NotExact
@@ -74,6 +77,9 @@ class DriverTable:
     snap: Snapshot
     stored: tuple[StructField, ...]  # the columns data files hold (not the partition columns)
     schema: Any  # pyarrow schema of ``stored``, in table types
+    # Column mapping: table name -> name in the files (physical), for the stored and partition columns.
+    physical: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    materialize: bool = False  # IcebergCompatV2: files hold the partition columns too
 
     @staticmethod
     def open(snap: Snapshot) -> DriverTable:
@@ -83,8 +89,6 @@ class DriverTable:
         """
         import pyarrow as pa
 
-        if io.column_mapping_mode(snap) != "none":
-            raise NotExact("column mapping")
         if constraints.check_constraints(snap.configuration):
             raise NotExact("CHECK constraints")
         for f in snap.schema.fields:
@@ -97,7 +101,14 @@ class DriverTable:
             if t is None:
                 raise NotExact(f"column {f.name} of type {f.data_type}")
             fields.append(pa.field(f.name, t, nullable=True))
-        return DriverTable(snap, stored, pa.schema(fields))
+        physical: dict[str, str] = {}
+        materialize = False
+        if io.column_mapping_mode(snap) != "none":
+            physical = {f.name: physical_name(f) for f in snap.schema.fields}
+            materialize = bool(props.get(snap.configuration, props.ENABLE_ICEBERG_COMPAT_V2)) and bool(
+                snap.partition_columns
+            )
+        return DriverTable(snap, stored, pa.schema(fields), physical, materialize)
 
     @property
     def path(self) -> str:
@@ -141,6 +152,9 @@ class DriverTable:
 
         path = io.absolute_path(self.path, add.path)
         schema = self.schema if columns is None else pa.schema([self.schema.field(c) for c in columns])
+        if self.physical:  # column mapping: read by physical names, shown under the table's names
+            shown = schema
+            schema = pa.schema([f.with_name(self.physical.get(f.name, f.name)) for f in shown])
         try:
             if is_remote(path):
                 # In memory when small (one GET), else read by ranges (``Access.open_parquet``).
@@ -177,6 +191,8 @@ class DriverTable:
                 col = pa.nulls(n, field.type)  # added after this file was written
             arrays.append(col)
         table = pa.Table.from_arrays(arrays, schema=schema) if arrays else data.select([])
+        if self.physical:
+            table = table.rename_columns(shown.names)
         rows = np.arange(n, dtype=np.int64) if positions else None
         if add.deletion_vector is not None:
             deleted = read_deletion_vector(self.path, add.deletion_vector).to_numpy().astype(np.int64)
@@ -210,7 +226,29 @@ class DriverTable:
         return pa.scalar(io.typed_partition_value(raw, f.data_type, table=self.path, column=part), t)
 
     def stats_columns(self) -> list[tuple[tuple[str, ...], Any]]:
-        return io.stats_columns(StructType(self.stored), self.snap.configuration)
+        stored = StructType(self.stored)
+        return io.stats_columns(cm.physical_schema(stored) if self.physical else stored, self.snap.configuration)
+
+    def _as_stored(self, table: Any, partition_values: Mapping[str, str | None]) -> Any:
+        """``table`` (table names) as written to a column-mapped table's files: physical names, field
+        ids, and (IcebergCompatV2) the partition columns, from ``partition_values``."""
+        import pyarrow as pa
+
+        fields = {f.name: f for f in self.snap.schema.fields}
+        if self.materialize:
+            for name in self.snap.partition_columns:
+                f = fields[name]
+                t = arrow_type(f.data_type)
+                if t is None:
+                    raise NotExact(f"partition column {name}")
+                raw = next((v for k, v in partition_values.items() if k == self.physical.get(name)), None)
+                value = io.typed_partition_value(raw, f.data_type, table=self.path, column=name)
+                table = table.append_column(pa.field(name, t), pa.repeat(pa.scalar(value, t), table.num_rows))
+        table = table.rename_columns([self.physical.get(c, c) for c in table.column_names])
+        mapped = [fields[c] for c in self.physical if self.physical[c] in table.column_names]
+        order = {physical_name(f): f for f in mapped}
+        known = [order[c] if c in order else StructField(c, PrimitiveType("string")) for c in table.column_names]
+        return table.cast(cm.arrow_with_field_ids(table.schema, known))
 
     def write(
         self,
@@ -233,6 +271,8 @@ class DriverTable:
         if table.num_rows == 0:
             return None
         indexed = indexed or self.stats_columns()
+        if self.physical:
+            table = self._as_stored(table, partition_values)
         if staging is None:
             if not self.remote:
                 raise ValueError(f"Table {self.path}: a local write needs a staging area")

@@ -26,7 +26,7 @@ from serialake.core.actions import Action, AddFile
 from serialake.core.transaction import OptimisticTransaction
 from serialake.core.written import BeforeCommit, commit_or_clean_up
 from serialake.exceptions import DeltaTableNotFoundError, UnsupportedFeatureError
-from serialake.spark import invariants, io, scans
+from serialake.spark import invariants, scans
 from serialake.spark.dml.kernel import DmlResult, file_bytes, json_list, parse_or_true, rows_of
 from serialake.spark.write import align_to_schema, write_checked_files
 
@@ -61,8 +61,6 @@ def run_insert(
     snap = txn.snapshot
     if snap is None:
         raise DeltaTableNotFoundError(f"Cannot INSERT: {log.table_path} is not a Delta table.")
-    if io.column_mapping_mode(snap) != "none":
-        raise UnsupportedFeatureError(f"Table {log.table_path} uses column mapping; serialake cannot write it yet.")
     if isinstance(df, DataFrame):
         found = scans.record_scans(txn, df)
         if read_predicate is not None:
@@ -92,7 +90,9 @@ def run_insert(
             replaced = txn.filter_files([expr])
             data = data.filter(F.expr(replace_where))
         removes = [f.remove() for f in replaced]
-    adds = write_checked_files(data, snap.table_path, list(snap.partition_columns), configuration=snap.configuration)
+    adds = write_checked_files(
+        data, snap.table_path, list(snap.partition_columns), configuration=snap.configuration, schema=snap.schema
+    )
     identity_values.record(txn)
     metrics = {"numFiles": len(adds), "numOutputRows": rows_of(adds), "numOutputBytes": file_bytes(adds)}
     params = {"mode": "Overwrite" if overwrite else "Append", "partitionBy": json_list(list(snap.partition_columns))}

@@ -55,7 +55,6 @@ from serialake.exceptions import (
     DeltaAnalysisException,
     DeltaIllegalArgumentException,
     DeltaTableNotFoundError,
-    UnsupportedFeatureError,
 )
 from serialake.spark import cdf, invariants, io, scans
 from serialake.spark.dml.driver_files import matching_rows
@@ -152,12 +151,6 @@ def open_transaction(table_path: str, operation: str) -> tuple[OptimisticTransac
     snap = txn.snapshot
     if snap is None:
         raise DeltaTableNotFoundError(f"Cannot {operation}: {log.table_path} is not a Delta table.")
-    mode = io.column_mapping_mode(snap)
-    if mode != "none":
-        raise UnsupportedFeatureError(
-            f"Cannot {operation} table {snap.table_path}: it uses column mapping (delta.columnMapping.mode="
-            f"{mode}), which serialake reads but cannot write yet."
-        )
     if operation in _BATCH_OPERATIONS:
         batch_txn.join(txn)  # inside serialake.streaming.idempotent: commits with the micro-batch's txn
     return txn, snap
@@ -392,7 +385,12 @@ def write_rows(
         df = invariants.enforce(df, snap.schema, snap.configuration, snap.table_path, identity_values=identity_values)
     df = check_not_null(df, [f.name for f in snap.schema.fields if not f.nullable], snap.table_path)
     adds = write_checked_files(
-        df, snap.table_path, list(snap.partition_columns), data_change=data_change, configuration=snap.configuration
+        df,
+        snap.table_path,
+        list(snap.partition_columns),
+        data_change=data_change,
+        configuration=snap.configuration,
+        schema=snap.schema,
     )
     if identity_values is not None:
         if txn is not None:
@@ -445,7 +443,7 @@ def write_rows_and_changes(
     try:
         stored = rows.where(kind.isNull() | kind.isin(*_STORED_CHANGES)).drop(core_cdf.CHANGE_TYPE)
         adds = write_checked_files(
-            stored, table, list(snap.partition_columns), data_change=True, configuration=snap.configuration
+            stored, table, list(snap.partition_columns), configuration=snap.configuration, schema=snap.schema
         )
         try:
             changes = cdf.write_change_files(rows.where(kind.isNotNull()), snap)

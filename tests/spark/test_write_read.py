@@ -20,7 +20,6 @@ from serialake.exceptions import (
     DeltaIllegalArgumentException,
     DeltaTableNotFoundError,
     SchemaMismatchError,
-    UnsupportedFeatureError,
 )
 from serialake.spark import DeltaTable, read, write
 from serialake.spark.io import read_files_df, write_data_files

@@ -64,6 +64,7 @@ SUPPORTED_WRITER_FEATURES = frozenset(
         "changeDataFeed",
         "generatedColumns",
         "identityColumns",
+        "icebergCompatV2",
         "inCommitTimestamp",
         "typeWidening",
         "typeWidening-preview",
@@ -94,6 +95,7 @@ FEATURE_PROPERTY = {
     "appendOnly": props.APPEND_ONLY,
     "changeDataFeed": props.ENABLE_CDF,
     "inCommitTimestamp": props.ENABLE_ICT,
+    "icebergCompatV2": props.ENABLE_ICEBERG_COMPAT_V2,
 }
 
 

@@ -148,6 +148,7 @@ _SPECS: dict[str, PropertySpec] = {
         PropertySpec("delta.enableTypeWidening", _bool, "true, false", False),
         PropertySpec("delta.enableRowTracking", _bool, "true, false", False),
         PropertySpec(ENABLE_ICEBERG_COMPAT_V2, _bool, "true, false", False),
+        PropertySpec("delta.enableIcebergCompatV1", _bool, "true, false", False),
         PropertySpec(UNIVERSAL_FORMATS, str, "iceberg, hudi", None),
         PropertySpec("delta.parquet.compression.codec", str, "snappy, zstd, gzip, lz4, none", None),
         PropertySpec("delta.inCommitTimestampEnablementVersion", int, "a version", None),

@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from serialake.core import column_mapping, features, row_eval, row_level
+from serialake.core import column_mapping, features, row_eval, row_level, uniform
 from serialake.core import properties as props
 from serialake.core.actions import (
     Action,
@@ -178,12 +178,16 @@ class OptimisticTransaction:
     def is_new_table(self) -> bool:
         return self.snapshot is None
 
-    def update_metadata(self, metadata: Metadata, *, replace_table: bool = False) -> None:
+    def update_metadata(
+        self, metadata: Metadata, *, replace_table: bool = False, upgrade_uniform: bool = False
+    ) -> None:
         """Replace the table metadata in this commit (schema, partitioning, properties).
 
         ``replace_table``: this commit creates or replaces the whole table (CREATE [OR
         REPLACE] TABLE): it writes the protocol too, as Delta does, so that a concurrent
-        creation or replacement fails with ``ProtocolChangedException``.
+        creation or replacement fails with ``ProtocolChangedException``. ``upgrade_uniform``:
+        the commit turns IcebergCompatV2 on and rewrites the files not written for it
+        (``REORG ... UPGRADE UNIFORM``; see ``core.uniform``).
         """
         if self.committed:
             raise DeltaIllegalArgumentException("Transaction already committed")
@@ -193,6 +197,14 @@ class OptimisticTransaction:
             metadata = replace(metadata, id=self.snapshot.metadata.id)
         metadata = replace(metadata, configuration=conf)
         previous = self.snapshot.metadata if self.snapshot is not None else None
+        live = self.snapshot.all_files if self.snapshot is not None and uniform.compat_v2(conf) and not (
+            previous is not None and uniform.compat_v2(dict(previous.configuration))
+        ) else ()
+        metadata = uniform.prepare_metadata(
+            metadata, previous, table=self.table_path, replacing=replace_table, live_files=live,
+            upgrading=upgrade_uniform,
+        )  # fmt: skip
+        conf = dict(metadata.configuration)
         metadata = column_mapping.assign(metadata, previous, table=self.table_path, replacing=replace_table)
         from serialake.core.schema import StructType
 
@@ -366,9 +378,12 @@ class OptimisticTransaction:
         if result.work_already_done:
             return result.version
         meta = info.metadata or info.read_metadata
-        self.delta_log.maybe_checkpoint_async(
-            result.version, dict(meta.configuration) if meta else {}, base=self.snapshot
-        )
+        conf = dict(meta.configuration) if meta else {}
+        self.delta_log.maybe_checkpoint_async(result.version, conf, base=self.snapshot)
+        if uniform.iceberg_enabled(conf):  # UniForm: Iceberg metadata written in the background
+            from serialake.core import iceberg
+
+            iceberg.after_commit(self.delta_log, result.version, conf)
         return result.version
 
     def _prepare(
@@ -404,6 +419,9 @@ class OptimisticTransaction:
         assert protocol is not None
         features.check_writable(protocol, self.metadata, table)
         self._check_append_only(body)
+        meta = self.metadata
+        if meta is not None:
+            uniform.check_adds([a for a in body if isinstance(a, AddFile)], dict(meta.configuration), table)
         self._check_change_data_feed(body, operation, operation_parameters)
         _check_paths(body, table, self._external_path_allowed)
 

@@ -35,6 +35,7 @@ from pyspark.sql import types as T
 
 from serialake.core import column_mapping as cm
 from serialake.core import properties as props
+from serialake.core import uniform
 from serialake.core.actions import AddFile, decode_path, encode_path
 from serialake.core.constraints import GENERATION_EXPRESSION
 from serialake.core.partition_values import hive_escape, parse_partition_value
@@ -362,7 +363,7 @@ def write_data_files(
             field_ids=physical.stored_fields if physical is not None else None,
             directory_names=physical.directory_names if physical is not None else None,
         )
-        return physical.rekey(adds) if physical is not None else adds
+        return physical.finish(adds) if physical is not None else adds
     observation = Observation(f"serialake_write_{uuid.uuid4().hex}")
     observed = df.observe(observation, F.count(F.lit(1)).alias(_ROWS_METRIC))
     writer = observed.write.format("parquet").mode("append")  # into the fresh, empty staging dir
@@ -391,7 +392,7 @@ def write_data_files(
             adds = [a for a in pool.map(finish, jobs) if a is not None]
         _check_written_rows(table_path, staging, adds, observation)
         fsync_dirs(table_path, {posixpath.dirname(decode_path(a.path)) for a in adds})
-        return adds
+        return physical.finish(adds, rekey=False) if physical is not None else adds
 
 
 class PhysicalWrite:
@@ -402,14 +403,21 @@ class PhysicalWrite:
     field ids. ``partition_by`` are the columns Spark partitions by: the physical partition
     columns, or, where partition values must be materialized in the files (IcebergCompatV2),
     copies of them under hidden names, which ``directory`` and ``partition_values`` turn back
-    into the physical names.
+    into the physical names. Files written under IcebergCompatV2 are tagged as such
+    (``core.uniform.COMPAT_TAG``), as Delta's writers do.
     """
 
     _COPY = "__serialake_partition_"
 
     def __init__(
-        self, df: DataFrame, partition_by: list[str], physical: dict[str, str], stored_fields: list[StructField]
+        self,
+        df: DataFrame,
+        partition_by: list[str],
+        physical: dict[str, str],
+        stored_fields: list[StructField],
+        compat: bool = False,
     ) -> None:
+        self.compat = compat
         self.df = df
         self.partition_by = partition_by
         self.directory_names = physical  # partition_by name -> physical name
@@ -456,7 +464,7 @@ class PhysicalWrite:
         else:
             partition_by, mapping = parts, {c: c for c in parts}
         kept = [p for p in names.values() if materialize or p not in set(parts)]
-        return cls(df.select(*columns), partition_by, mapping, [table_fields[p] for p in kept])
+        return cls(df.select(*columns), partition_by, mapping, [table_fields[p] for p in kept], materialize)
 
     def directory(self, rel_dir: str) -> str:
         """A staged directory (``partition_by`` names) as the table's (physical names)."""
@@ -471,11 +479,15 @@ class PhysicalWrite:
         """Partition values keyed by ``partition_by`` names, keyed by physical names."""
         return {self.directory_names.get(k, k): v for k, v in values.items()}
 
-    def rekey(self, adds: Sequence[AddFile]) -> list[AddFile]:
-        """AddFiles the executors wrote, their partition values keyed by physical names."""
-        if all(k == v for k, v in self.directory_names.items()):
-            return list(adds)
-        return [replace(a, partition_values=self.partition_values(a.partition_values or {})) for a in adds]
+    def finish(self, adds: Sequence[AddFile], *, rekey: bool = True) -> list[AddFile]:
+        """The written files' AddFiles: partition values keyed by physical names (``rekey``: the
+        executors wrote them under ``partition_by`` names) and, under IcebergCompatV2, tagged."""
+        out = list(adds)
+        if rekey and any(k != v for k, v in self.directory_names.items()):
+            out = [replace(a, partition_values=self.partition_values(a.partition_values or {})) for a in out]
+        if self.compat:
+            out = [replace(a, tags={**(a.tags or {}), uniform.COMPAT_TAG: uniform.COMPAT_VERSION}) for a in out]
+        return out
 
 
 def _check_written_rows(table_path: str, staging: str, adds: Sequence[AddFile], observation: Observation) -> None:

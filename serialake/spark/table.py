@@ -18,7 +18,7 @@ from typing import Any
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import types as T
 
-from serialake.core import DeltaLog, catalog, clustering, constraints, features, identity
+from serialake.core import DeltaLog, catalog, clustering, constraints, features, identity, uniform
 from serialake.core import properties as props
 from serialake.core.actions import FileAction, Metadata, Protocol, now_ms
 from serialake.core.cdf import CHANGE_DATA_DIR
@@ -343,8 +343,10 @@ class DeltaTable:
         else:
             to_delete, stale_staging = _vacuum_candidates(self.path, snap.partition_columns, keep, cutoff)
         schema = T.StructType([T.StructField("path", T.StringType())])
+        iceberg_files = self._iceberg_garbage(snap, cutoff, dry_run=True)
         if dryRun:
-            return self.spark.createDataFrame([(_location_uri(p),) for p, _ in sorted(to_delete)], schema)
+            found = [*(p for p, _ in sorted(to_delete)), *iceberg_files]
+            return self.spark.createDataFrame([(_location_uri(p),) for p in found], schema)
         params = {
             "retentionCheckEnabled": self._retention_check_enabled(),
             "defaultRetentionMillis": props.get(snap.configuration, props.DELETED_FILE_RETENTION),
@@ -366,10 +368,20 @@ class DeltaTable:
             for staging in stale_staging:
                 shutil.rmtree(staging, ignore_errors=True)
             dirs = _remove_empty_dirs(self.path, snap.partition_columns)
+        deleted.extend(self._iceberg_garbage(snap, cutoff, dry_run=False))
         self._commit_marker(
             "VACUUM END", {"status": "COMPLETED"}, {"numDeletedFiles": len(deleted), "numVacuumedDirectories": dirs}
         )
         return self.spark.createDataFrame([(_location_uri(p),) for p in sorted(deleted)], schema)
+
+    def _iceberg_garbage(self, snap: Snapshot, cutoff: int, *, dry_run: bool) -> list[str]:
+        """UniForm tables: the Iceberg metadata files no retained Iceberg version refers to, older than
+        ``cutoff`` (deleted unless ``dry_run``). The newest metadata and what it refers to always stay."""
+        if not uniform.iceberg_enabled(dict(snap.configuration)):
+            return []
+        from serialake.core import iceberg
+
+        return iceberg.cleanup(self.deltaLog, cutoff, dry_run=dry_run)
 
     def _retention_check_enabled(self) -> bool:
         return str(self.spark.conf.get(RETENTION_CHECK_CONF, "true")).strip().lower() != "false"
@@ -827,7 +839,10 @@ def _vacuum_candidates(
         # vacuum removes them once older than the retention (their commit's age).
         top = root == table
         dirs[:] = sorted(
-            d for d in dirs if not io.is_hidden(d, partition_columns) or (top and d == CHANGE_DATA_DIR)
+            d
+            for d in dirs
+            if (not io.is_hidden(d, partition_columns) or (top and d == CHANGE_DATA_DIR))
+            and not (top and d == uniform.METADATA_DIR)  # UniForm's Iceberg metadata: cleaned up on its own
         )
         for name in names:
             if io.is_hidden(name, partition_columns):
@@ -860,6 +875,8 @@ def _remote_vacuum_candidates(
     files = []
     for f in Access().walk(table):
         parts = f.path.split("/")
+        if parts[0] == uniform.METADATA_DIR and len(parts) > 1:
+            continue  # UniForm's Iceberg metadata: cleaned up on its own
         if parts[0] == CHANGE_DATA_DIR:  # change data files: removed once older than the retention
             parts = parts[1:]
         if any(io.is_hidden(part, partition_columns) for part in parts):

@@ -41,6 +41,7 @@ from serialake.sql.statements import (
     Statement,
     TableRef,
     UnsetProperties,
+    UpgradeUniform,
     Vacuum,
 )
 from serialake.sql.syntax import SPARK, WORD, parse_condition, ref_from_parts, token_error
@@ -257,16 +258,22 @@ def _reorg(p: Cursor) -> Statement:
         p.expect(")")
         p.finish()
         return Reorg(table=table, where=where, text=p.statement)
-    if p.word() == "UPGRADE":
-        s = p.offset()
-        p.raw_until()
-        clause = re.sub(r"\s+", " ", p.statement[s : len(p.body)].strip().removesuffix(")").strip())
-        raise UnsupportedStatementError(
-            f"REORG TABLE ... APPLY ({clause})",
-            statement=p.statement,
-            hint="UniForm (Iceberg compatibility: table features icebergCompatV1/V2 and "
-            "delta.universalFormat.enabledFormats) is not implemented; the table was not changed.",
-        )
+    if p.accept("UPGRADE", "UNIFORM"):
+        if where is not None:
+            raise p.error("REORG TABLE ... WHERE cannot UPGRADE UNIFORM: the whole table is upgraded.")
+        p.expect("(")
+        if p.word() != "ICEBERG_COMPAT_VERSION":
+            raise p.error("Expected ICEBERG_COMPAT_VERSION = <version> in UPGRADE UNIFORM(...).")
+        p.i += 1
+        p.expect("=")
+        tok = None if p.at_end() else p.tokens[p.i][0]
+        if tok is None or not tok.text.isdigit():
+            raise p.error("Expected the Iceberg compatibility version (2).")
+        p.i += 1
+        p.expect(")")
+        p.expect(")")
+        p.finish()
+        return UpgradeUniform(table=table, compat_version=int(tok.text), text=p.statement)
     raise p.error("Expected PURGE or UPGRADE UNIFORM(...) in REORG TABLE ... APPLY (...).")
 
 

@@ -66,6 +66,7 @@ from serialake.sql.statements import (
     Statement,
     UnsetProperties,
     Update,
+    UpgradeUniform,
     Vacuum,
 )
 from serialake.sql.tables import (
@@ -468,6 +469,14 @@ def _reorg(spark: SparkSession, st: Reorg) -> DataFrame:
     return rows(spark, [("path", path)] + counts)
 
 
+def _upgrade_uniform(spark: SparkSession, st: UpgradeUniform) -> DataFrame:
+    path = _existing(st.table)
+    metrics = dml.upgrade_uniform(spark, path, st.compat_version)
+    isolation.note_write(spark, path)
+    counts = [(k, int(v)) for k, v in metrics.items() if k != "version"]
+    return rows(spark, [("path", path)] + counts)
+
+
 def _describe_history(spark: SparkSession, st: DescribeHistory) -> DataFrame:
     table, _ = _table(spark, st.table)
     return table.history(st.limit)
@@ -628,6 +637,7 @@ _HANDLERS: dict[type, Callable[[SparkSession, Any], DataFrame]] = {
     DropFeature: _drop_feature,
     Optimize: _optimize,
     Reorg: _reorg,
+    UpgradeUniform: _upgrade_uniform,
     DescribeHistory: _describe_history,
     DescribeDetail: _describe_detail,
     AddConstraint: _add_constraint,

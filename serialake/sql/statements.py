@@ -214,6 +214,14 @@ class Reorg(Statement):
 
 
 @dataclass(frozen=True)
+class UpgradeUniform(Statement):
+    """REORG TABLE table APPLY (UPGRADE UNIFORM(ICEBERG_COMPAT_VERSION=n))."""
+
+    table: TableRef
+    compat_version: int = 2
+
+
+@dataclass(frozen=True)
 class DescribeHistory(Statement):
     """DESCRIBE HISTORY table [LIMIT n]."""
 

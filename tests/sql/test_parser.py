@@ -285,8 +285,6 @@ def test_seed_merge_as_extracted_is_a_positioned_syntax_error() -> None:
 @pytest.mark.parametrize(
     ("text", "named"),
     [
-        ("REORG TABLE t APPLY (UPGRADE UNIFORM(ICEBERG_COMPAT_VERSION=2))",
-         "REORG TABLE ... APPLY (UPGRADE UNIFORM(ICEBERG_COMPAT_VERSION=2))"),
         ("CREATE TABLE t (a INT) USING delta CLUSTERED BY (a) INTO 4 BUCKETS", "bucketing"),
         ("ALTER TABLE t ALTER COLUMN a SET DEFAULT 1", "SET/DROP DEFAULT"),
         ("FSCK REPAIR TABLE t", "FSCK REPAIR TABLE"),
@@ -304,9 +302,13 @@ def test_unsupported_statements_are_named(text: str, named: str) -> None:
     assert isinstance(info.value, NotImplementedError) and isinstance(info.value, SqlError)
 
 
-def test_uniform_error_names_the_feature() -> None:
-    with pytest.raises(UnsupportedStatementError, match="UniForm .*icebergCompatV1/V2"):
-        parse("REORG TABLE table_name APPLY (UPGRADE UNIFORM(ICEBERG_COMPAT_VERSION=2));")
+def test_upgrade_uniform_parses() -> None:
+    st = parse("REORG TABLE table_name APPLY (UPGRADE UNIFORM(ICEBERG_COMPAT_VERSION=2));")
+    assert isinstance(st, S.UpgradeUniform) and st.compat_version == 2 and st.table.text == "table_name"
+    with pytest.raises(SqlError, match="ICEBERG_COMPAT_VERSION"):
+        parse("REORG TABLE t APPLY (UPGRADE UNIFORM(VERSION=2))")
+    with pytest.raises(SqlError, match="WHERE cannot UPGRADE"):
+        parse("REORG TABLE t WHERE p = 1 APPLY (UPGRADE UNIFORM(ICEBERG_COMPAT_VERSION=2))")
 
 
 @pytest.mark.parametrize(

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from serialake.sql import SqlError, UnsupportedStatementError, parse_statement
+from serialake.sql import SqlError, parse_statement
 from serialake.sql import statements as S
 
 SEEDS = Path(os.environ.get("SERIALAKE_SEEDS", "/work/shared/seeds"))
@@ -93,9 +93,6 @@ def test_every_seed_statement_parses_except_the_scraped_merge() -> None:
             with pytest.raises(SqlError) as info:
                 parse_statement(text)
             assert info.value.line == 3 and info.value.text == "AND", name
-        elif "UNIFORM" in statement:
-            with pytest.raises(UnsupportedStatementError, match="UNIFORM.*Iceberg"):
-                parse_statement(text)
         else:
             assert not isinstance(parse_statement(text), S.Passthrough), (name, text)
 
@@ -141,10 +138,6 @@ def test_every_seed_statement_runs(spark: object, tmp_path: Path) -> None:
             text = runnable(statement)
             if statement.startswith("MERGE INTO"):
                 continue  # not SQL as scraped; the reconstructed statements run below
-            if "UNIFORM" in statement:
-                with pytest.raises(UnsupportedStatementError, match="ICEBERG_COMPAT_VERSION=2"):
-                    serialake.sql(spark, text)
-                continue
             if "DROP FEATURE deletionVectors" in statement:
                 serialake.sql(spark, "ALTER TABLE events SET TBLPROPERTIES ('delta.enableDeletionVectors' = true)")
                 serialake.sql(spark, "DELETE FROM events WHERE user_id = 2")

@@ -44,7 +44,7 @@ if TYPE_CHECKING:
     from serialake.spark.dml.kernel import FILE_COL, ROW_COL, TARGET_ALIAS, DmlResult, affected_rows_df
     from serialake.spark.dml.merge_command import DeltaMergeBuilder, merge, merge_result_df
     from serialake.spark.dml.optimize_command import DeltaOptimizeBuilder, optimize
-    from serialake.spark.dml.reorg_command import purge_deletion_vectors
+    from serialake.spark.dml.reorg_command import purge_deletion_vectors, upgrade_uniform
     from serialake.spark.dml.restore_command import restore, restoreToTimestamp, restoreToVersion, run_restore
     from serialake.spark.dml.update_command import run_update, update
 
@@ -80,6 +80,7 @@ _MODULE_OF = {
     "DeltaOptimizeBuilder": "optimize_command",
     "optimize": "optimize_command",
     "purge_deletion_vectors": "reorg_command",
+    "upgrade_uniform": "reorg_command",
     "restore": "restore_command",
     "restoreToTimestamp": "restore_command",
     "restoreToVersion": "restore_command",
@@ -125,6 +126,7 @@ __all__ = [
     "run_update",
     "unset_properties",
     "update",
+    "upgrade_uniform",
 ]
 
 

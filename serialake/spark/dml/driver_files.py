@@ -42,8 +42,7 @@ from typing import Any, TypeVar
 
 from serialake.core import cdf as core_cdf
 from serialake.core import column_mapping as cm
-from serialake.core import constraints, row_eval
-from serialake.core import properties as props
+from serialake.core import constraints, row_eval, uniform
 from serialake.core.actions import AddCDCFile, AddFile, decode_path, encode_path
 from serialake.core.deletion_vectors import RowIndexSet, read_deletion_vector
 from serialake.core.expressions import Expr
@@ -79,7 +78,7 @@ class DriverTable:
     schema: Any  # pyarrow schema of ``stored``, in table types
     # Column mapping: table name -> name in the files (physical), for the stored and partition columns.
     physical: Mapping[str, str] = dataclasses.field(default_factory=dict)
-    materialize: bool = False  # IcebergCompatV2: files hold the partition columns too
+    compat: bool = False  # IcebergCompatV2: files hold the partition columns too, and are tagged
 
     @staticmethod
     def open(snap: Snapshot) -> DriverTable:
@@ -102,13 +101,10 @@ class DriverTable:
                 raise NotExact(f"column {f.name} of type {f.data_type}")
             fields.append(pa.field(f.name, t, nullable=True))
         physical: dict[str, str] = {}
-        materialize = False
         if io.column_mapping_mode(snap) != "none":
             physical = {f.name: physical_name(f) for f in snap.schema.fields}
-            materialize = bool(props.get(snap.configuration, props.ENABLE_ICEBERG_COMPAT_V2)) and bool(
-                snap.partition_columns
-            )
-        return DriverTable(snap, stored, pa.schema(fields), physical, materialize)
+        compat = uniform.compat_v2(dict(snap.configuration))
+        return DriverTable(snap, stored, pa.schema(fields), physical, compat)
 
     @property
     def path(self) -> str:
@@ -235,7 +231,7 @@ class DriverTable:
         import pyarrow as pa
 
         fields = {f.name: f for f in self.snap.schema.fields}
-        if self.materialize:
+        if self.compat:
             for name in self.snap.partition_columns:
                 f = fields[name]
                 t = arrow_type(f.data_type)
@@ -276,21 +272,23 @@ class DriverTable:
         if staging is None:
             if not self.remote:
                 raise ValueError(f"Table {self.path}: a local write needs a staging area")
-            return self._put_object(table, rel_dir, partition_values, indexed, data_change)
-        name = f"{uuid.uuid4().hex}.snappy.parquet"
-        target = os.path.join(staging, rel_dir, name)
-        try:
-            os.makedirs(os.path.join(staging, rel_dir), exist_ok=True)
-            pq.write_table(table, target, compression="snappy")
-            return io.publish_staged(
-                self.path, staging, rel_dir, name, dict(partition_values), indexed, data_change
-            )
-        except OSError as e:
+            add: AddFile | None = self._put_object(table, rel_dir, partition_values, indexed, data_change)
+        else:
+            name = f"{uuid.uuid4().hex}.snappy.parquet"
+            target = os.path.join(staging, rel_dir, name)
             try:
-                os.remove(target)
-            except OSError:
-                pass
-            raise io.data_write_error(self.path, target, e) from e
+                os.makedirs(os.path.join(staging, rel_dir), exist_ok=True)
+                pq.write_table(table, target, compression="snappy")
+                add = io.publish_staged(self.path, staging, rel_dir, name, dict(partition_values), indexed, data_change)
+            except OSError as e:
+                try:
+                    os.remove(target)
+                except OSError:
+                    pass
+                raise io.data_write_error(self.path, target, e) from e
+        if add is not None and self.compat:  # written for IcebergCompatV2: tagged, as Delta's writers do
+            add = dataclasses.replace(add, tags={**(add.tags or {}), uniform.COMPAT_TAG: uniform.COMPAT_VERSION})
+        return add
 
     def _put_object(
         self,

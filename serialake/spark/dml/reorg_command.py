@@ -1,27 +1,37 @@
-"""REORG TABLE ... APPLY (PURGE): files with deletion vectors rewritten without their deleted rows.
+"""REORG TABLE ... APPLY (PURGE) and APPLY (UPGRADE UNIFORM(ICEBERG_COMPAT_VERSION=2)).
 
-Each such file becomes one file of its live rows in physical order (``dataChange=false``),
-tagged with OPTIMIZE's row mapping (``serialake.compactedFrom``), so PURGE has OPTIMIZE's
-isolation: concurrent deletions of other rows carry over, a concurrent compaction of the
-same file leaves that file to it. Small files are rewritten on the driver (``engine``).
+PURGE: files with deletion vectors rewritten without their deleted rows. Each such file
+becomes one file of its live rows in physical order (``dataChange=false``), tagged with
+OPTIMIZE's row mapping (``serialake.compactedFrom``), so PURGE has OPTIMIZE's isolation:
+concurrent deletions of other rows carry over, a concurrent compaction of the same file
+leaves that file to it. Small files are rewritten on the driver (``engine``).
+
+UPGRADE UNIFORM: the table turned into a UniForm (Iceberg) table in one commit: IcebergCompatV2
+and UniForm Iceberg on, column mapping ``name`` (existing columns keep their stored names),
+deletion vectors off, and every file not written for IcebergCompatV2 rewritten (field ids,
+partition values in the file, deleted rows purged). The commit changes the protocol and
+metadata, so every concurrent write fails; it runs at Serializable, so a file appended
+concurrently (not written for IcebergCompatV2) fails it in turn.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from pyspark.sql import SparkSession
 
-from serialake.core import DeltaLog, skipping
+from serialake.core import DeltaLog, skipping, uniform
 from serialake.core import expressions as P
+from serialake.core import properties as props
 from serialake.core.actions import AddFile, FileAction, RemoveFile
 from serialake.core.written import BeforeCommit, commit_or_clean_up
-from serialake.exceptions import DeltaAnalysisException, DeltaTableNotFoundError
+from serialake.exceptions import DeltaAnalysisException, DeltaTableNotFoundError, UnsupportedFeatureError
 from serialake.spark.dml.optimize_command import write_compacted
 
-__all__ = ["purge_deletion_vectors"]
+__all__ = ["purge_deletion_vectors", "upgrade_uniform"]
 
 
 def purge_deletion_vectors(
@@ -70,6 +80,43 @@ def purge_deletion_vectors(
     )
     if txn.committed is not None and txn.committed.work_already_done:
         return {**metrics, "version": None, "workAlreadyDoneIn": version}
+    return {**metrics, "version": version}
+
+
+def upgrade_uniform(
+    spark: SparkSession, path: str, compat_version: int = 2, *, before_commit: BeforeCommit = None
+) -> dict[str, Any]:
+    """``REORG TABLE t APPLY (UPGRADE UNIFORM(ICEBERG_COMPAT_VERSION=2))``: see the module docstring.
+
+    Returns metrics (files rewritten) and ``version`` (None when the table already is a
+    UniForm table whose files are all written for IcebergCompatV2: nothing is committed).
+    """
+    if compat_version != 2:
+        raise UnsupportedFeatureError(
+            f"REORG TABLE {path} APPLY (UPGRADE UNIFORM(ICEBERG_COMPAT_VERSION={compat_version})): serialake "
+            "supports ICEBERG_COMPAT_VERSION=2 only."
+        )
+    log = DeltaLog.for_table(path)
+    txn = log.start_transaction(isolation_level=props.SERIALIZABLE)
+    snap = txn.snapshot
+    if snap is None:
+        raise DeltaTableNotFoundError(f"{log.table_path} is not a Delta table")
+    files = txn.read_whole_table()  # a file appended meanwhile would not be written for IcebergCompatV2
+    targets = [f for f in files if not uniform.tagged(f)]
+    conf = dict(snap.metadata.configuration)
+    wanted = {props.ENABLE_ICEBERG_COMPAT_V2: "true", props.UNIVERSAL_FORMATS: uniform.ICEBERG}
+    if not targets and all(conf.get(k) == v for k, v in wanted.items()):
+        return {"numFilesRemoved": 0, "numFilesAdded": 0, "version": None}
+    txn.update_metadata(replace(snap.metadata, configuration={**conf, **wanted}), upgrade_uniform=True)
+    meta = txn.metadata
+    assert meta is not None
+    adds = write_compacted(spark, snap.with_metadata(meta), [[f] for f in targets]) if targets else []
+    removes = [f.remove(data_change=False) for f in targets]
+    metrics = {"numFilesRemoved": len(removes), "numFilesAdded": len(adds)}
+    params = {"icebergCompatVersion": str(compat_version)}
+    version = commit_or_clean_up(
+        txn, [*removes, *adds], "REORG", params, metrics, new_files=adds, before_commit=before_commit
+    )
     return {**metrics, "version": version}
 
 

@@ -1,0 +1,147 @@
+"""Iceberg conversion after commits, in the background, one thread per table (Delta UniForm).
+
+The commit path calls ``after_commit(log, version, configuration)``: for a table with
+``delta.universalFormat.enabledFormats`` including ``iceberg`` it hands the version to the
+table's ``IcebergConverter`` and returns at once. The converter converts the newest version it
+was asked for (versions queued while it worked are skipped: converting 7 covers 5 and 6), on
+its own thread, and never raises into the committer: a failure is logged and kept in
+``last_error``; the next commit's conversion (or ``convert_now``) tries again.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from serialake.core import uniform
+from serialake.core.iceberg.conversion import convert
+
+if TYPE_CHECKING:
+    from serialake.core.log import DeltaLog
+
+__all__ = [
+    "IcebergConverter",
+    "after_commit",
+    "convert_now",
+    "iceberg_enabled",
+]
+
+logger = logging.getLogger("serialake")
+
+def iceberg_enabled(configuration: Mapping[str, str]) -> bool:
+    """Whether a table's properties ask for Iceberg metadata (``core.uniform.iceberg_enabled``)."""
+    return uniform.iceberg_enabled(dict(configuration))
+
+
+def convert_now(log: DeltaLog, version: int | None = None) -> str:
+    """Convert ``version`` (the latest when None) on this thread; returns the metadata file's path.
+
+    For tools and tests; raises what ``convert`` raises.
+    """
+    return convert(log, log.snapshot(version))
+
+
+def after_commit(log: DeltaLog, version: int, configuration: Mapping[str, str]) -> None:
+    """The commit path's hook: schedule the conversion of ``version`` when the table is a UniForm table.
+
+    Cheap (a property lookup, then a queue) and never raises.
+    """
+    try:
+        if iceberg_enabled(configuration):
+            IcebergConverter.for_table(log).schedule(log, version)
+    except Exception as e:  # noqa: BLE001 - a conversion must never fail a commit
+        _log_failure(log, version, e)
+
+
+def _log_failure(delta_log: DeltaLog, version: int, error: BaseException) -> None:
+    logger.warning("Iceberg conversion of %s at version %d failed: %s", delta_log.table_path, version, error)
+
+
+class IcebergConverter:
+    """Converts one table's versions to Iceberg on one background thread, newest first.
+
+    Attributes:
+        last_error: the last conversion's error (None after a success).
+        last_error_version: the version that failed.
+        converted_version: the newest version converted by this converter (-1: none).
+        metadata_path: the metadata file of ``converted_version``.
+    """
+
+    _instances: dict[tuple[str, int], IcebergConverter] = {}
+    _instances_lock = threading.Lock()
+
+    def __init__(self, table_path: str) -> None:
+        self.table_path = table_path
+        self._cond = threading.Condition()
+        self._requested = -1
+        self._done = -1
+        self._log: DeltaLog | None = None
+        self._thread: threading.Thread | None = None
+        self.last_error: BaseException | None = None
+        self.last_error_version: int | None = None
+        self.converted_version = -1
+        self.metadata_path: str | None = None
+
+    @classmethod
+    def for_table(cls, log: DeltaLog) -> IcebergConverter:
+        """The process's converter of ``log``'s table (one per table path and store)."""
+        key = (log.table_path, id(log.store))
+        with cls._instances_lock:
+            inst = cls._instances.get(key)
+            if inst is None:
+                inst = cls(log.table_path)
+                cls._instances[key] = inst
+            return inst
+
+    def schedule(self, log: DeltaLog, version: int) -> None:
+        """Ask for ``version`` to be converted (a newer request supersedes it); returns at once."""
+        with self._cond:
+            if version <= self._requested:
+                return
+            self._requested = version
+            self._log = log
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._run, name=f"serialake-iceberg-{self.table_path}", daemon=True
+                )
+                self._thread.start()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until every requested version is converted (or failed); False when ``timeout`` ran out."""
+        with self._cond:
+            return self._cond.wait_for(lambda: self._thread is None, timeout)
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                if self._requested <= self._done or self._log is None:
+                    self._thread = None
+                    self._cond.notify_all()
+                    return
+                version, delta_log = self._requested, self._log
+            done = version
+            try:
+                snapshot = delta_log.update()
+                if snapshot.version < version:
+                    snapshot = delta_log.snapshot(version)
+                path = convert(delta_log, snapshot)  # the newest version: it covers those queued before it
+                done = snapshot.version
+                self.metadata_path, self.converted_version = path, max(self.converted_version, done)
+                self.last_error = self.last_error_version = None
+            except BaseException as e:  # noqa: BLE001 - kept and logged, never raised into a committer
+                self.last_error, self.last_error_version = e, version
+                _log_failure(delta_log, version, e)
+            with self._cond:
+                self._done = max(self._done, done)
+
+    @classmethod
+    def wait_all(cls, timeout: float | None = None) -> bool:
+        """``wait`` on every converter of this process (tests, tools that exit)."""
+        with cls._instances_lock:
+            converters = list(cls._instances.values())
+        return all(c.wait(timeout) for c in converters)
+
+    def __repr__(self) -> str:
+        return f"IcebergConverter({self.table_path!r}, converted={self.converted_version})"

@@ -21,7 +21,7 @@ import json
 import os
 import struct
 import zlib
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -219,31 +219,30 @@ def read_file(data: bytes) -> AvroFile:
     return AvroFile(schema, meta, records)
 
 
-def _read_map(dec: _Decoder, read_value: Reader) -> dict[str, Any]:
-    out: dict[str, Any] = {}
+def _block_items(dec: _Decoder) -> Iterator[None]:
+    """Once per item of an array or map: items come in blocks, each a count (negative: followed by
+    the block's size in bytes), until a count of 0."""
     while True:
         count = dec.read_long()
         if count == 0:
-            return out
+            return
         if count < 0:
             count = -count
             dec.read_long()  # the block's size in bytes
         for _ in range(count):
-            key = dec.read_bytes().decode("utf-8")
-            out[key] = read_value(dec)
+            yield None
+
+
+def _read_map(dec: _Decoder, read_value: Reader) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for _ in _block_items(dec):
+        key = dec.read_bytes().decode("utf-8")
+        out[key] = read_value(dec)
+    return out
 
 
 def _read_array(dec: _Decoder, read_item: Reader) -> list[Any]:
-    out: list[Any] = []
-    while True:
-        count = dec.read_long()
-        if count == 0:
-            return out
-        if count < 0:
-            count = -count
-            dec.read_long()
-        for _ in range(count):
-            out.append(read_item(dec))
+    return [read_item(dec) for _ in _block_items(dec)]
 
 
 # -- schemas --------------------------------------------------------------------------------

@@ -13,9 +13,9 @@ import os
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from serialake.core import properties as props
 from serialake.core.actions import Action, AddFile, CommitInfo, now_ms
@@ -96,6 +96,7 @@ class CommitEntry:
 
 
 _BUILD_LOCK = threading.Lock()
+_T = TypeVar("_T")
 
 
 class DeltaLog:
@@ -164,18 +165,22 @@ class DeltaLog:
         if entry is not None:
             return entry
         path = self.commit_path(version)
-        data = self._read_with_retry(path)
+        data, mtime = self._retrying(self.store.read_timed, path)
         items = parse_commit_items(data, self.table_path, version)
-        stamp = commit_timestamp(items, -1)  # the in-commit timestamp; else the file's time, asked only then
-        entry = CommitEntry(version, items, stamp if stamp >= 0 else self.store.modification_time(path))
+        stamp = commit_timestamp(items, -1)  # the in-commit timestamp; else the file's time
+        entry = CommitEntry(version, items, stamp if stamp >= 0 else mtime)
         self._remember(entry)
         return entry
 
-    def _read_with_retry(self, path: str, attempts: int = 5) -> bytes:
+    def _read_with_retry(self, path: str) -> bytes:
         """Read a log file, retrying transient I/O errors (a missing file is not transient)."""
+        return self._retrying(self.store.read, path)
+
+    def _retrying(self, read: Callable[[str], _T], path: str, attempts: int = 5) -> _T:
+        """``read(path)``, retrying transient I/O errors (a missing file is not transient)."""
         for i in range(attempts):
             try:
-                return self.store.read(path)
+                return read(path)
             except FileNotFoundError:
                 raise
             except OSError:

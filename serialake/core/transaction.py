@@ -197,9 +197,10 @@ class OptimisticTransaction:
             metadata = replace(metadata, id=self.snapshot.metadata.id)
         metadata = replace(metadata, configuration=conf)
         previous = self.snapshot.metadata if self.snapshot is not None else None
-        live = self.snapshot.all_files if self.snapshot is not None and uniform.compat_v2(conf) and not (
+        turning_on = (uniform.compat_v2(conf) or uniform.iceberg_enabled(conf)) and not (
             previous is not None and uniform.compat_v2(dict(previous.configuration))
-        ) else ()
+        )
+        live = self.snapshot.all_files if self.snapshot is not None and turning_on else ()
         metadata = uniform.prepare_metadata(
             metadata, previous, table=self.table_path, replacing=replace_table, live_files=live,
             upgrading=upgrade_uniform,
@@ -420,7 +421,7 @@ class OptimisticTransaction:
         features.check_writable(protocol, self.metadata, table)
         self._check_append_only(body)
         meta = self.metadata
-        if meta is not None:
+        if meta is not None and uniform.compat_v2(meta.configuration):
             uniform.check_adds([a for a in body if isinstance(a, AddFile)], dict(meta.configuration), table)
         self._check_change_data_feed(body, operation, operation_parameters)
         _check_paths(body, table, self._external_path_allowed)

@@ -95,9 +95,9 @@ def prepare_metadata(
 ) -> Metadata:
     """``metadata`` with what UniForm implies filled in, or ``IcebergCompatError`` naming the rule broken.
 
-    A new (or replaced) table asking for UniForm Iceberg gets IcebergCompatV2 and column
-    mapping ``name``. Turning IcebergCompatV2 on for an existing table needs every live
-    file (``live_files``) tagged, unless ``upgrading`` (REORG ... UPGRADE UNIFORM, which
+    A new (or replaced, or empty) table asking for UniForm Iceberg gets IcebergCompatV2 and
+    column mapping ``name``. Turning IcebergCompatV2 on for a table holding files needs every
+    live file (``live_files``) tagged, unless ``upgrading`` (REORG ... UPGRADE UNIFORM, which
     rewrites them in the same commit).
     """
     conf = dict(metadata.configuration)
@@ -116,8 +116,11 @@ def prepare_metadata(
     before = dict(previous.configuration) if previous is not None else {}
     new_table = previous is None or replacing
     was_on = compat_v2(before) and not replacing
+    live = list(live_files)
+    # Nothing to rewrite: settings alone make the table comply (a new, replaced or empty table, or the upgrade).
+    settable = new_table or upgrading or not live
     if ICEBERG in formats and not compat_v2(conf):
-        if not (new_table or upgrading):
+        if not settable and not was_on:
             raise IcebergCompatError(
                 f"Table {table}: UniForm Iceberg ({props.UNIVERSAL_FORMATS} = 'iceberg') needs "
                 f"{props.ENABLE_ICEBERG_COMPAT_V2} = true, and its files rewritten to comply: run "
@@ -127,7 +130,7 @@ def prepare_metadata(
     if not compat_v2(conf):
         return replace(metadata, configuration=conf)
     if props.get(conf, props.COLUMN_MAPPING_MODE) == "none":
-        if not (new_table or upgrading):
+        if not settable:
             raise IcebergCompatError(
                 f"Table {table}: IcebergCompatV2 needs column mapping; run {UPGRADE_ADVICE.format(table=table)}, "
                 "which turns it on and rewrites the files."
@@ -141,8 +144,8 @@ def prepare_metadata(
             )
         conf[props.ENABLE_DELETION_VECTORS] = "false"
     _check_types(StructType.from_json(metadata.schema_string or ""), table)
-    if not was_on and not new_table and not upgrading:
-        untagged = [f.path for f in live_files if not tagged(f)]
+    if not was_on and not settable:
+        untagged = [f.path for f in live if not tagged(f)]
         if untagged:
             raise IcebergCompatError(
                 f"Table {table}: IcebergCompatV2 cannot be turned on by a property alone: {len(untagged)} data "

@@ -158,6 +158,11 @@ class LogStore(ABC):
         except OSError:
             return 0
 
+    def read_timed(self, path: str) -> tuple[bytes, int]:
+        """``read(path)`` and ``modification_time(path)`` (a commit's bytes and, for a commit without an
+        in-commit timestamp, its time). A store that learns both at once overrides it."""
+        return self.read(path), self.modification_time(path)
+
     def status(self, path: str) -> FileStatus | None:
         """``path``'s name, size and modification time, found by name (None when absent).
 

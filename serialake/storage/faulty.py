@@ -85,6 +85,9 @@ class LogStoreWrapper(LogStore):
     def status(self, path: str) -> FileStatus | None:
         return self.inner.status(path)
 
+    def read_timed(self, path: str) -> tuple[bytes, int]:
+        return self.read(path), self.inner.modification_time(path)  # through ``read``: its faults apply
+
     def open_input(self, path: str) -> Any:
         return self.inner.open_input(path)
 

@@ -238,6 +238,10 @@ class LocalLogStore(LogStore):
         access time on the first read after a write): a journal update per commit read, which
         concurrent committers' fsyncs then wait for.
         """
+        return self.read_timed(path)[0]
+
+    def read_timed(self, path: str) -> tuple[bytes, int]:
+        """``read`` and the file's modification time (ms) from the one ``fstat`` the read makes anyway."""
         try:
             fd = os.open(path, self._read_flags)
         except PermissionError as e:
@@ -246,14 +250,15 @@ class LocalLogStore(LogStore):
             self._read_flags = _READ_FLAGS  # O_NOATIME is for the file's owner: read as others do
             fd = os.open(path, _READ_FLAGS)
         try:
-            size = os.fstat(fd).st_size
+            st = os.fstat(fd)
+            size, mtime = st.st_size, int(st.st_mtime * 1000)
             data = os.read(fd, size + 1)  # one call when the size holds (short of size + 1: the end)
             if len(data) == size:
-                return data
+                return data, mtime
             chunks = [data]
             while chunk := os.read(fd, 1 << 16):
                 chunks.append(chunk)
-            return b"".join(chunks)
+            return b"".join(chunks), mtime
         finally:
             os.close(fd)
 

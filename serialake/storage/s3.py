@@ -225,6 +225,22 @@ class S3LogStore(LogStore):
         except Exception as e:  # noqa: BLE001 - obstore raises its own classes for I/O
             raise _failed("GET", path, e) from e
 
+    def read_timed(self, path: str) -> tuple[bytes, int]:
+        """The object's bytes and its time (ms), from one GET (no HEAD)."""
+        import obstore
+        from obstore.exceptions import NotFoundError
+
+        store, key = self._locate(path)
+        try:
+            result = obstore.get(store, key)
+            stamp = result.meta.get("last_modified")
+            data = bytes(result.bytes())
+        except (NotFoundError, FileNotFoundError):
+            raise FileNotFoundError(errno.ENOENT, "No such object", path) from None
+        except Exception as e:  # noqa: BLE001 - obstore raises its own classes for I/O
+            raise _failed("GET", path, e) from e
+        return data, int(stamp.timestamp() * 1000) if stamp is not None else 0
+
     def list_from(self, directory: str, start_name: str = "") -> list[FileStatus]:
         import obstore
 

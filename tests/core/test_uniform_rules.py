@@ -90,3 +90,13 @@ def test_replacing_a_partitioned_compat_table_keeps_its_partitioning(tmp_path) -
     txn = log.start_transaction()
     with pytest.raises(IcebergCompatError, match="partitioned by"):
         txn.update_metadata(replace(snap.metadata, partition_columns=()), replace_table=True)
+
+
+def test_an_empty_existing_table_becomes_uniform_by_its_properties(tmp_path) -> None:
+    log = create(str(tmp_path / "t"), {})
+    snap = log.update()
+    txn = log.start_transaction()
+    txn.update_metadata(replace(snap.metadata, configuration={**UNIFORM}))
+    txn.commit([], operation="SET TBLPROPERTIES")
+    conf = log.update().configuration
+    assert conf["delta.enableIcebergCompatV2"] == "true" and conf["delta.columnMapping.mode"] == "name"

@@ -262,3 +262,17 @@ def test_change_data_feed_on_a_mapped_table(spark: SparkSession, tmp_table: str)
     physical = fields(tmp_table)["value"]["delta.columnMapping.physicalName"]
     cdc = glob.glob(os.path.join(tmp_table, "_change_data", "*.parquet"))
     assert cdc and all(physical in pq.read_schema(f).names for f in cdc)
+
+
+def test_merge_with_schema_evolution_gives_new_columns_ids(spark: SparkSession, tmp_table: str) -> None:
+    spark.sql(f"CREATE TABLE delta.`{tmp_table}` (id LONG, v STRING) USING delta "
+              "TBLPROPERTIES ('delta.columnMapping.mode' = 'name')")
+    spark.sql(f"INSERT INTO delta.`{tmp_table}` VALUES (1, 'a'), (2, 'b')")
+    source = spark.createDataFrame([(2, "B", 2.5), (3, "c", 3.5)], "id long, v string, score double")
+    (DeltaTable.forPath(spark, tmp_table).alias("t").merge(source.alias("s"), "t.id = s.id")
+     .withSchemaEvolution().whenMatchedUpdateAll().whenNotMatchedInsertAll().execute())  # fmt: skip
+    meta = fields(tmp_table)
+    assert meta["score"]["delta.columnMapping.id"] == 3 and meta["score"]["delta.columnMapping.physicalName"] != "score"
+    expected = [(1, "a", None), (2, "B", 2.5), (3, "c", 3.5)]
+    assert rows(spark.read.format("delta").load(tmp_table)) == expected
+    assert delta_rs_rows(tmp_table, ["id", "v", "score"]) == expected

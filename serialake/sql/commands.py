@@ -39,6 +39,7 @@ from serialake.sql.statements import (
     ShowIsolation,
     ShowProperties,
     Statement,
+    SyncMetadata,
     TableRef,
     UnsetProperties,
     UpgradeUniform,
@@ -573,6 +574,18 @@ def _generate(p: Cursor) -> Statement:
     return Generate(table=table, mode=mode, text=p.statement)
 
 
+def _sync_metadata(p: Cursor) -> Statement:
+    """MSCK REPAIR TABLE t SYNC METADATA: a UniForm table's Iceberg metadata written now."""
+    table = p.table()
+    if not p.accept("SYNC", "METADATA"):
+        raise UnsupportedStatementError(
+            "MSCK REPAIR TABLE (partition discovery)", statement=p.statement,
+            hint="Delta tables list their files in the log; serialake runs MSCK REPAIR TABLE ... SYNC METADATA only.",
+        )  # fmt: skip
+    p.finish()
+    return SyncMetadata(table=table, text=p.statement)
+
+
 def _show_properties(p: Cursor) -> Statement | None:
     try:
         table = p.table()
@@ -616,6 +629,7 @@ COMMANDS: list[tuple[re.Pattern[str], Callable[[Cursor], Statement | None]]] = [
     (_head("SHOW TBLPROPERTIES"), _show_properties),
     (_head("CONVERT TO DELTA"), _convert),
     (_head("FSCK REPAIR TABLE"), _unsupported("FSCK REPAIR TABLE")),
+    (_head("MSCK REPAIR TABLE"), _sync_metadata),
     (_head("GENERATE"), _generate),
     (_head("COPY INTO"), _unsupported("COPY INTO", "Read the files with Spark and INSERT them.")),
 ]

@@ -64,6 +64,7 @@ from serialake.sql.statements import (
     ShowIsolation,
     ShowProperties,
     Statement,
+    SyncMetadata,
     UnsetProperties,
     Update,
     UpgradeUniform,
@@ -477,6 +478,22 @@ def _upgrade_uniform(spark: SparkSession, st: UpgradeUniform) -> DataFrame:
     return rows(spark, [("path", path)] + counts)
 
 
+def _sync_metadata(spark: SparkSession, st: SyncMetadata) -> DataFrame:
+    """Write the Iceberg metadata of the table's latest version now; its path and version."""
+    from serialake.core import DeltaLog, iceberg, uniform
+
+    path = _existing(st.table)
+    log = DeltaLog.for_table(path)
+    snap = log.update()
+    if not uniform.iceberg_enabled(dict(snap.configuration)):
+        raise DeltaAnalysisException(
+            f"MSCK REPAIR TABLE ... SYNC METADATA: table {log.table_path} is not a UniForm table "
+            "(delta.universalFormat.enabledFormats does not include 'iceberg')."
+        )
+    location = iceberg.convert(log, snap)
+    return rows(spark, [("path", path), ("version", snap.version), ("metadata", location)])
+
+
 def _describe_history(spark: SparkSession, st: DescribeHistory) -> DataFrame:
     table, _ = _table(spark, st.table)
     return table.history(st.limit)
@@ -638,6 +655,7 @@ _HANDLERS: dict[type, Callable[[SparkSession, Any], DataFrame]] = {
     Optimize: _optimize,
     Reorg: _reorg,
     UpgradeUniform: _upgrade_uniform,
+    SyncMetadata: _sync_metadata,
     DescribeHistory: _describe_history,
     DescribeDetail: _describe_detail,
     AddConstraint: _add_constraint,

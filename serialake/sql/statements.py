@@ -214,6 +214,13 @@ class Reorg(Statement):
 
 
 @dataclass(frozen=True)
+class SyncMetadata(Statement):
+    """MSCK REPAIR TABLE table SYNC METADATA (UniForm: convert the latest version to Iceberg now)."""
+
+    table: TableRef
+
+
+@dataclass(frozen=True)
 class UpgradeUniform(Statement):
     """REORG TABLE table APPLY (UPGRADE UNIFORM(ICEBERG_COMPAT_VERSION=n))."""
 

@@ -100,3 +100,30 @@ def test_an_empty_existing_table_becomes_uniform_by_its_properties(tmp_path) -> 
     txn.commit([], operation="SET TBLPROPERTIES")
     conf = log.update().configuration
     assert conf["delta.enableIcebergCompatV2"] == "true" and conf["delta.columnMapping.mode"] == "name"
+
+
+def test_a_process_that_exits_right_after_committing_leaves_its_iceberg_metadata(tmp_path) -> None:
+    import subprocess
+    import sys
+
+    path = str(tmp_path / "t")
+    code = f"""
+import json
+from serialake.core import DeltaLog
+from serialake.core.actions import AddFile, Metadata
+log = DeltaLog({path!r})
+txn = log.start_transaction()
+txn.update_metadata(Metadata(schema_string={SCHEMA!r}, partition_columns=("p",), configuration={UNIFORM!r}))
+txn.commit([], operation="CREATE TABLE")
+p = log.update().schema.field("p").metadata["delta.columnMapping.physicalName"]
+add = AddFile(path="p=a/f.parquet", partition_values={{p: "a"}}, size=1, modification_time=0,
+              stats='{{"numRecords":1}}', tags={{"ICEBERG_COMPAT_VERSION": "2"}})
+log.start_transaction().commit([add], operation="WRITE")
+"""  # exits at once: the conversion of version 1 runs on a background thread
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+    from serialake.core import iceberg
+
+    log = DeltaLog(path)
+    assert iceberg.read_version_hint(log) == 1
+    meta = json.loads(open(iceberg.metadata_path(log.table_path, 1)).read())
+    assert meta["properties"]["delta-version"] == "1"

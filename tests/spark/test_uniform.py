@@ -234,3 +234,19 @@ def test_vacuum_keeps_the_current_iceberg_metadata_and_drops_the_old(spark: Spar
     assert f"v{DeltaLog.for_table(tmp_table).update().version}.metadata.json" in after
     assert iceberg_rows(tmp_table, ["id"]) == [(1,), (2,)]  # the current Iceberg table reads whole
     assert spark_rows(spark.read.format("delta").load(tmp_table)) == [(1,), (2,)]
+
+
+def test_msck_repair_sync_metadata_writes_the_iceberg_metadata_now(spark: SparkSession, tmp_table: str) -> None:
+    spark.sql(f"CREATE TABLE delta.`{tmp_table}` (id BIGINT, p STRING) USING delta PARTITIONED BY (p) "
+              f"TBLPROPERTIES ({UNIFORM})")
+    spark.sql(f"INSERT INTO delta.`{tmp_table}` VALUES (1, 'a'), (2, 'b')")
+    assert core_iceberg.IcebergConverter.wait_all(60)
+    for name in os.listdir(os.path.join(tmp_table, "metadata")):
+        os.remove(os.path.join(tmp_table, "metadata", name))  # lost, e.g. copied without it
+    result = spark.sql(f"MSCK REPAIR TABLE delta.`{tmp_table}` SYNC METADATA").collect()[0]
+    assert result.version == 1 and result.metadata.endswith("v1.metadata.json")
+    assert iceberg_rows(tmp_table, ["id", "p"]) == [(1, "a"), (2, "b")]
+    plain = os.path.join(os.path.dirname(tmp_table), "plain")
+    spark.sql(f"CREATE TABLE delta.`{plain}` (id BIGINT) USING delta")
+    with pytest.raises(Exception, match="not a UniForm table"):
+        spark.sql(f"MSCK REPAIR TABLE delta.`{plain}` SYNC METADATA")

@@ -5,12 +5,16 @@ The commit path calls ``after_commit(log, version, configuration)``: for a table
 table's ``IcebergConverter`` and returns at once. The converter converts the newest version it
 was asked for (versions queued while it worked are skipped: converting 7 covers 5 and 6), on
 its own thread, and never raises into the committer: a failure is logged and kept in
-``last_error``; the next commit's conversion (or ``convert_now``) tries again.
+``last_error``; the next commit's conversion (or ``convert_now``) tries again. A process
+that exits waits for the conversions it started (up to ``SERIALAKE_ICEBERG_EXIT_WAIT``
+seconds, 60 by default), so a job's last commit is not left without Iceberg metadata.
 """
 
 from __future__ import annotations
 
+import atexit
 import logging
+import os
 import threading
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
@@ -53,6 +57,29 @@ def after_commit(log: DeltaLog, version: int, configuration: Mapping[str, str]) 
             IcebergConverter.for_table(log).schedule(log, version)
     except Exception as e:  # noqa: BLE001 - a conversion must never fail a commit
         _log_failure(log, version, e)
+
+
+_exit_hook = threading.Lock()
+_exit_hook_set = False
+
+
+def _wait_at_exit() -> None:
+    """Register, once, the exit hook that lets running conversions finish (module docstring)."""
+    global _exit_hook_set
+    with _exit_hook:
+        if _exit_hook_set:
+            return
+        _exit_hook_set = True
+
+    def finish() -> None:
+        try:
+            seconds = float(os.environ.get("SERIALAKE_ICEBERG_EXIT_WAIT", "60"))
+        except ValueError:
+            seconds = 60.0
+        if not IcebergConverter.wait_all(seconds):
+            logger.warning("Iceberg conversions still running after %.0f s at exit were abandoned", seconds)
+
+    atexit.register(finish)
 
 
 def _log_failure(delta_log: DeltaLog, version: int, error: BaseException) -> None:
@@ -103,6 +130,7 @@ class IcebergConverter:
             self._requested = version
             self._log = log
             if self._thread is None:
+                _wait_at_exit()
                 self._thread = threading.Thread(
                     target=self._run, name=f"serialake-iceberg-{self.table_path}", daemon=True
                 )

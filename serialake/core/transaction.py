@@ -600,6 +600,7 @@ class OptimisticTransaction:
         last_error: OSError | None = None
         while True:
             attempts += 1
+            known = None  # the versions known to exist after a lost race: read them, probe no further
             try:
                 body.put(dlog.commit_path(attempt_version), info.actions)
                 dlog.remember_commit(attempt_version, info.actions)
@@ -607,6 +608,10 @@ class OptimisticTransaction:
                 return CommitResult(attempt_version, attempts, checked, time.monotonic() - started)
             except FileAlreadyExistsError:
                 unknown_failures = 0
+                if uncertain_version is None:
+                    # Versions up to this one exist; the next put finds out whether more do (a probe
+                    # for the next name here would cost what that put costs).
+                    known = attempt_version - last_checked
             except WriteNotDurableError as e:
                 raise CommitOutcomeUnknownError(
                     f"Commit to {info.table}: version {attempt_version} was written and is visible, but syncing "
@@ -634,7 +639,7 @@ class OptimisticTransaction:
                 last_error = e
             # Check every commit after the last one checked, in order.
             try:
-                winners = dlog.commits_after(last_checked)
+                winners = dlog.commits_after(last_checked, limit=known)
                 log_read = True
             except (FileNotFoundError, CorruptLogError):
                 raise  # a corrupt winner is not an I/O hiccup: retrying would spin

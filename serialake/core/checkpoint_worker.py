@@ -19,7 +19,7 @@ import json
 import os
 import sys
 
-__all__ = ["main"]
+__all__ = ["main", "yield_cpu"]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -28,7 +28,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("version", type=int)
     ap.add_argument("--no-fsync", action="store_true")
     args = ap.parse_args(argv)
-    _yield_cpu()
+    yield_cpu()
     from serialake.core.log import DeltaLog
     from serialake.storage import LocalLogStore
 
@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _yield_cpu() -> None:
+def yield_cpu() -> None:
     """Run only on CPU time nothing else wants (Linux ``SCHED_IDLE``; elsewhere the lowest nice).
 
     On a busy machine even a low-priority process delays a committer's wake-up from its

@@ -472,34 +472,17 @@ class DeltaLog:
         child raises ``CheckpointError`` with the child's error.
         """
         import json as _json
-        import subprocess
-        import sys
 
-        import serialake
-
-        store = self.store
-        fsync = getattr(store, "fsync", True)
-        cmd = [sys.executable, "-m", "serialake.core.checkpoint_worker", self.table_path, str(version)]
-        if not fsync:
-            cmd.append("--no-fsync")
-        env = dict(os.environ)
-        package_root = os.path.dirname(os.path.dirname(os.path.abspath(serialake.__file__)))
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
-        child = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-        _quiet_child(child.pid)
-        try:
-            out, err = child.communicate(timeout=3600)
-        except BaseException:
-            child.kill()
-            child.wait()
-            raise
-        if child.returncode != 0:
-            reason = (err.strip().splitlines() or [f"exit code {child.returncode}"])[-1]
+        args = [self.table_path, str(version)]
+        if not getattr(self.store, "fsync", True):
+            args.append("--no-fsync")
+        code, out, reason = runquiet_child("serialake.core.checkpoint_worker", args)
+        if code != 0:
             raise CheckpointError(
                 f"Table {self.table_path}: the checkpoint of version {version} (written by a child process) "
                 f"failed: {reason}. The table is intact: readers replay the commits instead."
             )
-        return _json.loads(out.strip().splitlines()[-1])
+        return _json.loads(out)
 
     def wait_for_checkpoints(self) -> None:
         """Block until a scheduled checkpoint finished (tests and short-lived tools)."""
@@ -508,8 +491,33 @@ class DeltaLog:
             fut.result()
 
 
-def _quiet_child(pid: int) -> None:
-    """Keep a checkpoint child off the committing process's CPU, from its first instruction.
+def runquiet_child(module: str, args: Sequence[str], timeout: float = 3600) -> tuple[int, str, str]:
+    """``python -m module args`` with this package importable, kept off the committer's CPU
+    (``quiet_child``): its exit code, stdout's last line and stderr's last line (the error)."""
+    import subprocess
+    import sys
+
+    import serialake
+
+    env = dict(os.environ)
+    package_root = os.path.dirname(os.path.dirname(os.path.abspath(serialake.__file__)))
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
+    cmd = [sys.executable, "-m", module, *args]
+    child = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    quiet_child(child.pid)
+    try:
+        out, err = child.communicate(timeout=timeout)
+    except BaseException:
+        child.kill()
+        child.wait()
+        raise
+    last = (out.strip().splitlines() or [""])[-1]
+    reason = (err.strip().splitlines() or [f"exit code {child.returncode}"])[-1]
+    return child.returncode, last, reason
+
+
+def quiet_child(pid: int) -> None:
+    """Keep a child (checkpoint, Iceberg conversion) off the committing process's CPU, from its first instruction.
 
     Measured on two cores: a CPU-bound child, even at idle priority, left free to run on the
     CPU a committer sleeps on in ``fsync`` delayed that commit's wake-up by 3-9 ms (p99 of

@@ -352,11 +352,11 @@ def test_a_checkpoint_child_runs_at_idle_priority_off_the_committers_cpu():
     import subprocess
     import sys
 
-    from serialake.core.log import _quiet_child
+    from serialake.core.log import quiet_child
 
     child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
     try:
-        _quiet_child(child.pid)
+        quiet_child(child.pid)
         assert os.sched_getscheduler(child.pid) == os.SCHED_IDLE
         cpus = os.sched_getaffinity(0)
         child_cpus = os.sched_getaffinity(child.pid)

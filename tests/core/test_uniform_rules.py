@@ -127,3 +127,41 @@ log.start_transaction().commit([add], operation="WRITE")
     assert iceberg.read_version_hint(log) == 1
     meta = json.loads(open(iceberg.metadata_path(log.table_path, 1)).read())
     assert meta["properties"]["delta-version"] == "1"
+
+
+def _uniform_table_with_a_file(path: str) -> DeltaLog:
+    log = create(path, dict(UNIFORM))
+    p = log.update().schema.field("p").metadata["delta.columnMapping.physicalName"]
+    add = AddFile(path="p=a/f.parquet", partition_values={p: "a"}, size=1, modification_time=0,
+                  stats='{"numRecords":1}', tags={COMPAT_TAG: "2"})  # fmt: skip
+    log.start_transaction().commit([add], operation="WRITE")
+    return log
+
+
+def test_big_tables_are_converted_by_a_child_process(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    from serialake.core import iceberg
+    from serialake.core.iceberg import converter
+
+    def not_here(*args: object) -> str:
+        raise AssertionError("converted in the committing process")
+
+    monkeypatch.setattr(converter, "convert", not_here)  # only a child process can convert now
+    monkeypatch.setenv("SERIALAKE_ICEBERG_PROCESS", "always")
+    log = _uniform_table_with_a_file(str(tmp_path / "t"))
+    assert iceberg.IcebergConverter.wait_all(120)
+    conv = iceberg.IcebergConverter.for_table(log)
+    assert conv.last_error is None, conv.last_error
+    assert conv.metadata_path == iceberg.metadata_path(log.table_path, 1) and os.path.exists(conv.metadata_path)
+    # A child's failure is kept (and logged) like any conversion's; the commit stands.
+    os.makedirs(os.path.join(log.table_path, "metadata"), exist_ok=True)
+    for name in os.listdir(os.path.join(log.table_path, "metadata")):
+        os.remove(os.path.join(log.table_path, "metadata", name))
+    os.rmdir(os.path.join(log.table_path, "metadata"))
+    with open(os.path.join(log.table_path, "metadata"), "w") as f:
+        f.write("in the way")
+    log.start_transaction().commit([], operation="SET TBLPROPERTIES")
+    assert iceberg.IcebergConverter.wait_all(120)
+    assert isinstance(conv.last_error, iceberg.IcebergConversionError) and "child process" in str(conv.last_error)
+    assert log.update().version == 2

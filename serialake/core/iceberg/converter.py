@@ -5,8 +5,10 @@ The commit path calls ``after_commit(log, version, configuration)``: for a table
 table's ``IcebergConverter`` and returns at once. The converter converts the newest version it
 was asked for (versions queued while it worked are skipped: converting 7 covers 5 and 6), on
 its own thread, and never raises into the committer: a failure is logged and kept in
-``last_error``; the next commit's conversion (or ``convert_now``) tries again. A process
-that exits waits for the conversions it started (up to ``SERIALAKE_ICEBERG_EXIT_WAIT``
+``last_error``; the next commit's conversion (or ``convert_now``) tries again. A local table
+of ``CHILD_CONVERSION_FILES`` files or more is converted by a child process at idle priority
+(``worker``), as big checkpoints are, so the committing process's interpreter lock stays
+free. A process that exits waits for the conversions it started (up to ``SERIALAKE_ICEBERG_EXIT_WAIT``
 seconds, 60 by default), so a job's last commit is not left without Iceberg metadata.
 """
 
@@ -21,9 +23,11 @@ from typing import TYPE_CHECKING
 
 from serialake.core import uniform
 from serialake.core.iceberg.conversion import convert
+from serialake.core.iceberg.errors import IcebergConversionError
 
 if TYPE_CHECKING:
     from serialake.core.log import DeltaLog
+    from serialake.core.snapshot import Snapshot
 
 __all__ = [
     "IcebergConverter",
@@ -57,6 +61,36 @@ def after_commit(log: DeltaLog, version: int, configuration: Mapping[str, str]) 
             IcebergConverter.for_table(log).schedule(log, version)
     except Exception as e:  # noqa: BLE001 - a conversion must never fail a commit
         _log_failure(log, version, e)
+
+
+#: Files from which a local table is converted by a child process (``worker``).
+CHILD_CONVERSION_FILES = 50_000
+
+
+def _in_child(log: DeltaLog, snapshot: Snapshot) -> bool:
+    """Whether to convert in a child process (``worker``): big local tables, or as
+    ``SERIALAKE_ICEBERG_PROCESS`` (``auto``, ``always``, ``never``) says."""
+    from serialake.storage.local import LocalLogStore
+
+    mode = os.environ.get("SERIALAKE_ICEBERG_PROCESS", "auto").strip().lower()
+    if mode not in ("auto", "always"):
+        return False
+    store = log.store  # the child rebuilds the store from the path: only the default local store
+    if type(store) is not LocalLogStore or store.fault_hook is not None:
+        return False
+    return mode == "always" or snapshot.file_state.rows_held() >= CHILD_CONVERSION_FILES
+
+
+def _convert_in_child(log: DeltaLog, version: int) -> str:
+    """``convert`` of ``version`` by ``python -m serialake.core.iceberg.worker``; the metadata file's path."""
+    from serialake.core.log import runquiet_child
+
+    code, out, reason = runquiet_child("serialake.core.iceberg.worker", [log.table_path, str(version)])
+    if code != 0:
+        raise IcebergConversionError(
+            f"the conversion in a child process failed: {reason}", table=log.table_path, version=version
+        )
+    return out
 
 
 _exit_hook = threading.Lock()
@@ -154,7 +188,11 @@ class IcebergConverter:
                 snapshot = delta_log.update()
                 if snapshot.version < version:
                     snapshot = delta_log.snapshot(version)
-                path = convert(delta_log, snapshot)  # the newest version: it covers those queued before it
+                # The newest version: it covers those queued before it.
+                if _in_child(delta_log, snapshot):
+                    path = _convert_in_child(delta_log, snapshot.version)
+                else:
+                    path = convert(delta_log, snapshot)
                 done = snapshot.version
                 self.metadata_path, self.converted_version = path, max(self.converted_version, done)
                 self.last_error = self.last_error_version = None

@@ -276,3 +276,14 @@ def test_merge_with_schema_evolution_gives_new_columns_ids(spark: SparkSession, 
     expected = [(1, "a", None), (2, "B", 2.5), (3, "c", 3.5)]
     assert rows(spark.read.format("delta").load(tmp_table)) == expected
     assert delta_rs_rows(tmp_table, ["id", "v", "score"]) == expected
+
+
+def test_builder_creates_a_mapped_table(spark: SparkSession, tmp_table: str) -> None:
+    (DeltaTable.create(spark).location(tmp_table).addColumn("a", "BIGINT").addColumn("b c", "STRING")
+     .property("delta.columnMapping.mode", "name").execute())  # fmt: skip
+    meta = fields(tmp_table)
+    assert [m["delta.columnMapping.id"] for m in meta.values()] == [1, 2]
+    spark.createDataFrame([(1, "x")], "a long, `b c` string").write.format("delta").mode("append").save(tmp_table)
+    spark.sql(f"ALTER TABLE delta.`{tmp_table}` RENAME COLUMN `b c` TO d")
+    assert rows(spark.read.format("delta").load(tmp_table)) == [(1, "x")]
+    assert spark.read.format("delta").load(tmp_table).columns == ["a", "d"]

@@ -132,9 +132,19 @@ def build_segment(
     start = 0
     if listing is None:
         start, listing = _initial_listing(store, log_path, version)
-    relisted = False
+    relisted = tail_probed = False
     while True:
-        gap = _find_segment(table_path, log_path, version, listing)
+        try:
+            gap = _find_segment(table_path, log_path, version, listing)
+        except DeltaIllegalArgumentException:
+            # A version asked for beyond the listing's newest: the listing may have missed it too.
+            assert version is not None
+            newest = max((v for st in listing if (v := version_of(st.name)) is not None), default=-1)
+            found = [] if tail_probed else _probe(store, log_path, list(range(newest + 1, version + 1)))
+            if not found:
+                raise
+            listing, tail_probed = sorted(listing + found), True  # then the error, if any, names the newest
+            continue
         if isinstance(gap, LogSegment):
             return gap
         missing, message = gap

@@ -123,3 +123,14 @@ def test_fresh_loads_during_concurrent_commits_never_see_a_gap(make_table) -> No
                 w.kill()
     assert failures == []
     assert loads > 10 and last > 10
+
+
+def test_a_version_asked_for_that_the_listing_missed_is_found_by_name(make_table) -> None:
+    log = _table_with_commits(make_table, 3)  # versions 0..3
+    store = ForgetfulListing({commit_name(3)}, misses=100)
+    segment = build_segment(store, log.table_path, log.log_path, version=3)
+    assert segment.version == 3 and [v for v, _ in segment.commits] == [0, 1, 2, 3]
+    from serialake.exceptions import DeltaIllegalArgumentException
+
+    with pytest.raises(DeltaIllegalArgumentException, match="no version 4; the latest version is 3"):
+        build_segment(store, log.table_path, log.log_path, version=4)  # truly absent: still refused

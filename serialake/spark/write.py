@@ -21,7 +21,7 @@ from serialake.core import DeltaLog, clustering, constraints, features
 from serialake.core import expressions as P
 from serialake.core import properties as props
 from serialake.core.actions import Action, AddFile, Metadata, RemoveFile, SetTransaction, now_ms
-from serialake.core.schema import ArrayType, MapType, StructType
+from serialake.core.schema import ArrayType, DataType, MapType, StructField, StructType, merge_schemas
 from serialake.core.transaction import OptimisticTransaction
 from serialake.core.written import commit_or_clean_up, remove_written
 from serialake.exceptions import (
@@ -348,7 +348,8 @@ def align_to_schema(
 ) -> tuple[DataFrame, StructType | None]:
     """``df`` with the table's columns in table order (missing nullable ones as NULL).
 
-    Returns the new schema when ``merge`` added columns (else None). Raises
+    Returns the new schema when ``merge`` added columns, or struct fields at any depth (also
+    in arrays and maps), else None. Raises
     ``SchemaMismatchError`` naming every missing, extra or mistyped column. Generated
     columns the data lacks are computed, and those it gives checked; the table's CHECK
     constraints (in ``configuration``) and NOT NULL columns are checked row by row while
@@ -361,7 +362,9 @@ def align_to_schema(
     columns: list[Column] = []
     problems: list[str] = []
     not_null: list[str] = []
-    for tf in spark_schema.fields:
+    fields = list(schema.fields)
+    evolved = False
+    for index, tf in enumerate(spark_schema.fields):
         sf = given.pop(tf.name.lower(), None)
         if sf is None:
             if not tf.nullable and tf.name.lower() in generated:
@@ -371,6 +374,12 @@ def align_to_schema(
             columns.append(F.lit(None).cast(tf.dataType).alias(tf.name))
             continue
         conformed = _conform(sf, tf)
+        if conformed is None and merge:
+            wider = _with_nested_fields(fields[index], sf)
+            if wider is not None:  # the data's struct has fields the table's lacks: they join it
+                target = io.to_spark_schema(StructType((wider,))).fields[0]
+                conformed = io.conform(F.col(_q(sf.name)), sf.dataType, target.dataType).alias(tf.name)
+                fields[index], evolved = wider, True
         if conformed is None:
             problems.append(
                 f"column '{tf.name}' has type {sf.dataType.simpleString()} in the data but "
@@ -392,16 +401,38 @@ def align_to_schema(
             f"A schema mismatch was detected when writing to table {table}: " + "; ".join(problems) + ".\n"
             f"Table schema: {schema.simple_string()}\nData schema: {df.schema.simpleString()}"
         )
-    merged = None
+    merged = StructType(tuple(fields)) if evolved else None
     if extra:
         added = io.to_delta_schema(_as_nullable(T.StructType(extra)))
-        merged = StructType(schema.fields + added.fields)
+        merged = StructType(tuple(fields) + added.fields)
         columns.extend(F.col(_q(f.name)) for f in extra)
     aligned = invariants.enforce(
         df.select(*columns), merged or schema, configuration or {}, table, given=given_names,
         identity_values=identity_values,
     )
     return check_not_null(aligned, not_null, table), merged
+
+
+def _with_nested_fields(table_field: StructField, data_field: T.StructField) -> StructField | None:
+    """``table_field`` with the struct fields ``data_field`` adds at any depth (``merge_schemas``),
+    when every field the data holds then fits its table field; else None."""
+    data = io.to_delta_schema(T.StructType([data_field])).fields[0]
+    merged = merge_schemas(StructType((table_field,)), StructType((data,))).fields[0]
+    if merged == table_field or not _fits(data.data_type, merged.data_type):
+        return None
+    return merged
+
+
+def _fits(given: DataType, target: DataType) -> bool:
+    """Whether data of type ``given`` is stored as ``target`` unchanged or widened (structs by name)."""
+    if isinstance(given, StructType) and isinstance(target, StructType):
+        return all((t := target.field(g.name)) is not None and _fits(g.data_type, t.data_type) for g in given.fields)
+    if isinstance(given, ArrayType) and isinstance(target, ArrayType):
+        return _fits(given.element_type, target.element_type)
+    if isinstance(given, MapType) and isinstance(target, MapType):
+        return _fits(given.key_type, target.key_type) and _fits(given.value_type, target.value_type)
+    a, b = given.simple_string(), target.simple_string()
+    return a == b or target.to_json_value() in io.WIDENING.get(str(given.to_json_value()), ())
 
 
 def _conform(given: T.StructField, target: T.StructField) -> Column | None:

@@ -287,3 +287,17 @@ def test_builder_creates_a_mapped_table(spark: SparkSession, tmp_table: str) -> 
     spark.sql(f"ALTER TABLE delta.`{tmp_table}` RENAME COLUMN `b c` TO d")
     assert rows(spark.read.format("delta").load(tmp_table)) == [(1, "x")]
     assert spark.read.format("delta").load(tmp_table).columns == ["a", "d"]
+
+
+def test_nested_field_added_by_merge_schema_gets_an_id(spark: SparkSession, tmp_table: str) -> None:
+    spark.sql(f"CREATE TABLE delta.`{tmp_table}` (id LONG, s STRUCT<a: INT>) USING delta "
+              "TBLPROPERTIES ('delta.columnMapping.mode' = 'name')")
+    spark.sql(f"INSERT INTO delta.`{tmp_table}` VALUES (1, named_struct('a', 1))")
+    spark.createDataFrame([(2, (2, "x"))], "id long, s struct<a:int, b:string>").write.format("delta") \
+        .mode("append").option("mergeSchema", "true").save(tmp_table)  # fmt: skip
+    s = DeltaLog.for_table(tmp_table).update().schema.field("s")
+    nested = {f.name: f.metadata["delta.columnMapping.id"] for f in s.data_type.fields}  # type: ignore[union-attr]
+    assert nested == {"a": 3, "b": 4}
+    got = rows(spark.read.format("delta").load(tmp_table).select("id", "s.a", "s.b"))
+    assert got == [(1, 1, None), (2, 2, "x")]
+    assert delta_rs_rows(tmp_table, ["id", "s"]) == [(1, {"a": 1, "b": None}), (2, {"a": 2, "b": "x"})]

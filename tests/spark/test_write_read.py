@@ -322,3 +322,22 @@ def test_column_mapped_table_is_read_by_logical_names(spark: SparkSession, tmp_t
     new = [a for a in DeltaLog.for_table(tmp_table).update().all_files if a.path != "x/f.parquet"]
     assert [a.partition_values for a in new] == [{"col-d4": "p2"}]
     assert pq.read_schema(os.path.join(tmp_table, new[0].path)).names == ["col-a1", "col-b2"]
+
+
+def test_merge_schema_adds_nested_struct_fields(spark: SparkSession, tmp_table: str) -> None:
+    """mergeSchema adds fields to structs at any depth (also inside arrays), as Delta does."""
+    first = spark.createDataFrame([(1, (1,), [(1,)])], "id long, s struct<a:int>, l array<struct<x:int>>")
+    write(first, tmp_table)
+    second = spark.createDataFrame(
+        [(2, (2, "b"), [(2, 2.5)])], "id long, s struct<a:int, b:string>, l array<struct<x:int, y:double>>"
+    )
+    with pytest.raises(SchemaMismatchError, match="column 's'"):
+        write(second, tmp_table)  # without mergeSchema: refused
+    write(second, tmp_table, mergeSchema=True)
+    schema = DeltaLog.for_table(tmp_table).update().schema
+    assert schema.simple_string() == "struct<id:bigint,s:struct<a:int,b:string>,l:array<struct<x:int,y:double>>>"
+    got = sorted((r.id, r.s.a, r.s.b, [(e.x, e.y) for e in r.l]) for r in read(spark, tmp_table).collect())
+    assert got == [(1, 1, None, [(1, None)]), (2, 2, "b", [(2, 2.5)])]
+    narrower = spark.createDataFrame([(3, (7,))], "id long, s struct<b:int>")
+    with pytest.raises(SchemaMismatchError, match="column 's'"):
+        write(narrower, tmp_table, mergeSchema=True)  # a field of another type is not merged

@@ -352,7 +352,7 @@ def test_a_checkpoint_child_runs_at_idle_priority_off_the_committers_cpu():
     import subprocess
     import sys
 
-    from serialake.core.log import quiet_child
+    from serialake.core.children import quiet_child
 
     child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
     try:

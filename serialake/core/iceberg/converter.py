@@ -83,9 +83,9 @@ def _in_child(log: DeltaLog, snapshot: Snapshot) -> bool:
 
 def _convert_in_child(log: DeltaLog, version: int) -> str:
     """``convert`` of ``version`` by ``python -m serialake.core.iceberg.worker``; the metadata file's path."""
-    from serialake.core.log import runquiet_child
+    from serialake.core.children import run_quiet_child
 
-    code, out, reason = runquiet_child("serialake.core.iceberg.worker", [log.table_path, str(version)])
+    code, out, reason = run_quiet_child("serialake.core.iceberg.worker", [log.table_path, str(version)])
     if code != 0:
         raise IcebergConversionError(
             f"the conversion in a child process failed: {reason}", table=log.table_path, version=version

@@ -80,6 +80,21 @@ def _noop(df: Any) -> int:
     return 0
 
 
+def _row(read: str, rows: int, t_ours: float | None, t_noop: float, t_theirs: float) -> dict[str, Any]:
+    """One result row (``t_ours`` None: not measured through ``toArrow``), also printed to stderr."""
+    row = {
+        "read": read,
+        "rows": rows,
+        "serialake toArrow s": t_ours,
+        "serialake in Spark s": t_noop,
+        "delta-rs s": t_theirs,
+        "ratio (toArrow / delta-rs)": t_ours / t_theirs if t_ours is not None else None,
+        "ratio (in Spark / delta-rs)": t_noop / t_theirs,
+    }
+    print(json.dumps(row), file=sys.stderr)
+    return row
+
+
 def bench_rows(quick: bool = False) -> list[dict[str, Any]]:
     import pyarrow as pa
     from deltalake import DeltaTable as RsTable
@@ -125,33 +140,14 @@ def bench_rows(quick: bool = False) -> list[dict[str, Any]]:
             t_noop, _ = _median(ours_noop, runs)
             t_theirs, n_theirs = _median(theirs, runs)
             assert n_ours == n_theirs, (title, n_ours, n_theirs)
-            row = {
-                "read": title,
-                "rows": n_ours,
-                "serialake toArrow s": t_ours,
-                "serialake in Spark s": t_noop,
-                "delta-rs s": t_theirs,
-                "ratio (toArrow / delta-rs)": t_ours / t_theirs,
-                "ratio (in Spark / delta-rs)": t_noop / t_theirs,
-            }
-            out.append(row)
-            print(json.dumps(row), file=sys.stderr)
+            out.append(_row(title, n_ours, t_ours, t_noop, t_theirs))
         # For reference: the table's 1M rows read as a table (Spark's fixed costs, no change feed).
         t_ours, n_ours = _median(lambda: serialake.read(spark, path, version=base).toArrow().num_rows, runs)
         t_noop, _ = _median(lambda: _noop(serialake.read(spark, path, version=base)), runs)
         t_theirs, n_theirs = _median(lambda: RsTable(path, version=base).to_pyarrow_table().num_rows, runs)
         assert n_ours == n_theirs == rows, (n_ours, n_theirs)
-        row = {
-            "read": f"reference: version {base} read as a table ({rows:,} rows), not as changes",
-            "rows": n_ours,
-            "serialake toArrow s": t_ours,
-            "serialake in Spark s": t_noop,
-            "delta-rs s": t_theirs,
-            "ratio (toArrow / delta-rs)": t_ours / t_theirs,
-            "ratio (in Spark / delta-rs)": t_noop / t_theirs,
-        }
-        out.append(row)
-        print(json.dumps(row), file=sys.stderr)
+        title = f"reference: version {base} read as a table ({rows:,} rows), not as changes"
+        out.append(_row(title, n_ours, t_ours, t_noop, t_theirs))
         # The three versions in one read, sorted by _commit_version (run in Spark: 3M rows are more
         # than this driver collects comfortably).
         t_noop, _ = _median(lambda: _noop(changes_df(spark, path, base + 1)), runs)
@@ -160,17 +156,8 @@ def bench_rows(quick: bool = False) -> list[dict[str, Any]]:
         )
         n_ours = changes_df(spark, path, base + 1).count()
         assert n_ours == n_theirs, (n_ours, n_theirs)
-        row = {
-            "read": f"the three versions in one read ({n_ours:,} rows, serialake ordered by _commit_version)",
-            "rows": n_ours,
-            "serialake toArrow s": None,
-            "serialake in Spark s": t_noop,
-            "delta-rs s": t_theirs,
-            "ratio (toArrow / delta-rs)": None,
-            "ratio (in Spark / delta-rs)": t_noop / t_theirs,
-        }
-        out.append(row)
-        print(json.dumps(row), file=sys.stderr)
+        title = f"the three versions in one read ({n_ours:,} rows, serialake ordered by _commit_version)"
+        out.append(_row(title, n_ours, None, t_noop, t_theirs))
     finally:
         shutil.rmtree(root, ignore_errors=True)
     return out

@@ -43,6 +43,7 @@ from serialake.exceptions import DeltaAnalysisException, DeltaIllegalArgumentExc
 
 if TYPE_CHECKING:
     from serialake.core.log import CommitEntry, DeltaLog
+    from serialake.core.schema import StructType
 
 __all__ = [
     "CHANGE_DATA_DIR",
@@ -54,6 +55,7 @@ __all__ = [
     "INSERT",
     "REPLACING_OPERATIONS",
     "RESERVED_COLUMNS",
+    "reserved_columns_used",
     "UPDATE_POSTIMAGE",
     "UPDATE_PREIMAGE",
     "ChangePlan",
@@ -71,6 +73,11 @@ CHANGE_TYPE = "_change_type"
 COMMIT_VERSION = "_commit_version"
 COMMIT_TIMESTAMP = "_commit_timestamp"
 RESERVED_COLUMNS = (CHANGE_TYPE, COMMIT_VERSION, COMMIT_TIMESTAMP)
+
+
+def reserved_columns_used(schema: StructType) -> list[str]:
+    """The table's columns named like the change data feed's own (which make its changes unreadable)."""
+    return [f.name for f in schema.fields if f.name.lower() in RESERVED_COLUMNS]
 
 INSERT = "insert"
 DELETE = "delete"

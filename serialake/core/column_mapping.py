@@ -18,7 +18,7 @@ of their nearest struct field), as the protocol requires.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -269,10 +269,11 @@ class _Assigner:
         out = replace(f, data_type=self.inner(f.data_type, p), metadata=meta)
         if self.nested:
             keys = nested_id_keys(out)
-            have = meta.get(NESTED_IDS) if isinstance(meta.get(NESTED_IDS), dict) else {}
+            given = meta.get(NESTED_IDS)
+            have: dict[str, Any] = given if isinstance(given, dict) else {}
             ids: dict[str, int] = {}
             for key in keys:
-                value = have.get(key) if isinstance(have, dict) else None
+                value = have.get(key)
                 if isinstance(value, int) and value not in self.used_ids and value > 0:
                     self.used_ids.add(value)
                     self.next_id = max(self.next_id, value)
@@ -321,9 +322,10 @@ def physical_schema(schema: StructType, *, spark_field_ids: bool = False) -> Str
     return StructType(tuple(field(f) for f in schema.fields))
 
 
-def arrow_with_field_ids(arrow_schema: Any, fields: list[StructField]) -> Any:
+def arrow_with_field_ids(arrow_schema: Any, fields: Sequence[StructField | None]) -> Any:
     """``arrow_schema`` (physical names, in the order of ``fields``) with Parquet field ids
-    (``PARQUET:field_id``) from the fields' column-mapping ids, nested ones included."""
+    (``PARQUET:field_id``) from the fields' column-mapping ids, nested ones included; a column
+    whose field is None (not a table column, e.g. ``_change_type``) keeps none."""
     import pyarrow as pa
 
     def on_field(af: Any, f: StructField) -> Any:
@@ -349,7 +351,7 @@ def arrow_with_field_ids(arrow_schema: Any, fields: list[StructField]) -> Any:
             )
         return t
 
-    out = [on_field(arrow_schema.field(i), f) for i, f in enumerate(fields)]
+    out = [arrow_schema.field(i) if f is None else on_field(arrow_schema.field(i), f) for i, f in enumerate(fields)]
     return pa.schema(out, metadata=arrow_schema.metadata)
 
 

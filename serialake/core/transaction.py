@@ -196,16 +196,12 @@ class OptimisticTransaction:
             # A metadata update keeps the table identity unless the caller replaces the table.
             metadata = replace(metadata, id=self.snapshot.metadata.id)
         metadata = replace(metadata, configuration=conf)
-        previous = self.snapshot.metadata if self.snapshot is not None else None
-        turning_on = (uniform.compat_v2(conf) or uniform.iceberg_enabled(conf)) and not (
-            previous is not None and uniform.compat_v2(dict(previous.configuration))
-        )
-        live = self.snapshot.all_files if self.snapshot is not None and turning_on else ()
+        snap = self.snapshot
+        previous = snap.metadata if snap is not None else None
         metadata = uniform.prepare_metadata(
-            metadata, previous, table=self.table_path, replacing=replace_table, live_files=live,
-            upgrading=upgrade_uniform,
+            metadata, previous, table=self.table_path, replacing=replace_table,
+            live_files=(lambda: snap.all_files) if snap is not None else tuple, upgrading=upgrade_uniform,
         )  # fmt: skip
-        conf = dict(metadata.configuration)
         metadata = column_mapping.assign(metadata, previous, table=self.table_path, replacing=replace_table)
         from serialake.core.schema import StructType
 
@@ -220,7 +216,7 @@ class OptimisticTransaction:
                 )
         self._new_metadata = metadata
         base = self.protocol
-        needed = features.required_protocol(conf, base=base)
+        needed = features.required_protocol(metadata.configuration, base=base)
         if base is None or needed != base or replace_table:
             self._new_protocol = needed
 
@@ -421,8 +417,8 @@ class OptimisticTransaction:
         features.check_writable(protocol, self.metadata, table)
         self._check_append_only(body)
         meta = self.metadata
-        if meta is not None and uniform.compat_v2(meta.configuration):
-            uniform.check_adds([a for a in body if isinstance(a, AddFile)], dict(meta.configuration), table)
+        if meta is not None:
+            uniform.check_adds(body, meta.configuration, table)
         self._check_change_data_feed(body, operation, operation_parameters)
         _check_paths(body, table, self._external_path_allowed)
 

@@ -22,11 +22,11 @@ properties on a table holding such files is refused with that advice.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 
 from serialake.core import properties as props
-from serialake.core.actions import AddFile, Metadata
+from serialake.core.actions import Action, AddFile, Metadata
 from serialake.core.schema import ArrayType, DataType, DecimalType, MapType, PrimitiveType, StructType
 from serialake.exceptions import DeltaAnalysisException, UnsupportedFeatureError
 
@@ -59,22 +59,22 @@ class IcebergCompatError(DeltaAnalysisException):
     """A write or a setting would break IcebergCompatV2 (UniForm); nothing was committed."""
 
 
-def _value(configuration: dict[str, str], key: str) -> str | None:
+def _value(configuration: Mapping[str, str], key: str) -> str | None:
     return next((v for k, v in configuration.items() if k.lower() == key.lower()), None)
 
 
-def enabled_formats(configuration: dict[str, str]) -> list[str]:
+def enabled_formats(configuration: Mapping[str, str]) -> list[str]:
     """``delta.universalFormat.enabledFormats`` as a list of lower-case names."""
     raw = _value(configuration, props.UNIVERSAL_FORMATS) or ""
     return [f.strip().lower() for f in raw.split(",") if f.strip()]
 
 
-def iceberg_enabled(configuration: dict[str, str]) -> bool:
+def iceberg_enabled(configuration: Mapping[str, str]) -> bool:
     """Whether the table asks for Iceberg metadata (UniForm Iceberg)."""
     return ICEBERG in enabled_formats(configuration)
 
 
-def compat_v2(configuration: dict[str, str]) -> bool:
+def compat_v2(configuration: Mapping[str, str]) -> bool:
     """Whether IcebergCompatV2 is active (``delta.enableIcebergCompatV2``)."""
     return bool(props.get(configuration, props.ENABLE_ICEBERG_COMPAT_V2))
 
@@ -90,15 +90,15 @@ def prepare_metadata(
     *,
     table: str,
     replacing: bool = False,
-    live_files: Iterable[AddFile] = (),
+    live_files: Callable[[], Iterable[AddFile]] = tuple,
     upgrading: bool = False,
 ) -> Metadata:
     """``metadata`` with what UniForm implies filled in, or ``IcebergCompatError`` naming the rule broken.
 
     A new (or replaced, or empty) table asking for UniForm Iceberg gets IcebergCompatV2 and
     column mapping ``name``. Turning IcebergCompatV2 on for a table holding files needs every
-    live file (``live_files``) tagged, unless ``upgrading`` (REORG ... UPGRADE UNIFORM, which
-    rewrites them in the same commit).
+    live file (``live_files()``, asked only then) tagged, unless ``upgrading`` (REORG ...
+    UPGRADE UNIFORM, which rewrites them in the same commit).
     """
     conf = dict(metadata.configuration)
     formats = enabled_formats(conf)
@@ -116,7 +116,9 @@ def prepare_metadata(
     before = dict(previous.configuration) if previous is not None else {}
     new_table = previous is None or replacing
     was_on = compat_v2(before) and not replacing
-    live = list(live_files)
+    live: list[AddFile] = []
+    if not (new_table or upgrading or was_on) and (ICEBERG in formats or compat_v2(conf)):
+        live = list(live_files())  # the table's files matter only when it is being turned on
     # Nothing to rewrite: settings alone make the table comply (a new, replaced or empty table, or the upgrade).
     settable = new_table or upgrading or not live
     if ICEBERG in formats and not compat_v2(conf):
@@ -183,11 +185,13 @@ def _check_types(schema: StructType, table: str) -> None:
     check(schema, "")
 
 
-def check_adds(adds: Iterable[AddFile], configuration: dict[str, str], table: str) -> None:
-    """Refuse a commit to an IcebergCompatV2 table that adds a file not written for it."""
+def check_adds(actions: Iterable[Action], configuration: Mapping[str, str], table: str) -> None:
+    """Refuse a commit (its ``actions``) to an IcebergCompatV2 table that adds a file not written for it."""
     if not compat_v2(configuration):
         return
-    for add in adds:
+    for add in actions:
+        if not isinstance(add, AddFile):
+            continue
         if add.deletion_vector is not None:
             raise IcebergCompatError(
                 f"Table {table}: file {add.path} has a deletion vector, which IcebergCompatV2 (UniForm) does not "

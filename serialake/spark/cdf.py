@@ -217,7 +217,7 @@ def _empty(spark: SparkSession, metadata: Any) -> DataFrame:
 
 
 def _check_reserved(table: str, schema: StructType) -> None:
-    clash = [f.name for f in schema.fields if f.name.lower() in core_cdf.RESERVED_COLUMNS]
+    clash = core_cdf.reserved_columns_used(schema)
     if clash:
         raise DeltaAnalysisException(
             f"Table {table} has column(s) {', '.join(clash)}, which the change data feed reserves for its own "

@@ -202,23 +202,6 @@ def data_fields(schema: StructType, partition_columns: Sequence[str]) -> list[St
     return [f for f in schema.fields if f.name.lower() not in parts]
 
 
-def _physical_type(data_type: DataType) -> DataType:
-    if isinstance(data_type, StructType):
-        return StructType(tuple(_physical_field(f) for f in data_type.fields))
-    if isinstance(data_type, ArrayType):
-        return ArrayType(_physical_type(data_type.element_type), data_type.contains_null)
-    if isinstance(data_type, MapType):
-        return MapType(
-            _physical_type(data_type.key_type), _physical_type(data_type.value_type), data_type.value_contains_null
-        )
-    return data_type
-
-
-def _physical_field(f: StructField) -> StructField:
-    """The field as stored in Parquet under column mapping (physical names, nested too)."""
-    return StructField(physical_name(f), _physical_type(f.data_type), f.nullable, {})
-
-
 def _has_struct(data_type: DataType) -> bool:
     if isinstance(data_type, StructType):
         return True
@@ -456,7 +439,7 @@ class PhysicalWrite:
             names[given.name] = p.name
             table_fields[p.name] = f
         parts = [names[c] for c in partition_columns]
-        materialize = bool(props.get(configuration, props.ENABLE_ICEBERG_COMPAT_V2))
+        materialize = uniform.compat_v2(configuration)
         if materialize and parts:
             copies = [f"{cls._COPY}{i}" for i in range(len(parts))]
             columns.extend(F.col(quote_name(c)).alias(copy) for c, copy in zip(partition_columns, copies))
@@ -876,9 +859,9 @@ def read_files_df(
             spark, table, out_fields, spark_schema, parts, mode != "none", files, with_file_path=with_file_path
         )
     stored = data_fields(schema, parts)
-    file_schema = StructType(tuple(_physical_field(f) for f in stored)) if mode != "none" else StructType(
-        tuple(stored)
-    )
+    file_schema = StructType(tuple(stored))
+    if mode != "none":
+        file_schema = cm.physical_schema(file_schema)
     paths = [absolute_path(table, f.path) for f in files]
     raw = spark.read.schema(to_spark_schema(file_schema)).parquet(*[_glob_escape(p) for p in paths])
     has_dvs = any(f.deletion_vector is not None for f in files)

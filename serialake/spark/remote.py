@@ -86,9 +86,17 @@ class _WriteTask:
 
         written: list[dict[str, Any]] = []
         current: _OpenFile | None = None
+        file_schema: Any = None  # the data columns' schema with field ids (column mapping), made once
         try:
             for batch in batches:
-                for key, piece in self._runs(batch):
+                data = batch.select(list(self.data_columns))
+                if self.field_ids is not None:
+                    if file_schema is None:
+                        from serialake.core.column_mapping import arrow_with_field_ids
+
+                        file_schema = arrow_with_field_ids(data.schema, list(self.field_ids))
+                    data = pa.RecordBatch.from_arrays(data.columns, schema=file_schema)
+                for key, piece in self._runs(batch, data):
                     start = 0
                     while start < piece.num_rows:
                         if current is not None and (
@@ -111,17 +119,9 @@ class _WriteTask:
             raise
         yield pa.RecordBatch.from_pylist(written, schema=_written_arrow_schema())
 
-    def _runs(self, batch: Any) -> Iterator[tuple[tuple[str | None, ...], Any]]:
-        """``(partition key, rows of the data columns)`` for each run of equal partition values
-        (the task's rows are sorted by them)."""
-        data = batch.select(list(self.data_columns))
-        if self.field_ids is not None:
-            import pyarrow as pa
-
-            from serialake.core.column_mapping import arrow_with_field_ids
-
-            with_ids = arrow_with_field_ids(data.schema, list(self.field_ids))
-            data = pa.RecordBatch.from_arrays(data.columns, schema=with_ids)
+    def _runs(self, batch: Any, data: Any) -> Iterator[tuple[tuple[str | None, ...], Any]]:
+        """``(partition key, rows of ``data``, the batch's data columns)`` for each run of equal
+        partition values (the task's rows are sorted by them)."""
         if not self.partition_columns or batch.num_rows == 0:
             yield (), data
             return

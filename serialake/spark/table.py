@@ -343,9 +343,8 @@ class DeltaTable:
         else:
             to_delete, stale_staging = _vacuum_candidates(self.path, snap.partition_columns, keep, cutoff)
         schema = T.StructType([T.StructField("path", T.StringType())])
-        iceberg_files = self._iceberg_garbage(snap, cutoff, dry_run=True)
         if dryRun:
-            found = [*(p for p, _ in sorted(to_delete)), *iceberg_files]
+            found = [*(p for p, _ in sorted(to_delete)), *self._iceberg_garbage(snap, cutoff, dry_run=True)]
             return self.spark.createDataFrame([(_location_uri(p),) for p in found], schema)
         params = {
             "retentionCheckEnabled": self._retention_check_enabled(),
@@ -377,7 +376,7 @@ class DeltaTable:
     def _iceberg_garbage(self, snap: Snapshot, cutoff: int, *, dry_run: bool) -> list[str]:
         """UniForm tables: the Iceberg metadata files no retained Iceberg version refers to, older than
         ``cutoff`` (deleted unless ``dry_run``). The newest metadata and what it refers to always stay."""
-        if not uniform.iceberg_enabled(dict(snap.configuration)):
+        if not uniform.iceberg_enabled(snap.configuration):
             return []
         from serialake.core import iceberg
 

@@ -485,7 +485,7 @@ def _sync_metadata(spark: SparkSession, st: SyncMetadata) -> DataFrame:
     path = _existing(st.table)
     log = DeltaLog.for_table(path)
     snap = log.update()
-    if not uniform.iceberg_enabled(dict(snap.configuration)):
+    if not uniform.iceberg_enabled(snap.configuration):
         raise DeltaAnalysisException(
             f"MSCK REPAIR TABLE ... SYNC METADATA: table {log.table_path} is not a UniForm table "
             "(delta.universalFormat.enabledFormats does not include 'iceberg')."

@@ -40,7 +40,7 @@ logger = logging.getLogger("serialake")
 
 def iceberg_enabled(configuration: Mapping[str, str]) -> bool:
     """Whether a table's properties ask for Iceberg metadata (``core.uniform.iceberg_enabled``)."""
-    return uniform.iceberg_enabled(dict(configuration))
+    return uniform.iceberg_enabled(configuration)
 
 
 def convert_now(log: DeltaLog, version: int | None = None) -> str:

@@ -46,7 +46,7 @@ from serialake.core import constraints, row_eval, uniform
 from serialake.core.actions import AddCDCFile, AddFile, decode_path, encode_path
 from serialake.core.deletion_vectors import RowIndexSet, read_deletion_vector
 from serialake.core.expressions import Expr
-from serialake.core.schema import PrimitiveType, StructField, StructType, physical_name
+from serialake.core.schema import StructField, StructType, physical_name
 from serialake.core.snapshot import Snapshot
 from serialake.core.types import arrow_type
 from serialake.core.values import NotExact
@@ -103,7 +103,7 @@ class DriverTable:
         physical: dict[str, str] = {}
         if io.column_mapping_mode(snap) != "none":
             physical = {f.name: physical_name(f) for f in snap.schema.fields}
-        compat = uniform.compat_v2(dict(snap.configuration))
+        compat = uniform.compat_v2(snap.configuration)
         return DriverTable(snap, stored, pa.schema(fields), physical, compat)
 
     @property
@@ -237,14 +237,12 @@ class DriverTable:
                 t = arrow_type(f.data_type)
                 if t is None:
                     raise NotExact(f"partition column {name}")
-                raw = next((v for k, v in partition_values.items() if k == self.physical.get(name)), None)
+                raw = partition_values.get(self.physical[name])
                 value = io.typed_partition_value(raw, f.data_type, table=self.path, column=name)
                 table = table.append_column(pa.field(name, t), pa.repeat(pa.scalar(value, t), table.num_rows))
+        by_column = [fields.get(c) for c in table.column_names]  # None: not a table column (_change_type)
         table = table.rename_columns([self.physical.get(c, c) for c in table.column_names])
-        mapped = [fields[c] for c in self.physical if self.physical[c] in table.column_names]
-        order = {physical_name(f): f for f in mapped}
-        known = [order[c] if c in order else StructField(c, PrimitiveType("string")) for c in table.column_names]
-        return table.cast(cm.arrow_with_field_ids(table.schema, known))
+        return table.cast(cm.arrow_with_field_ids(table.schema, by_column))
 
     def write(
         self,

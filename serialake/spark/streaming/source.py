@@ -306,7 +306,7 @@ def stream_schema(metadata: Metadata, *, changes: bool = False) -> T.StructType:
 
 
 def _check_reserved(table: str, schema: StructType) -> None:
-    taken = [f.name for f in schema.fields if f.name.lower() in core_cdf.RESERVED_COLUMNS]
+    taken = core_cdf.reserved_columns_used(schema)
     if taken:
         raise DeltaAnalysisException(
             f"Cannot read the change data feed of {table} as a stream: its column(s) {', '.join(taken)} have the "

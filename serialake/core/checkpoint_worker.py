@@ -1,44 +1,70 @@
-"""Write one checkpoint in a process of its own.
+"""Write checkpoints in a process of their own, at idle priority.
 
-``DeltaLog`` runs this for big tables (``DeltaLog.CHILD_CHECKPOINT_FILES``): building and
-encoding the checkpoint of hundreds of thousands of files in the committing process would
-hold the interpreter lock in slices, each delaying that process's commits by up to the
-lock's switch interval. A child has its own interpreter and runs at idle priority; it
-loads the table at the version (from the newest checkpoint before it) and writes the
-checkpoint with the same code.
+``DeltaLog`` hands the background checkpoints of tables of ``DeltaLog.WORKER_CHECKPOINT_FILES``
+files or more to this worker (one per process, kept alive: ``children.quiet_worker``).
+Building and encoding a checkpoint in the committing process takes CPU its commits need
+(~20 ms at 10,000 files, every ``checkpointInterval`` commits: a quarter of the commit
+rate of four writers on two cores) and holds the interpreter lock in slices, each
+delaying the process's commits by up to the lock's switch interval. The worker has its
+own interpreter and runs only on CPU time nothing else wants (``yield_cpu``); it builds
+each checkpoint from the newest checkpoint before it and the commits since, with the same
+code (``DeltaLog.checkpoint_if_due``), keeping each table's recent commits in memory
+between requests.
 
-    python -m serialake.core.checkpoint_worker TABLE VERSION [--no-fsync]
+    python -m serialake.core.checkpoint_worker --serve
 
-Prints ``_last_checkpoint`` as JSON; exits 1 with the error on stderr.
+reads requests ``{"table": path, "version": v, "fsync": bool}``, one JSON object per line
+of stdin, and answers each on stdout: ``{"ok": true, "last": _last_checkpoint or null}``
+(null: a checkpoint at or past ``v`` was there already) or ``{"ok": false, "error": "..."}``.
+It exits when stdin closes.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
+from collections import OrderedDict
+from typing import IO, Any
 
-__all__ = ["main", "yield_cpu"]
+__all__ = ["main", "serve", "yield_cpu"]
+
+#: Tables whose log (recent commits, snapshot) the worker keeps between requests.
+_KEPT_TABLES = 8
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m serialake.core.checkpoint_worker", description=__doc__)
-    ap.add_argument("table")
-    ap.add_argument("version", type=int)
-    ap.add_argument("--no-fsync", action="store_true")
-    args = ap.parse_args(argv)
+    args = sys.argv[1:] if argv is None else argv
+    if args != ["--serve"]:
+        print("usage: python -m serialake.core.checkpoint_worker --serve", file=sys.stderr)
+        return 2
     yield_cpu()
+    serve(sys.stdin.buffer, sys.stdout)
+    return 0
+
+
+def serve(requests: IO[bytes], answers: IO[str]) -> None:
+    """Answer each request line of ``requests`` on ``answers`` until ``requests`` ends."""
     from serialake.core.log import DeltaLog
     from serialake.storage import LocalLogStore
 
-    try:
-        last = DeltaLog(args.table, store=LocalLogStore(fsync=not args.no_fsync)).checkpoint(args.version)
-    except Exception as e:  # noqa: BLE001 - reported to the parent, which logs it
-        print(f"{type(e).__name__}: {e}", file=sys.stderr)
-        return 1
-    print(json.dumps(last))
-    return 0
+    logs: OrderedDict[tuple[str, bool], DeltaLog] = OrderedDict()
+    for line in requests:
+        if not line.strip():
+            continue
+        answer: dict[str, Any]
+        try:
+            request = json.loads(line)
+            key = (str(request["table"]), bool(request.get("fsync", True)))
+            log = logs.pop(key, None) or DeltaLog(key[0], store=LocalLogStore(fsync=key[1]))
+            logs[key] = log
+            while len(logs) > _KEPT_TABLES:
+                logs.popitem(last=False)
+            answer = {"ok": True, "last": log.checkpoint_if_due(int(request["version"]))}
+        except Exception as e:  # noqa: BLE001 - reported to the parent, which raises it there
+            answer = {"ok": False, "error": f"{type(e).__name__}: {e}"}
+        answers.write(json.dumps(answer) + "\n")
+        answers.flush()
 
 
 def yield_cpu() -> None:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from serialake.core import properties as props
 from serialake.core.actions import Action, AddFile, CommitInfo, now_ms
 from serialake.core.checkpoint import read_checkpoint, write_checkpoint_table
-from serialake.core.children import run_quiet_child
+from serialake.core.children import WorkerError, quiet_worker
 from serialake.core.logfiles import (
     LOG_DIR,
     CheckpointRef,
@@ -106,12 +106,15 @@ class DeltaLog:
     _instances: dict[tuple[str, int], DeltaLog] = {}
     _instances_lock = threading.Lock()
     _COMMIT_CACHE = 512
-    #: Background checkpoints of tables with at least this many live files run in a child
-    #: process (``core/checkpoint_worker.py``): building and encoding them here would hold
-    #: the interpreter lock in slices, each delaying this process's commits by up to the
-    #: lock's 5 ms switch interval. ``SERIALAKE_CHECKPOINT_PROCESS`` = ``always`` / ``never``
-    #: overrides (``auto`` by default); only tables on the default local store qualify.
-    CHILD_CHECKPOINT_FILES = 100_000
+    #: Background checkpoints of tables holding at least this many files are written by this
+    #: process's checkpoint worker (``core/checkpoint_worker.py``), a child at idle priority:
+    #: here they would take CPU the commits need (~2 us per file, every checkpointInterval
+    #: commits; measured at 10,000 files and an interval of 100, a quarter of four writers'
+    #: commit rate on two cores) and hold the interpreter lock in slices, each delaying this
+    #: process's commits by up to the lock's 5 ms switch interval. Below it a checkpoint costs
+    #: less than the worker's one-time start. ``SERIALAKE_CHECKPOINT_PROCESS`` = ``always`` /
+    #: ``never`` overrides (``auto`` by default); only tables on the default local store qualify.
+    WORKER_CHECKPOINT_FILES = 2_000
 
     def __init__(self, table_path: str, store: LogStore | None = None) -> None:
         self.table_path = normalize_table_path(table_path)
@@ -412,23 +415,28 @@ class DeltaLog:
 
     def _checkpoint_quietly(self, version: int, base: Snapshot | None) -> None:
         try:
-            from serialake.core.logfiles import read_last_checkpoint
-
             if version < self._latest_checkpoint_request:
                 return  # a newer checkpoint is queued: skip this stale one
-            last = read_last_checkpoint(self.store, self.log_path)
-            if last is not None and last["version"] >= version:
-                return  # another writer already checkpointed at or past this version
             cached = self._snapshot
             if cached is not None and cached.version <= version and (base is None or cached.version > base.version):
                 base = cached
-            if self._checkpoint_in_child(base):
-                self.checkpoint_in_child(version)
+            if self._checkpoint_in_worker(base):
+                self.checkpoint_in_worker(version)
             else:
-                self.checkpoint(version, base=self._checkpoint_base(last, base, version))
+                self.checkpoint_if_due(version, base)
         except BaseException as e:  # noqa: BLE001 - a checkpoint must never fail a commit
             self.last_checkpoint_error = e
             log.warning("checkpoint of %s at version %d failed: %s", self.table_path, version, e)
+
+    def checkpoint_if_due(self, version: int, base: Snapshot | None = None) -> dict[str, Any] | None:
+        """Write the checkpoint of ``version`` unless one at or past it exists; its ``_last_checkpoint``
+        (None when skipped). Built from ``base`` or the newest checkpoint (``_checkpoint_base``)."""
+        from serialake.core.logfiles import read_last_checkpoint
+
+        last = read_last_checkpoint(self.store, self.log_path)
+        if last is not None and last["version"] >= version:
+            return None  # another writer already checkpointed at or past this version
+        return self.checkpoint(version, base=self._checkpoint_base(last, base, version))
 
     def _checkpoint_base(self, last: dict | None, base: Snapshot | None, version: int) -> Snapshot | None:
         """What to build the checkpoint of ``version`` from: ``base``, or the newest checkpoint when cheaper.
@@ -454,36 +462,37 @@ class DeltaLog:
             log.debug("checkpoint of %s at version %d built without checkpoint %d: %s", self.table_path, version, at, e)
             return base
 
-    def _checkpoint_in_child(self, base: Snapshot | None) -> bool:
-        """Whether a background checkpoint runs in a child process (see ``CHILD_CHECKPOINT_FILES``)."""
+    def _checkpoint_in_worker(self, base: Snapshot | None) -> bool:
+        """Whether a background checkpoint goes to the checkpoint worker (see ``WORKER_CHECKPOINT_FILES``)."""
         mode = os.environ.get("SERIALAKE_CHECKPOINT_PROCESS", "auto").strip().lower()
         if mode not in ("auto", "always"):
             return False  # "never"
         store = self.store
-        # The child rebuilds the store from the path: only the default local store, as it is.
+        # The worker rebuilds the store from the path: only the default local store, as it is.
         if type(store) is not LocalLogStore or store.fault_hook is not None:
             return False
         # Rows held, not live files: counting live files could compute the live masks here.
-        return mode == "always" or (base is not None and base.file_state.rows_held() >= self.CHILD_CHECKPOINT_FILES)
+        return mode == "always" or (base is not None and base.file_state.rows_held() >= self.WORKER_CHECKPOINT_FILES)
 
-    def checkpoint_in_child(self, version: int) -> dict[str, Any]:
-        """``checkpoint(version)`` run by ``python -m serialake.core.checkpoint_worker`` (local tables).
+    def checkpoint_in_worker(self, version: int) -> dict[str, Any] | None:
+        """``checkpoint_if_due(version)`` run by this process's checkpoint worker (``core/checkpoint_worker.py``,
+        local tables); None when a checkpoint at or past ``version`` was there already.
 
-        The commit path never waits for it; this thread only waits for the child. A failed
-        child raises ``CheckpointError`` with the child's error.
+        The commit path never waits for it; the checkpoint thread waits for the worker's
+        answer. A failure raises ``CheckpointError`` with the worker's error.
         """
-        import json as _json
-
-        args = [self.table_path, str(version)]
-        if not getattr(self.store, "fsync", True):
-            args.append("--no-fsync")
-        code, out, reason = run_quiet_child("serialake.core.checkpoint_worker", args)
-        if code != 0:
+        request = {"table": self.table_path, "version": version, "fsync": bool(getattr(self.store, "fsync", True))}
+        try:
+            answer = quiet_worker("serialake.core.checkpoint_worker").call(request)
+        except WorkerError as e:
+            answer = {"ok": False, "error": f"the checkpoint worker failed: {e}"}
+        if not answer.get("ok"):
             raise CheckpointError(
-                f"Table {self.table_path}: the checkpoint of version {version} (written by a child process) "
-                f"failed: {reason}. The table is intact: readers replay the commits instead."
+                f"Table {self.table_path}: the checkpoint of version {version} (written by the checkpoint worker "
+                f"process) failed: {answer.get('error')}. The table is intact: readers replay the commits instead."
             )
-        return _json.loads(out)
+        last = answer.get("last")
+        return last if isinstance(last, dict) else None
 
     def wait_for_checkpoints(self) -> None:
         """Block until a scheduled checkpoint finished (tests and short-lived tools)."""

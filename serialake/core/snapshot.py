@@ -218,6 +218,10 @@ class Snapshot:
     into new dicts that are published whole and never changed afterwards.
     """
 
+    #: Commits applied lazily (``with_commits``) before the file state is published anyway
+    #: (more on big tables: see ``with_commits``).
+    _MAX_PENDING_COMMITS = 256
+
     def __init__(
         self,
         table_path: str,
@@ -243,9 +247,10 @@ class Snapshot:
         self._lock = threading.Lock()
         # Published file state (None until computed for a snapshot made by ``with_commits``).
         self._index: FileState | None = state.file_state
-        # Where the index comes from until it is published: (parent snapshot, file actions after it).
-        # Cleared only after ``_index`` is set, so a reader finding it None finds ``_index`` set.
-        self._files_from: tuple[Snapshot, list[Action]] | None = None
+        # Where the index comes from until it is published: (an ancestor whose index is published,
+        # the file actions of each commit after it). Cleared only after ``_index`` is set, so a
+        # reader finding it None finds ``_index`` set.
+        self._files_from: tuple[Snapshot, tuple[list[Action], ...]] | None = None
         if state.partition_values or state.partition_checks:
             self._check_partition_values(state, commits)
 
@@ -310,22 +315,17 @@ class Snapshot:
             return idx
 
     def _replay_files(self) -> FileState:
-        """This snapshot's files: the nearest ancestor's published state plus the file actions since."""
-        chain: list[list[Action]] = []
-        node = self
-        while True:
-            idx = node._index
-            if idx is not None:
-                break
-            source = node._files_from  # read once: another thread may clear it after publishing
-            if source is None:
-                idx = node._index
-                assert idx is not None
-                break
-            chain.append(source[1])
-            node = source[0]
-        state = idx.copy()
-        for actions in reversed(chain):
+        """This snapshot's files: its published ancestor's state plus the file actions since."""
+        source = self._files_from  # read once: another thread may clear it after publishing
+        if source is None:
+            idx = self._index
+            assert idx is not None
+            return idx
+        base, chunks = source
+        base_index = base._index
+        assert base_index is not None
+        state = base_index.copy()
+        for actions in chunks:
             state.apply(actions)
         return state
 
@@ -481,7 +481,19 @@ class Snapshot:
             version, ts = v, t
         snap = Snapshot(self.table_path, version, state, None, ts, commits=commits)
         snap._index = None
-        snap._files_from = (self, file_actions)
+        # Point at the nearest published ancestor, not at this snapshot: a writer refreshing commit
+        # by commit and never reading files would otherwise keep every snapshot alive in a chain.
+        source = self._files_from
+        if source is None:  # this snapshot's index is published
+            snap._files_from = (self, (file_actions,))
+        else:
+            base, chunks = source
+            snap._files_from = (base, (*chunks, file_actions))
+            held = base._index.rows_held() if base._index is not None else 0
+            if len(chunks) >= max(self._MAX_PENDING_COMMITS, held // 64):
+                # Bound the commits held (and the tuple copied per commit): publish, which copies
+                # the ancestor's files once per so many commits (at most 1/64 of a copy per commit).
+                snap._files_index()
         return snap
 
     def __repr__(self) -> str:

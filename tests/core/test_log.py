@@ -314,13 +314,13 @@ def test_unknown_outcome_is_reported_as_unknown(make_table):
     assert landed == txn.txn_id  # it did land: the error must not claim otherwise
 
 
-def test_big_table_checkpoints_run_in_a_child_process(make_table, monkeypatch):
-    """A child process writes the same checkpoint the committing process would."""
+def test_big_table_checkpoints_run_in_the_checkpoint_worker(make_table, monkeypatch):
+    """The checkpoint worker (a child process) writes the same checkpoint the committing process would."""
     log = make_table(props={"delta.checkpointInterval": "5"})
     for i in range(4):
         log.start_transaction().commit([add_file(i % 3)])
     monkeypatch.setenv("SERIALAKE_CHECKPOINT_PROCESS", "always")
-    assert log._checkpoint_in_child(log.update())
+    assert log._checkpoint_in_worker(log.update())
     log.start_transaction().commit([add_file(1)])  # version 5: a checkpoint is due
     log.wait_for_checkpoints()
     assert log.last_checkpoint_error is None
@@ -330,19 +330,47 @@ def test_big_table_checkpoints_run_in_a_child_process(make_table, monkeypatch):
     assert from_cp.segment.checkpoint.version == 5
     assert {f.path for f in from_cp.all_files} == {f.path for f in _replay_without_checkpoints(log).all_files}
     monkeypatch.setenv("SERIALAKE_CHECKPOINT_PROCESS", "never")
-    assert not log._checkpoint_in_child(log.update())
+    assert not log._checkpoint_in_worker(log.update())
     monkeypatch.setenv("SERIALAKE_CHECKPOINT_PROCESS", "auto")
-    assert not log._checkpoint_in_child(log.update())  # small tables: in this process
+    assert not log._checkpoint_in_worker(log.update())  # small tables: in this process
 
 
-def test_a_failed_child_checkpoint_names_the_table_and_version(make_table):
+def test_a_failed_worker_checkpoint_names_the_table_and_version(make_table):
     from serialake.exceptions import CheckpointError
 
     log = make_table()
     with pytest.raises(CheckpointError) as e:
-        log.checkpoint_in_child(99)  # no such version
+        log.checkpoint_in_worker(99)  # no such version
     assert log.table_path in str(e.value) and "version 99" in str(e.value)
     assert "checkpoint.parquet" not in " ".join(os.listdir(log.log_path))
+
+
+def test_the_checkpoint_worker_serves_many_checkpoints_and_comes_back_after_dying(make_table):
+    """One worker process writes checkpoint after checkpoint (no interpreter start per checkpoint);
+    killed, it is started again and the checkpoint still written; one already there is skipped."""
+    import signal
+
+    from serialake.core.children import quiet_worker
+
+    log = make_table()
+    worker = quiet_worker("serialake.core.checkpoint_worker")
+    starts = worker.starts
+    for i in range(3):
+        log.start_transaction().commit([add_file(i)])
+        assert log.checkpoint_in_worker(log.update().version)["version"] == log.update().version
+    assert worker.starts <= starts + 1  # (none if an earlier test started it)
+    assert worker._child is not None
+    started = worker.starts
+    os.kill(worker._child.pid, signal.SIGKILL)
+    worker._child.wait()
+    log.start_transaction().commit([add_file(9)])
+    version = log.update().version
+    assert log.checkpoint_in_worker(version)["version"] == version
+    assert worker.starts == started + 1
+    assert log.checkpoint_in_worker(version) is None  # there already
+    from_cp = DeltaLog(log.table_path).update()
+    assert from_cp.segment.checkpoint.version == version
+    assert {f.path for f in from_cp.all_files} == {f.path for f in _replay_without_checkpoints(log).all_files}
 
 
 @pytest.mark.skipif(not hasattr(os, "SCHED_IDLE"), reason="Linux scheduling classes")

@@ -154,3 +154,30 @@ def test_background_checkpoints_while_transactions_filter_files(tmp_path: Any, f
     fresh = DeltaLog(log.table_path).update()
     assert fresh.num_files == 3 + len(committed)
     assert fresh.segment is not None and fresh.segment.checkpoint is not None
+
+
+def test_refreshing_without_reading_files_keeps_no_chain_of_snapshots() -> None:
+    """A writer refreshing commit by commit and never reading files (blind appends) must not keep
+    every snapshot alive through the lazily applied commits, and each snapshot still has its files,
+    across the bound where the file state is published anyway."""
+    import gc
+    import weakref
+
+    depth = Snapshot._MAX_PENDING_COMMITS * 2 + 7
+    state = TableState()
+    state.apply([Protocol(1, 2), Metadata(schema_string=SCHEMA, partition_columns=("p",)), *map(_add, range(10))])
+    snap = Snapshot("/t", 0, state, None, 0)
+    refs = []
+    middle: Snapshot | None = None
+    for v in range(1, depth + 1):
+        snap = snap.with_commits([(v, [_add(100 + v)], v)])
+        refs.append(weakref.ref(snap))
+        if v == Snapshot._MAX_PENDING_COMMITS + 3:
+            middle = snap
+    gc.collect()
+    alive = sum(r() is not None for r in refs)
+    # The newest and the one this test holds, and the published ancestors they apply commits to.
+    assert alive <= 4, f"{alive} of {depth} snapshots alive"
+    assert middle is not None and middle.num_files == 10 + Snapshot._MAX_PENDING_COMMITS + 3
+    assert snap.num_files == 10 + depth
+    assert {a.path for a in snap.all_files} == {_add(i).path for i in [*range(10), *range(101, 101 + depth)]}

@@ -207,19 +207,27 @@ class DeltaLog:
         """Commits ``version+1, version+2, ...`` that exist now, found by probing names."""
         out: list[CommitEntry] = []
         v = version + 1
+        first_cached = newest_cached = -1  # indexes in ``out`` of remembered commits
         while limit is None or len(out) < limit:
             with self._commits_lock:
-                cached = v in self._commits
-            if cached and not self.store.exists(self.commit_path(v)):
-                # Remembered from a table that was deleted (and maybe re-created) at this path.
-                with self._commits_lock:
-                    self._commits.clear()
-                break
-            try:
-                out.append(self.read_commit(v))
-            except FileNotFoundError:
-                break
+                entry = self._commits.get(v)
+            if entry is None:
+                try:
+                    entry = self.read_commit(v)
+                except FileNotFoundError:
+                    break
+            else:
+                newest_cached = len(out)
+                if first_cached < 0:
+                    first_cached = newest_cached
+            out.append(entry)
             v += 1
+        if newest_cached >= 0 and not self.store.exists(self.commit_path(out[newest_cached].version)):
+            # Remembered from a table that was deleted (and maybe re-created) at this path: the
+            # newest remembered commit is checked (one look, however many are remembered).
+            with self._commits_lock:
+                self._commits.clear()
+            del out[first_cached:]
         return out
 
     # -- snapshots --------------------------------------------------------------

@@ -489,8 +489,7 @@ class Snapshot:
         else:
             base, chunks = source
             snap._files_from = (base, (*chunks, file_actions))
-            held = base._index.rows_held() if base._index is not None else 0
-            if len(chunks) >= max(self._MAX_PENDING_COMMITS, held // 64):
+            if len(chunks) >= self._MAX_PENDING_COMMITS and len(chunks) >= base.file_state.rows_held() // 64:
                 # Bound the commits held (and the tuple copied per commit): publish, which copies
                 # the ancestor's files once per so many commits (at most 1/64 of a copy per commit).
                 snap._files_index()

@@ -822,7 +822,10 @@ def _check_paths(body: list[Action], table: str, external_allowed: Any) -> None:
 
     for a in body:
         if isinstance(a, (AddFile, RemoveFile, AddCDCFile)):
-            p = unquote(a.path)
+            p = a.path
+            if p and "%" not in p and ":" not in p and ".." not in p and p[0] != "/":
+                continue  # a plain relative path (the common case): inside the table
+            p = unquote(p)
             if p.startswith("file:"):
                 p = p[5:].lstrip("/")
                 p = "/" + p

@@ -429,9 +429,13 @@ class DeltaLog:
             if cached is not None and cached.version <= version and (base is None or cached.version > base.version):
                 base = cached
             if self._checkpoint_in_worker(base):
-                self.checkpoint_in_worker(version)
-            else:
-                self.checkpoint_if_due(version, base)
+                try:
+                    self.checkpoint_in_worker(version)
+                    return
+                except (CheckpointError, OSError) as e:  # no worker here, or it failed: here, as for small tables
+                    log.info("checkpoint worker for %s at version %d failed (%s); writing it here", self.table_path,
+                             version, e)  # fmt: skip
+            self.checkpoint_if_due(version, base)
         except BaseException as e:  # noqa: BLE001 - a checkpoint must never fail a commit
             self.last_checkpoint_error = e
             log.warning("checkpoint of %s at version %d failed: %s", self.table_path, version, e)

@@ -213,9 +213,16 @@ class LocalLogStore(LogStore):
 
     def _link_tmpfile(self, fd: int, path: str) -> None:
         """Name the unnamed inode ``fd`` ``path`` with linkat, which never overwrites."""
+        source = f"/proc/self/fd/{fd}".encode()
+        if self.fault_hook is None:  # (the same as below, without the hooks: a lost race costs little)
+            if _linkat(_AT_FDCWD, source, _AT_FDCWD, path.encode(), _AT_SYMLINK_FOLLOW) == 0:
+                return
+            err = ctypes.get_errno()
+            if err == errno.EEXIST:
+                raise FileAlreadyExistsError(f"{path} already exists")
+            raise naming_error(OSError(err, os.strerror(err), path), path, "name the file (link)")
 
         def link() -> None:
-            source = f"/proc/self/fd/{fd}".encode()
             if _linkat(_AT_FDCWD, source, _AT_FDCWD, path.encode(), _AT_SYMLINK_FOLLOW) != 0:
                 err = ctypes.get_errno()
                 raise OSError(err, os.strerror(err), path)
@@ -370,8 +377,13 @@ class _PreparedTmpfile(PreparedPut):
 
     def put(self, path: str) -> None:
         store = self.store
-        directory = os.path.dirname(path)
-        if self._fd is not None and directory != self._directory:
+        fd = self._fd
+        directory = self._directory  # (a retry at the next version: the same directory, no dirname)
+        n = len(directory)
+        same = fd is not None and path[n : n + 1] == os.sep and path.startswith(directory)
+        if not same or path.find(os.sep, n + 1) >= 0:
+            directory = os.path.dirname(path)
+        if fd is not None and directory != self._directory:
             self.close()
         fd = self._fd
         if fd is None:

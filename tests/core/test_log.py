@@ -393,3 +393,18 @@ def test_a_checkpoint_child_runs_at_idle_priority_off_the_committers_cpu():
             assert len(child_cpus) == len(cpus) - 1
     finally:
         child.communicate(b"")
+
+
+def test_a_checkpoint_is_written_here_when_the_worker_cannot_start(make_table, monkeypatch):
+    """No worker process (here: no Python to start it with): the checkpoint is written by this process."""
+    from serialake.core import children
+
+    log = make_table(props={"delta.checkpointInterval": "3"})
+    monkeypatch.setenv("SERIALAKE_CHECKPOINT_PROCESS", "always")
+    monkeypatch.setitem(children._WORKERS, "serialake.core.checkpoint_worker", children.QuietWorker("no.such.module"))
+    monkeypatch.setattr(children.sys, "executable", "/nonexistent/python")
+    for i in range(3):
+        log.start_transaction().commit([add_file(i)])
+    log.wait_for_checkpoints()
+    assert log.last_checkpoint_error is None
+    assert "00000000000000000003.checkpoint.parquet" in os.listdir(log.log_path)

@@ -484,7 +484,7 @@ class DeltaLog:
         if type(store) is not LocalLogStore or store.fault_hook is not None:
             return False
         # Rows held, not live files: counting live files could compute the live masks here.
-        return mode == "always" or (base is not None and base.file_state.rows_held() >= self.WORKER_CHECKPOINT_FILES)
+        return mode == "always" or (base is not None and base.rows_held() >= self.WORKER_CHECKPOINT_FILES)
 
     def checkpoint_in_worker(self, version: int) -> dict[str, Any] | None:
         """``checkpoint_if_due(version)`` run by this process's checkpoint worker (``core/checkpoint_worker.py``,

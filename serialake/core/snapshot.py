@@ -314,6 +314,15 @@ class Snapshot:
             self._files_from = None  # after publishing: lets the parents be collected
             return idx
 
+    def rows_held(self) -> int:
+        """``FileState.rows_held`` of this snapshot's files, without publishing them: the
+        published ancestor's rows plus the file actions applied since (an upper bound)."""
+        source = self._files_from
+        if source is None:
+            return self._files_index().rows_held()
+        base, chunks = source
+        return base.file_state.rows_held() + sum(len(c) for c in chunks)
+
     def _replay_files(self) -> FileState:
         """This snapshot's files: its published ancestor's state plus the file actions since."""
         source = self._files_from  # read once: another thread may clear it after publishing

@@ -214,20 +214,25 @@ class LocalLogStore(LogStore):
     def _link_tmpfile(self, fd: int, path: str) -> None:
         """Name the unnamed inode ``fd`` ``path`` with linkat, which never overwrites."""
         source = f"/proc/self/fd/{fd}".encode()
-        if self.fault_hook is None:  # (the same as below, without the hooks: a lost race costs little)
+
+        def link() -> int:
             if _linkat(_AT_FDCWD, source, _AT_FDCWD, path.encode(), _AT_SYMLINK_FOLLOW) == 0:
-                return
-            err = ctypes.get_errno()
+                return 0
+            return ctypes.get_errno()
+
+        if self.fault_hook is None:  # ``_name``'s classification without its hooks: a lost race costs little
+            err = link()
             if err == errno.EEXIST:
                 raise FileAlreadyExistsError(f"{path} already exists")
-            raise naming_error(OSError(err, os.strerror(err), path), path, "name the file (link)")
+            if err:
+                raise naming_error(OSError(err, os.strerror(err), path), path, "name the file (link)")
+            return
 
-        def link() -> None:
-            if _linkat(_AT_FDCWD, source, _AT_FDCWD, path.encode(), _AT_SYMLINK_FOLLOW) != 0:
-                err = ctypes.get_errno()
+        def link_or_raise() -> None:
+            if err := link():
                 raise OSError(err, os.strerror(err), path)
 
-        self._name(path, "link", link)
+        self._name(path, "link", link_or_raise)
 
     def prepare_put(self, data: bytes) -> PreparedPut:
         """The bytes as one fsynced unnamed inode, linked at each path tried (``_PreparedTmpfile``).

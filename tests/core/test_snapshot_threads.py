@@ -178,6 +178,8 @@ def test_refreshing_without_reading_files_keeps_no_chain_of_snapshots() -> None:
     alive = sum(r() is not None for r in refs)
     # The newest and the one this test holds, and the published ancestors they apply commits to.
     assert alive <= 4, f"{alive} of {depth} snapshots alive"
+    pending = snap.rows_held()  # without publishing the newest snapshot's files
+    assert snap._index is None and pending == 10 + depth
     assert middle is not None and middle.num_files == 10 + Snapshot._MAX_PENDING_COMMITS + 3
     assert snap.num_files == 10 + depth
     assert {a.path for a in snap.all_files} == {_add(i).path for i in [*range(10), *range(101, 101 + depth)]}

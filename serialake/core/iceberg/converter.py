@@ -78,7 +78,7 @@ def _in_child(log: DeltaLog, snapshot: Snapshot) -> bool:
     store = log.store  # the child rebuilds the store from the path: only the default local store
     if type(store) is not LocalLogStore or store.fault_hook is not None:
         return False
-    return mode == "always" or snapshot.file_state.rows_held() >= CHILD_CONVERSION_FILES
+    return mode == "always" or snapshot.rows_held() >= CHILD_CONVERSION_FILES
 
 
 def _convert_in_child(log: DeltaLog, version: int) -> str:

@@ -94,7 +94,6 @@ class QuietWorker:
         self.module = module
         self._lock = threading.Lock()
         self._child: subprocess.Popen[bytes] | None = None
-        self._pid = -1  # the process that started the child
         self._pending = b""
         self.starts = 0
 
@@ -116,10 +115,10 @@ class QuietWorker:
         raise AssertionError("unreachable")
 
     def _running(self) -> subprocess.Popen[bytes]:
-        child = self._child
-        if child is not None and self._pid == os.getpid() and child.poll() is None:
+        child = self._child  # (None in a forked copy: ``_forget_parents_workers``)
+        if child is not None and child.poll() is None:
             return child
-        if child is not None and self._pid == os.getpid():
+        if child is not None:
             self._stop(child)
         cmd = [sys.executable, "-m", self.module, "--serve"]
         child = subprocess.Popen(
@@ -127,7 +126,7 @@ class QuietWorker:
             close_fds=True,
         )  # fmt: skip
         quiet_child(child.pid)
-        self._child, self._pid, self._pending = child, os.getpid(), b""
+        self._child, self._pending = child, b""
         self.starts += 1
         return child
 
@@ -171,7 +170,7 @@ class QuietWorker:
         """Let the child finish what it is doing and exit (its stdin closes); do not wait for it."""
         with self._lock:
             child, self._child = self._child, None
-            if child is None or self._pid != os.getpid():
+            if child is None:
                 return
             for pipe in (child.stdin, child.stdout):
                 try:
@@ -209,5 +208,4 @@ def _forget_parents_workers() -> None:
         worker._child, worker._pending = None, b""
 
 
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_forget_parents_workers)
+os.register_at_fork(after_in_child=_forget_parents_workers)

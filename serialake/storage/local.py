@@ -382,13 +382,8 @@ class _PreparedTmpfile(PreparedPut):
 
     def put(self, path: str) -> None:
         store = self.store
-        fd = self._fd
-        directory = self._directory  # (a retry at the next version: the same directory, no dirname)
-        n = len(directory)
-        same = fd is not None and path[n : n + 1] == os.sep and path.startswith(directory)
-        if not same or path.find(os.sep, n + 1) >= 0:
-            directory = os.path.dirname(path)
-        if fd is not None and directory != self._directory:
+        directory = path.rpartition(os.sep)[0] or os.path.dirname(path)  # (dirname's answer, cheaper)
+        if self._fd is not None and directory != self._directory:
             self.close()
         fd = self._fd
         if fd is None:

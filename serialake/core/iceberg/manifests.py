@@ -36,6 +36,10 @@ FORMAT_VERSION = 2
 _AVRO_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
+def _required(avro_type: Any, name: str, field_id: int) -> dict[str, Any]:
+    return {"name": name, "type": avro_type, "field-id": field_id}
+
+
 def _optional(avro_type: Any, name: str, field_id: int) -> dict[str, Any]:
     return {"name": name, "type": ["null", avro_type], "default": None, "field-id": field_id}
 
@@ -46,8 +50,8 @@ def _id_map(name: str, field_id: int, key_id: int, value_id: int, value_type: st
         "type": "record",
         "name": f"k{key_id}_v{value_id}",
         "fields": [
-            {"name": "key", "type": "int", "field-id": key_id},
-            {"name": "value", "type": value_type, "field-id": value_id},
+            _required("int", "key", key_id),
+            _required(value_type, "value", value_id),
         ],
     }
     return _optional({"type": "array", "logicalType": "map", "items": pair}, name, field_id)
@@ -91,12 +95,12 @@ def manifest_entry_schema(partition: Sequence[PartitionField]) -> dict[str, Any]
         "type": "record",
         "name": "r2",
         "fields": [
-            {"name": "content", "type": "int", "field-id": 134},
-            {"name": "file_path", "type": "string", "field-id": 100},
-            {"name": "file_format", "type": "string", "field-id": 101},
-            {"name": "partition", "type": partition_record, "field-id": 102},
-            {"name": "record_count", "type": "long", "field-id": 103},
-            {"name": "file_size_in_bytes", "type": "long", "field-id": 104},
+            _required("int", "content", 134),
+            _required("string", "file_path", 100),
+            _required("string", "file_format", 101),
+            _required(partition_record, "partition", 102),
+            _required("long", "record_count", 103),
+            _required("long", "file_size_in_bytes", 104),
             _id_map("column_sizes", 108, 117, 118, "long"),
             _id_map("value_counts", 109, 119, 120, "long"),
             _id_map("null_value_counts", 110, 121, 122, "long"),
@@ -113,11 +117,11 @@ def manifest_entry_schema(partition: Sequence[PartitionField]) -> dict[str, Any]
         "type": "record",
         "name": "manifest_entry",
         "fields": [
-            {"name": "status", "type": "int", "field-id": 0},
+            _required("int", "status", 0),
             _optional("long", "snapshot_id", 1),
             _optional("long", "sequence_number", 3),
             _optional("long", "file_sequence_number", 4),
-            {"name": "data_file", "type": data_file, "field-id": 2},
+            _required(data_file, "data_file", 2),
         ],
     }
 
@@ -126,19 +130,19 @@ MANIFEST_FILE_SCHEMA: dict[str, Any] = {
     "type": "record",
     "name": "manifest_file",
     "fields": [
-        {"name": "manifest_path", "type": "string", "field-id": 500},
-        {"name": "manifest_length", "type": "long", "field-id": 501},
-        {"name": "partition_spec_id", "type": "int", "field-id": 502},
-        {"name": "content", "type": "int", "field-id": 517},
-        {"name": "sequence_number", "type": "long", "field-id": 515},
-        {"name": "min_sequence_number", "type": "long", "field-id": 516},
-        {"name": "added_snapshot_id", "type": "long", "field-id": 503},
-        {"name": "added_files_count", "type": "int", "field-id": 504},
-        {"name": "existing_files_count", "type": "int", "field-id": 505},
-        {"name": "deleted_files_count", "type": "int", "field-id": 506},
-        {"name": "added_rows_count", "type": "long", "field-id": 512},
-        {"name": "existing_rows_count", "type": "long", "field-id": 513},
-        {"name": "deleted_rows_count", "type": "long", "field-id": 514},
+        _required("string", "manifest_path", 500),
+        _required("long", "manifest_length", 501),
+        _required("int", "partition_spec_id", 502),
+        _required("int", "content", 517),
+        _required("long", "sequence_number", 515),
+        _required("long", "min_sequence_number", 516),
+        _required("long", "added_snapshot_id", 503),
+        _required("int", "added_files_count", 504),
+        _required("int", "existing_files_count", 505),
+        _required("int", "deleted_files_count", 506),
+        _required("long", "added_rows_count", 512),
+        _required("long", "existing_rows_count", 513),
+        _required("long", "deleted_rows_count", 514),
         _optional(
             {
                 "type": "array",
@@ -147,7 +151,7 @@ MANIFEST_FILE_SCHEMA: dict[str, Any] = {
                     "type": "record",
                     "name": "r508",
                     "fields": [
-                        {"name": "contains_null", "type": "boolean", "field-id": 509},
+                        _required("boolean", "contains_null", 509),
                         _optional("boolean", "contains_nan", 518),
                         _optional("bytes", "lower_bound", 510),
                         _optional("bytes", "upper_bound", 511),

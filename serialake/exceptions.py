@@ -33,6 +33,7 @@ __all__ = [
     "ProtocolChangedException",
     "SchemaMismatchError",
     "StagingMismatchError",
+    "WrittenFileMissingError",
     "StorageWriteError",
     "CommitWriteFailedError",
     "ConsistentReadError",
@@ -109,8 +110,7 @@ class StagingMismatchError(DeltaError, IOError):
             "  Likely cause: the executors do not share the driver's file system, so they wrote "
             "their files where the driver cannot see them.\n"
             "Help: put the table on a file system that the driver and every executor mount at the "
-            "same path (e.g. NFS), or on an object store once serialake supports one; run a "
-            "single-machine job with a local master (local[*])."
+            "same path (e.g. NFS), or on S3 (s3://); run a single-machine job with a local master (local[*])."
         )
 
     def __reduce__(self) -> Any:  # picklable across processes
@@ -124,6 +124,39 @@ def _rebuild_staging(table: str, staging: str, job_rows: int, found_rows: int, f
     return StagingMismatchError(
         table=table, staging=staging, job_rows=job_rows, found_rows=found_rows, found_files=found_files
     )
+
+
+class WrittenFileMissingError(DeltaError, IOError):
+    """A file the Spark job reports it wrote is not there for the driver. Nothing was committed.
+
+    Raised by Spark's direct writer (``spark.serialake.dataFiles.io``), whose file list comes
+    from the job. The usual cause: the executors write to a file system the driver does not see.
+
+    Attributes:
+        table: table path.
+        path: the missing file.
+        job_files: files the job reports it wrote.
+    """
+
+    def __init__(self, *, table: str, path: str, job_files: int) -> None:
+        self.table = table
+        self.path = path
+        self.job_files = job_files
+        super().__init__(
+            f"Write to table {table}: the Spark job reports {job_files} file(s) written, but the driver cannot "
+            f"find {path}; nothing was committed.\n"
+            "  Likely cause: the executors do not share the driver's file system, so they wrote "
+            "their files where the driver cannot see them.\n"
+            "Help: put the table on a file system that the driver and every executor mount at the "
+            "same path (e.g. NFS), or on S3 (s3://); run a single-machine job with a local master (local[*])."
+        )
+
+    def __reduce__(self) -> Any:  # picklable across processes
+        return (_rebuild_missing, (self.table, self.path, self.job_files))
+
+
+def _rebuild_missing(table: str, path: str, job_files: int) -> Any:
+    return WrittenFileMissingError(table=table, path=path, job_files=job_files)
 
 
 class InvalidTableError(DeltaError, ValueError):

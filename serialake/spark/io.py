@@ -57,6 +57,7 @@ from serialake.exceptions import (
     StorageWriteError,
     UnsupportedFeatureError,
 )
+from serialake.spark import direct
 from serialake.storage import is_local_path
 
 if TYPE_CHECKING:
@@ -330,7 +331,29 @@ def write_data_files(
         df, partition_columns = physical.df, physical.partition_by
     stored = [f for f in df.schema.fields if f.name not in set(partition_columns)]
     indexed = stats_columns(to_delta_schema(T.StructType(stored)), configuration or {})
-    if not is_local_path(table_path):  # object storage: the executors write the objects
+    route = direct.data_io(spark, table_path)
+    if route == "spark":  # Spark's own writer, straight to final names (``spark.direct``)
+        spark_types = {f.name: f.dataType for f in df.schema.fields}
+        zone = session_zone(spark)
+
+        def describe(rel_dir: str, name: str) -> dict[str, str | None]:
+            values = _partition_values(rel_dir, partition_columns, spark_types, zone, f"{table_path} ({name})")
+            return physical.partition_values(values) if physical is not None else values
+
+        adds = direct.write_direct(
+            df,
+            table_path,
+            partition_columns,
+            indexed,
+            data_change=data_change,
+            max_records_per_file=max_records_per_file,
+            describe=describe,
+            stats_of=file_stats,
+        )
+        if is_local_path(table_path):
+            fsync_dirs(table_path, {posixpath.dirname(decode_path(a.path)) for a in adds})
+        return physical.finish(adds, rekey=False) if physical is not None else adds
+    if route == "python":  # object storage Spark cannot open: the executors write the objects
         from serialake.spark import remote
 
         types = {f.name: f.data_type for f in to_delta_schema(df.schema).fields}
@@ -390,7 +413,7 @@ class PhysicalWrite:
     (``core.uniform.COMPAT_TAG``), as Delta's writers do.
     """
 
-    _COPY = "__serialake_partition_"
+    _COPY = "serialake_partition_"  # not '_'-prefixed: Spark's direct writer leaves it as a directory name
 
     def __init__(
         self,
@@ -585,16 +608,16 @@ def _partition_values(
     partition_columns: Sequence[str],
     spark_types: dict[str, T.DataType],
     zone: dt.tzinfo,
-    staging: str,
+    where: str,
 ) -> dict[str, str | None]:
-    """Partition values of a staged file, from its Hive-style directory names."""
+    """Partition values of a file Spark wrote, from its Hive-style directory names (``where``: for errors)."""
     segments = [s for s in rel_dir.split(os.sep) if s]
     if len(segments) != len(partition_columns):
-        raise CorruptLogError(f"Unexpected directory '{rel_dir}' in staging area {staging}")
+        raise CorruptLogError(f"Unexpected directory '{rel_dir}' written by Spark in {where}")
     try:
         raw = hive_partition_values(segments, partition_columns)
     except ValueError as e:
-        raise CorruptLogError(f"{e} (in {staging})") from None
+        raise CorruptLogError(f"{e} (in {where})") from None
     return {c: format_partition_value(v, spark_types[c], zone) for c, v in raw.items()}
 
 
@@ -847,7 +870,8 @@ def read_files_df(
     if not files:
         return _empty_df(spark, out_fields, with_file_path)
     mode = column_mapping_mode(snapshot)
-    if not is_local_path(table):  # object storage: the executors read the objects
+    route = direct.data_io(spark, table)
+    if route == "python":  # object storage Spark cannot open: the executors read the objects
         from serialake.spark import remote
 
         spark_schema = to_spark_schema(StructType(tuple(out_fields)))
@@ -863,6 +887,8 @@ def read_files_df(
     if mode != "none":
         file_schema = cm.physical_schema(file_schema)
     paths = [absolute_path(table, f.path) for f in files]
+    if not is_local_path(table):  # Spark's own file system for the store (``s3a://``)
+        paths = [direct.hadoop_uri(p) for p in paths]
     raw = spark.read.schema(to_spark_schema(file_schema)).parquet(*[_glob_escape(p) for p in paths])
     has_dvs = any(f.deletion_vector is not None for f in files)
     need_join = bool(parts) or with_file_path or has_dvs

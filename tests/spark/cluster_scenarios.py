@@ -23,6 +23,7 @@ from typing import Any
 import serialake
 from serialake.core import DeltaLog
 from serialake.core.actions import AddFile
+from serialake.spark.direct import DATA_IO_CONF
 from serialake.spark.session import spark_session
 from serialake.spark.table import DeltaTable
 
@@ -106,6 +107,19 @@ def private_scenario(spark: Any, seed: str) -> dict[str, Any]:
     return results
 
 
+def direct_private_scenario(spark: Any, seed: str) -> dict[str, Any]:
+    """An append written directly by executors that cannot share the table: the error and what changed."""
+    more = spark.range(200, 210, 1, 2).selectExpr("id", "id * 10 AS v", "CAST(id % 2 AS INT) AS p")
+    before = {"version": version(seed), "files": table_files(seed)}
+    error: dict[str, Any] | None = None
+    try:
+        serialake.write(more, seed, mode="append")
+    except Exception as e:  # noqa: BLE001 - reported to the test, which checks the type
+        error = {"type": type(e).__name__, "message": str(e), "table": getattr(e, "table", None)}
+    after = {"version": version(seed), "files": table_files(seed)}
+    return {"path": seed, "error": error, "before": before, "after": after}
+
+
 def shared_scenario(spark: Any, path: str) -> dict[str, Any]:
     """Every operation against a table on a directory the executors share: versions, adds and rows."""
 
@@ -155,6 +169,13 @@ def main(config_path: str) -> None:
         if config.get("private_seed"):
             results["private"] = private_scenario(spark, config["private_seed"])
         results["shared"] = shared_scenario(spark, os.path.join(config["shared_root"], "t"))
+        # Spark's own writer straight to final names, the file list from the job (the route of
+        # object-store tables Spark has a connector for), on the same two kinds of directory.
+        spark.conf.set(DATA_IO_CONF, "spark")
+        if config.get("private_seed"):
+            results["direct_private"] = direct_private_scenario(spark, config["private_seed"])
+        results["direct"] = shared_scenario(spark, os.path.join(config["shared_root"], "direct"))
+        spark.conf.unset(DATA_IO_CONF)
         if config.get("s3"):
             # Only the driver is told where S3 is: the executors (no AWS variables in their
             # environment, no shared disk for S3 data) get the settings with each job.

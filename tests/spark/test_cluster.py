@@ -186,6 +186,29 @@ def test_shared_storage_every_operation_works_on_the_spark_path(cluster_run: dic
     assert not [f for f in shared["files"] if f.startswith("_staging")]
 
 
+def test_direct_writes_by_private_executors_fail_loudly_and_commit_nothing(cluster_run: dict[str, Any]) -> None:
+    """Spark's direct writer takes its file list from the job: a file the driver cannot see is an error."""
+    if cluster_run["private_reason"]:
+        pytest.skip(cluster_run["private_reason"])
+    op = _ran(cluster_run, "direct_private")
+    error = op["error"]
+    assert error is not None and error["type"] == "WrittenFileMissingError", op
+    assert error["table"] == op["path"] and "cannot find" in error["message"], error
+    assert op["after"] == op["before"], op
+
+
+def test_direct_writes_on_shared_storage_work_for_every_operation(cluster_run: dict[str, Any]) -> None:
+    """Every operation's files written by the executors at final names, no staging, no job record left."""
+    direct = _ran(cluster_run, "direct")
+    expected = _expected_shared()
+    for version, (name, operation) in enumerate(SHARED_OPS.items()):
+        op = direct[name]
+        assert op["version"] == version and op["operation"] == operation, op
+        assert op["adds"] > 0, f"{name} committed no files"
+        assert op["rows"] == expected[name], name
+    assert not [f for f in direct["files"] if f.startswith("_staging") or "_spark_metadata" in f or f.endswith(".crc")]
+
+
 @pytest.mark.interop
 def test_shared_table_reads_the_same_in_delta_rs(cluster_run: dict[str, Any]) -> None:
     deltalake = pytest.importorskip("deltalake")

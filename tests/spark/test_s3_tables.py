@@ -318,3 +318,52 @@ def test_uniform_table_on_s3_is_read_by_pyiceberg(on_spark: SparkSession, server
     got = sorted(tuple(r.values()) for r in table.scan().to_arrow().to_pylist())
     assert got == [(1, "a", "x"), (2, "b", "y"), (3, "updated", "x")]
     assert _rows(serialake.read(on_spark, uri), "id", "v", "p") == got
+
+
+def test_direct_write_job_on_s3_becomes_add_files(server: S3Server) -> None:
+    """The S3 half of Spark's direct writer (``spark.direct``; Spark writes ``s3a://`` where the
+    S3A connector is installed, not here): the job's record, in the sink's format with
+    percent-encoded ``s3a://`` URIs, becomes AddFiles whose stats come from the footers read
+    from S3; a file without rows and the record are deleted; nothing else is touched."""
+    import io as bytes_io
+    import json
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from serialake.core.schema import PrimitiveType
+    from serialake.spark import direct
+    from serialake.spark.io import file_stats
+    from serialake.storage.datafiles import Access
+
+    table = _uri(server)
+    files = Access.here(table)
+    prefix = "0123456789abcdef"
+    written = {"p=a b/part-00000-x.c000.snappy.parquet": [1, 2, 3], "p=x%3Ay/part-00001-y.c000.snappy.parquet": []}
+    lines = ["v1"]
+    for rel, ids in written.items():
+        buffer = bytes_io.BytesIO()
+        pq.write_table(pa.table({"id": pa.array(ids, pa.int64())}), buffer)
+        with files.create(f"{table}/{prefix}/{rel}") as f:
+            f.write(buffer.getvalue())
+        uri = direct.hadoop_uri(f"{table}/{prefix}/{rel}").replace("%", "%25").replace(" ", "%20")
+        entry = {"path": uri, "size": len(buffer.getvalue()), "isDir": False, "modificationTime": 1700000000000,
+                 "blockReplication": 1, "blockSize": 33554432, "action": "add"}  # fmt: skip
+        lines.append(json.dumps(entry))
+    files.put(f"{table}/{prefix}/_spark_metadata/0", "\n".join(lines).encode())
+    files.put(f"{table}/other/keep.parquet", b"not ours")
+
+    adds = direct.finish_job(
+        table,
+        prefix,
+        [(("id",), PrimitiveType("long"))],
+        data_change=True,
+        describe=lambda rel_dir, name: {"p": rel_dir.split("=", 1)[1]},
+        stats_of=file_stats,
+    )
+    assert [(a.path, a.partition_values, json.loads(a.stats or "{}")) for a in adds] == [
+        (f"{prefix}/p=a%20b/part-00000-x.c000.snappy.parquet", {"p": "a b"},
+         {"numRecords": 3, "minValues": {"id": 1}, "maxValues": {"id": 3}, "nullCount": {"id": 0}}),
+    ]  # fmt: skip
+    left = sorted(s.path for s in files.walk(table))
+    assert left == [f"{prefix}/p=a b/part-00000-x.c000.snappy.parquet", "other/keep.parquet"]

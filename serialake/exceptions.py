@@ -135,15 +135,16 @@ class WrittenFileMissingError(DeltaError, IOError):
     Attributes:
         table: table path.
         path: the missing file.
-        job_files: files the job reports it wrote.
+        job_files: files the job reports it wrote (None: the job's record itself is missing).
     """
 
-    def __init__(self, *, table: str, path: str, job_files: int) -> None:
+    def __init__(self, *, table: str, path: str, job_files: int | None) -> None:
         self.table = table
         self.path = path
         self.job_files = job_files
+        reported = "its record of the files it wrote" if job_files is None else f"{job_files} file(s) written"
         super().__init__(
-            f"Write to table {table}: the Spark job reports {job_files} file(s) written, but the driver cannot "
+            f"Write to table {table}: the Spark job reports {reported}, but the driver cannot "
             f"find {path}; nothing was committed.\n"
             "  Likely cause: the executors do not share the driver's file system, so they wrote "
             "their files where the driver cannot see them.\n"
@@ -155,7 +156,7 @@ class WrittenFileMissingError(DeltaError, IOError):
         return (_rebuild_missing, (self.table, self.path, self.job_files))
 
 
-def _rebuild_missing(table: str, path: str, job_files: int) -> Any:
+def _rebuild_missing(table: str, path: str, job_files: int | None) -> Any:
     return WrittenFileMissingError(table=table, path=path, job_files=job_files)
 
 

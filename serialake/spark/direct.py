@@ -174,7 +174,7 @@ def finish_job(
     out_dir = posixpath.join(table_path, prefix)
     listed: list[tuple[str, int, int]] = []
     try:
-        listed = _job_files(files, out_dir)
+        listed = _job_files(files, table_path, out_dir)
         adds = _describe_all(files, table_path, out_dir, prefix, listed, indexed, data_change, describe, stats_of)
     except BaseException:
         _delete_quietly(files, [location for location, _, _ in listed])
@@ -208,15 +208,15 @@ def _file_sink(spark: SparkSession, uri: str, partition_columns: Sequence[str], 
     )
 
 
-def _job_files(files: Access, out_dir: str) -> list[tuple[str, int, int]]:
+def _job_files(files: Access, table_path: str, out_dir: str) -> list[tuple[str, int, int]]:
     """``(location, size, modification ms)`` of every file the job committed, from the sink's record."""
     import json
 
     record = posixpath.join(out_dir, _METADATA_DIR, "0")
     try:
         text = files.read_bytes(record).decode("utf-8")
-    except FileNotFoundError:
-        return []  # an empty DataFrame: no task wrote a file, nothing was recorded
+    except FileNotFoundError:  # the job records its files even when it wrote none
+        raise WrittenFileMissingError(table=table_path, path=record, job_files=None) from None
     lines = text.splitlines()
     if not lines or not lines[0].startswith("v"):
         raise OSError(f"{record}: not a file-sink record (first line {lines[:1]!r})")

@@ -208,3 +208,17 @@ def test_hadoop_uri(given: str, uri: str) -> None:
 )
 def test_job_file_uris_as_locations(written: str, location: Any) -> None:
     assert direct._location(written) == location
+
+
+def test_a_job_record_the_driver_cannot_find_is_an_error(tmp_path: Any) -> None:
+    """The sink records every job's files, even none: a missing record means the driver looks
+    at another storage than the job wrote to, never an empty write."""
+    from serialake.exceptions import WrittenFileMissingError
+    from serialake.spark.io import file_stats
+
+    table = str(tmp_path / "t")
+    os.makedirs(os.path.join(table, "0123456789abcdef"))
+    with pytest.raises(WrittenFileMissingError, match=r"its record of the files.*_spark_metadata/0") as info:
+        direct.finish_job(table, "0123456789abcdef", [], data_change=True, describe=dict, stats_of=file_stats)
+    assert info.value.table == table and info.value.job_files is None
+    assert not os.path.exists(os.path.join(table, "0123456789abcdef"))

@@ -871,6 +871,8 @@ def discard_rebase_dvs(info: TransactionInfo, keep: Iterable[Action] = ()) -> No
     (its caller's to clean up). ``OptimisticTransaction.commit`` calls this when the commit fails
     (``keep`` empty) and after it commits (``keep``: the actions committed).
     """
+    if not info.rebase_dvs:  # (every commit comes here; almost none rebased a vector)
+        return
     import os
 
     from serialake.core.deletion_vectors import dv_absolute_path

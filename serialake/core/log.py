@@ -266,16 +266,19 @@ class DeltaLog:
         """The latest snapshot, refreshed by reading only commits newer than the cached one."""
         with self._lock:
             snap = self._snapshot
-            if snap is not None and snap.version > 0 and not self.store.exists(self.commit_path(snap.version)):
+            new = self.commits_after(snap.version) if snap is not None else []
+            # A newer commit found (read now, or remembered and seen still there) shows the log goes
+            # on; without one, the cached version itself must still be there.
+            if snap is not None and not new and snap.version > 0 and not self.store.exists(
+                self.commit_path(snap.version)
+            ):
                 snap = None  # the table was deleted or replaced under us: load it afresh
                 with self._commits_lock:
                     self._commits.clear()
             if snap is None:
                 snap = self._load(self._latest_segment())
-            else:
-                new = self.commits_after(snap.version)
-                if new:
-                    snap = snap.with_commits([(e.version, list(e.actions), e.timestamp) for e in new])
+            elif new:
+                snap = snap.with_commits([(e.version, list(e.actions), e.timestamp) for e in new])
             self._snapshot = snap
             return snap
 

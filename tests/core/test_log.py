@@ -120,6 +120,13 @@ def test_table_deleted_and_recreated_at_the_same_path(make_table, tmp_path):
     shutil.copytree(before, log.table_path)  # the table again, as it was at v0
     snap = DeltaLog.for_table(log.table_path).update()
     assert (snap.version, snap.num_files) == (0, 3)
+    # Refreshed to a version that then vanishes, with nothing newer: loaded afresh too.
+    log.start_transaction(snap).commit([add_file(6)])
+    assert log.update().version == 1
+    shutil.rmtree(log.table_path)
+    shutil.copytree(before, log.table_path)
+    snap = log.update()
+    assert (snap.version, snap.num_files) == (0, 3)
 
 
 def test_checkpoint_replay_equals_full_replay(make_table):

@@ -47,6 +47,7 @@ from serialake.core.paths import parquet_metadata
 from serialake.exceptions import DeltaIllegalArgumentException, UnsupportedFeatureError, WrittenFileMissingError
 from serialake.storage import is_local_path
 from serialake.storage.datafiles import Access
+from serialake.storage.local import fsync_dir
 
 if TYPE_CHECKING:
     from serialake.core.schema import DataType
@@ -270,7 +271,7 @@ def _describe_all(
             files.delete(location)
             return None
         if is_local_path(location):
-            _fsync(location)
+            fsync_dir(location)  # (a file: its bytes)
         values = describe(rel_dir, name)
         rel_path = posixpath.join(prefix, rel_dir, name) if rel_dir else posixpath.join(prefix, name)
         return AddFile(
@@ -291,14 +292,6 @@ def _comparable(location: str) -> str:
     if location[:6].lower() == "s3a://":
         return "s3://" + location[6:]
     return location
-
-
-def _fsync(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _remove_checksum(path: str) -> None:

@@ -42,7 +42,7 @@ _NO_TMPFILE = frozenset({errno.EOPNOTSUPP, errno.EISDIR, errno.EINVAL, errno.ENO
 
 
 def fsync_dir(directory: str) -> None:
-    """fsync a directory so the names created in it survive a crash."""
+    """fsync a directory so the names created in it survive a crash (or a file, its bytes)."""
     fd = os.open(directory, os.O_RDONLY)
     try:
         os.fsync(fd)

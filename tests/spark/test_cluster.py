@@ -172,10 +172,11 @@ def _expected_shared() -> dict[str, list[list[int]]]:
     return {name: sorted([i, v, i % 3] for i, v in rows.items()) for name, rows in out.items()}
 
 
-@pytest.mark.parametrize("part", ["shared", pytest.param("s3", marks=pytest.mark.s3)])
+@pytest.mark.parametrize("part", ["shared", "direct", pytest.param("s3", marks=pytest.mark.s3)])
 def test_shared_storage_every_operation_works_on_the_spark_path(cluster_run: dict[str, Any], part: str) -> None:
-    """On the shared directory and on S3 (where executors have no disk in common with the
-    driver and no S3 settings of their own) every operation's files are written by executors."""
+    """On the shared directory (staged, and with Spark's direct writer) and on S3 (where executors
+    have no disk in common with the driver and no S3 settings of their own) every operation's
+    files are written by executors, and nothing but the committed files is left."""
     shared = _ran(cluster_run, part)
     expected = _expected_shared()
     for version, (name, operation) in enumerate(SHARED_OPS.items()):
@@ -183,7 +184,7 @@ def test_shared_storage_every_operation_works_on_the_spark_path(cluster_run: dic
         assert op["version"] == version and op["operation"] == operation, op
         assert op["adds"] > 0, f"{name} committed no files"
         assert op["rows"] == expected[name], name
-    assert not [f for f in shared["files"] if f.startswith("_staging")]
+    assert not [f for f in shared["files"] if f.startswith("_staging") or "_spark_metadata" in f or f.endswith(".crc")]
 
 
 def test_direct_writes_by_private_executors_fail_loudly_and_commit_nothing(cluster_run: dict[str, Any]) -> None:
@@ -195,18 +196,6 @@ def test_direct_writes_by_private_executors_fail_loudly_and_commit_nothing(clust
     assert error is not None and error["type"] == "WrittenFileMissingError", op
     assert error["table"] == op["path"] and "cannot find" in error["message"], error
     assert op["after"] == op["before"], op
-
-
-def test_direct_writes_on_shared_storage_work_for_every_operation(cluster_run: dict[str, Any]) -> None:
-    """Every operation's files written by the executors at final names, no staging, no job record left."""
-    direct = _ran(cluster_run, "direct")
-    expected = _expected_shared()
-    for version, (name, operation) in enumerate(SHARED_OPS.items()):
-        op = direct[name]
-        assert op["version"] == version and op["operation"] == operation, op
-        assert op["adds"] > 0, f"{name} committed no files"
-        assert op["rows"] == expected[name], name
-    assert not [f for f in direct["files"] if f.startswith("_staging") or "_spark_metadata" in f or f.endswith(".crc")]
 
 
 @pytest.mark.interop

@@ -85,7 +85,8 @@ def data_io(spark: SparkSession, table_path: str) -> str:
             raise UnsupportedFeatureError(
                 f"Table {table_path}: {DATA_IO_CONF}=spark, but Spark has no file system for "
                 f"'{_scheme(hadoop_uri(table_path))}' URIs (add the connector, for S3 hadoop-aws, to the "
-                f"cluster, or set {DATA_IO_CONF}=auto to write from the executors' Python). Nothing was written."
+                f"cluster, or set {DATA_IO_CONF}=auto to write and read from the executors' Python). "
+                "Nothing was read or written."
             )
         return "spark"
     if local:

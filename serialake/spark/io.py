@@ -3,8 +3,9 @@
 Stable entry points (used by write/read and by DML: DELETE, UPDATE, MERGE, OPTIMIZE):
 
 - ``write_data_files(df, table_path, partition_columns, *, data_change=True,
-  max_records_per_file=None) -> list[AddFile]``: Parquet files written by Spark, moved into
-  the table, fsynced, described by AddFiles with stats from the Parquet footers.
+  max_records_per_file=None) -> list[AddFile]``: Parquet files written by Spark (staged and
+  moved into a local table, or straight to their final names: ``spark.direct`` decides),
+  fsynced, described by AddFiles with stats from the Parquet footers.
 - ``read_files_df(spark, snapshot, files, columns=None, with_file_path=False) -> DataFrame``:
   the rows of exactly ``files`` with partition columns re-attached, in table-schema order.
 - ``to_delta_schema`` / ``to_spark_schema``: schema conversion (both sides speak Spark's JSON).
@@ -314,8 +315,12 @@ def write_data_files(
     hold another number, ``StagingMismatchError`` is raised and the found files are deleted:
     executors that do not share the driver's file system must never commit an empty write.
 
-    On object storage (``s3://``) the executors write the files themselves, straight to their
-    final names, and the job returns their descriptions (``spark.remote.write_files``).
+    That is the ``staged`` route (``spark.direct.data_io`` decides, from
+    ``spark.serialake.dataFiles.io``). On the ``spark`` route (object storage Spark has a file
+    system for) Spark writes the files straight to their final names and the job's record
+    lists them (``spark.direct.write_direct``); on the ``python`` route (object storage Spark
+    cannot open) the executors write them with pyarrow and the job returns their
+    descriptions (``spark.remote.write_files``).
 
     On a column-mapped table (``schema``: the table's, with its column-mapping metadata) the
     files hold the physical names and the ids as Parquet field ids, and stats and partition
@@ -860,7 +865,8 @@ def read_files_df(
     ``_row_index`` (the row's position in its Parquet file, what deletion vectors refer
     to). Column-mapped tables are read by physical name and shown by logical name.
     ``columns`` selects (and orders) logical columns. No files: an empty DataFrame.
-    Files on object storage are read by the executors (``spark.remote.read_files``).
+    Files on object storage Spark cannot open are read by the executors
+    (``spark.remote.read_files``); those it can, by Spark under their ``s3a://`` names.
     """
     schema = snapshot.schema
     table = snapshot.table_path

@@ -181,7 +181,7 @@ def test_which_route_each_table_takes(spark: SparkSession) -> None:
         assert direct.data_io(spark, "/tmp/local-table") == "staged" and direct.data_io(spark, s3) == "python"
         spark.conf.set(direct.DATA_IO_CONF, "spark")
         assert direct.data_io(spark, "/tmp/local-table") == "spark"
-        with pytest.raises(UnsupportedFeatureError, match=r"s3://bucket/table.*'s3a'.*Nothing was written"):
+        with pytest.raises(UnsupportedFeatureError, match=r"s3://bucket/table.*'s3a'.*Nothing was read or written"):
             direct.data_io(spark, s3)
         spark.conf.set(direct.DATA_IO_CONF, "sometimes")
         with pytest.raises(DeltaIllegalArgumentException, match="spark.serialake.dataFiles.io is 'sometimes'"):

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import os
 import posixpath
+import re
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -52,7 +53,17 @@ from serialake.storage.local import fsync_dir
 if TYPE_CHECKING:
     from serialake.core.schema import DataType
 
-__all__ = ["DATA_IO_CONF", "data_io", "finish_job", "hadoop_uri", "spark_opens", "write_direct"]
+__all__ = [
+    "DATA_IO_CONF",
+    "JOB_RECORD_DIR",
+    "data_io",
+    "finish_job",
+    "hadoop_uri",
+    "is_job_dir",
+    "is_job_record",
+    "spark_opens",
+    "write_direct",
+]
 
 DATA_IO_CONF = "spark.serialake.dataFiles.io"
 _SETTINGS = ("auto", "spark", "python")
@@ -60,7 +71,8 @@ _SINK_CLASSES = (
     "org.apache.spark.sql.execution.streaming.sinks.FileStreamSink",  # Spark 4.1+
     "org.apache.spark.sql.execution.streaming.FileStreamSink",  # Spark 2.0 - 4.0
 )
-_METADATA_DIR = "_spark_metadata"
+JOB_RECORD_DIR = "_spark_metadata"
+_JOB_DIR = re.compile(r"[0-9a-f]{16}")  # ``write_direct``'s fresh directory per job
 _IO_THREADS = 8
 
 Describe = Callable[[str, str], dict[str, str | None]]  # (dir written in, file name) -> partition values
@@ -145,7 +157,7 @@ def write_direct(
     are fsynced, their directories are not (``io.fsync_dirs``).
     """
     spark = df.sparkSession
-    prefix = uuid.uuid4().hex[:16]
+    prefix = uuid.uuid4().hex[:16]  # (``_JOB_DIR``)
     out_dir = posixpath.join(table_path, prefix)
     options = {"maxRecordsPerFile": str(int(max_records_per_file))} if max_records_per_file else {}
     sink = _file_sink(spark, hadoop_uri(out_dir), partition_columns, options)
@@ -186,6 +198,18 @@ def finish_job(
     return adds
 
 
+def is_job_dir(name: str) -> bool:
+    """Whether a directory of the table is named as ``write_direct``'s fresh directory per job."""
+    return _JOB_DIR.fullmatch(name) is not None
+
+
+def is_job_record(parts: Sequence[str]) -> bool:
+    """Whether a path below the table (its ``/``-separated ``parts``) is in a direct write's job
+    record, ``<16 hex digits>/_spark_metadata/...``: left only by a job that died before its
+    files were committed, so VACUUM removes it once older than the retention."""
+    return len(parts) > 2 and parts[1] == JOB_RECORD_DIR and is_job_dir(parts[0])
+
+
 def _file_sink(spark: SparkSession, uri: str, partition_columns: Sequence[str], options: Mapping[str, str]) -> Any:
     """Spark's streaming Parquet file sink writing under ``uri`` (whichever package this Spark has it in)."""
     from py4j.java_gateway import JavaClass
@@ -214,7 +238,7 @@ def _job_files(files: Access, table_path: str, out_dir: str) -> list[tuple[str, 
     """``(location, size, modification ms)`` of every file the job committed, from the sink's record."""
     import json
 
-    record = posixpath.join(out_dir, _METADATA_DIR, "0")
+    record = posixpath.join(out_dir, JOB_RECORD_DIR, "0")
     try:
         text = files.read_bytes(record).decode("utf-8")
     except FileNotFoundError:  # the job records its files even when it wrote none
@@ -306,7 +330,7 @@ def _remove_checksum(path: str) -> None:
 
 def _remove_job_metadata(files: Access, out_dir: str) -> None:
     """Delete the sink's ``_spark_metadata`` record (and, locally, its directory and checksums)."""
-    meta = posixpath.join(out_dir, _METADATA_DIR)
+    meta = posixpath.join(out_dir, JOB_RECORD_DIR)
     if is_local_path(out_dir):
         import shutil
 

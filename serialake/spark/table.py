@@ -32,7 +32,7 @@ from serialake.exceptions import (
     DeltaTableNotFoundError,
     UnsupportedFeatureError,
 )
-from serialake.spark import dml, invariants, io, scans
+from serialake.spark import direct, dml, invariants, io, scans
 from serialake.spark.arguments import check_assignments, check_condition, check_type
 from serialake.spark.errors import pyspark_errors
 from serialake.spark.write import add_schema_features
@@ -831,7 +831,8 @@ def _upgraded_protocol(current: Protocol, reader: int, writer: int, table: str) 
 def _vacuum_candidates(
     table: str, partition_columns: Sequence[str], keep: set[str], cutoff: int
 ) -> tuple[list[tuple[str, int]], list[str]]:
-    """Unreferenced files older than ``cutoff`` (path, size), and stale staging directories."""
+    """Unreferenced files older than ``cutoff`` (path, size), and stale staging directories and
+    job records of direct writes (``spark.direct``) that died before committing."""
     files: list[tuple[str, int]] = []
     for root, dirs, names in os.walk(table):
         # Change data files (``_change_data``) are never referenced by a snapshot: like Delta,
@@ -858,6 +859,11 @@ def _vacuum_candidates(
         for entry in os.scandir(staging_root):
             if entry.is_dir() and _newest_mtime_ms(entry.path) < cutoff:
                 staging.append(entry.path)
+    for parent in (table, os.path.join(table, CHANGE_DATA_DIR)):  # records of direct writes that died
+        for entry in os.scandir(parent) if os.path.isdir(parent) else ():
+            record = os.path.join(entry.path, direct.JOB_RECORD_DIR)
+            if direct.is_job_dir(entry.name) and os.path.isdir(record) and _newest_mtime_ms(record) < cutoff:
+                staging.append(record)
     return files, staging
 
 
@@ -878,7 +884,7 @@ def _remote_vacuum_candidates(
             continue  # UniForm's Iceberg metadata: cleaned up on its own
         if parts[0] == CHANGE_DATA_DIR:  # change data files: removed once older than the retention
             parts = parts[1:]
-        if any(io.is_hidden(part, partition_columns) for part in parts):
+        if any(io.is_hidden(part, partition_columns) for part in parts) and not direct.is_job_record(parts):
             continue
         uri = f"{table}/{f.path}"
         if _object_key(uri) in kept or f.modification_time >= cutoff:

@@ -135,6 +135,37 @@ def test_vacuum_removes_what_direct_writes_no_longer_reference(direct_io: SparkS
     assert spark.read.format("delta").load(tmp_table).count() == 50
 
 
+def test_vacuum_removes_the_leftovers_of_a_direct_write_that_died(direct_io: SparkSession, tmp_table: str) -> None:
+    """A job that died between its tasks and its commit leaves its files and its record: VACUUM
+    removes both once older than the retention, and leaves a younger job's alone."""
+    import time
+
+    spark = direct_io
+    spark.range(0, 10).write.format("delta").save(tmp_table)
+    committed_before = committed(tmp_table)
+    old = time.time() - 3 * 3600
+    leftovers = {"0123456789abcdef": old, "fedcba9876543210": time.time()}
+    for job, mtime in leftovers.items():
+        for rel in ("part-00000-x.c000.snappy.parquet", "_spark_metadata/0", "_spark_metadata/.0.crc"):
+            path = os.path.join(tmp_table, job, rel)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, "w") as f:
+                f.write("x")
+            os.utime(path, (mtime, mtime))
+        for d in (os.path.join(tmp_table, job, "_spark_metadata"), os.path.join(tmp_table, job)):
+            os.utime(d, (mtime, mtime))
+    key = "spark.databricks.delta.retentionDurationCheck.enabled"
+    spark.conf.set(key, "false")
+    try:
+        DeltaTable.forPath(spark, tmp_table).vacuum(1)
+    finally:
+        spark.conf.unset(key)
+    young = {f"fedcba9876543210/{r}" for r in ("part-00000-x.c000.snappy.parquet", "_spark_metadata/0",
+                                               "_spark_metadata/.0.crc")}  # fmt: skip
+    assert table_files(tmp_table) == committed_before | young
+    assert not os.path.exists(os.path.join(tmp_table, "0123456789abcdef"))
+
+
 def test_uniform_table_written_directly_reads_the_same_everywhere(direct_io: SparkSession, tmp_table: str) -> None:
     spark = direct_io
     spark.sql(

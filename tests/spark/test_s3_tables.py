@@ -367,3 +367,15 @@ def test_direct_write_job_on_s3_becomes_add_files(server: S3Server) -> None:
     ]  # fmt: skip
     left = sorted(s.path for s in files.walk(table))
     assert left == [f"{prefix}/p=a b/part-00000-x.c000.snappy.parquet", "other/keep.parquet"]
+
+    # A job that died before its commit leaves its record: VACUUM's candidates include it (once old
+    # enough), never the log or another hidden object.
+    import time
+
+    from serialake.spark.table import _remote_vacuum_candidates
+
+    files.put(f"{table}/fedcba9876543210/_spark_metadata/0", b"v1\n")
+    files.put(f"{table}/_delta_log/_hidden", b"x")
+    kept = {f"{table}/{prefix}/p=a b/part-00000-x.c000.snappy.parquet"}
+    found = sorted(p for p, _ in _remote_vacuum_candidates(table, ["p"], kept, int(time.time() * 1000) + 3_600_000))
+    assert found == [f"{table}/fedcba9876543210/_spark_metadata/0", f"{table}/other/keep.parquet"]

@@ -74,6 +74,8 @@ _SINK_CLASSES = (
 JOB_RECORD_DIR = "_spark_metadata"
 _JOB_DIR = re.compile(r"[0-9a-f]{16}")  # ``write_direct``'s fresh directory per job
 _IO_THREADS = 8
+_PROTOCOL_CONF = "spark.sql.streaming.commitProtocolClass"
+_MANIFEST_PROTOCOL = "ManifestFileCommitProtocol"
 
 Describe = Callable[[str, str], dict[str, str | None]]  # (dir written in, file name) -> partition values
 StatsOf = Callable[[Any, list[tuple[tuple[str, ...], "DataType"]]], str]  # (footer, indexed) -> stats JSON
@@ -157,6 +159,13 @@ def write_direct(
     are fsynced, their directories are not (``io.fsync_dirs``).
     """
     spark = df.sparkSession
+    protocol = spark.conf.get(_PROTOCOL_CONF, None) or _MANIFEST_PROTOCOL
+    if protocol.rsplit(".", 1)[-1] != _MANIFEST_PROTOCOL:  # only that protocol records the job's files
+        raise UnsupportedFeatureError(
+            f"Table {table_path}: Spark's direct writer needs {_PROTOCOL_CONF} to be Spark's "
+            f"{_MANIFEST_PROTOCOL} (it is {protocol}), which records the files a job wrote. Unset it, or set "
+            f"{DATA_IO_CONF}=python. Nothing was written."
+        )
     prefix = uuid.uuid4().hex[:16]  # (``_JOB_DIR``)
     out_dir = posixpath.join(table_path, prefix)
     options = {"maxRecordsPerFile": str(int(max_records_per_file))} if max_records_per_file else {}

@@ -192,6 +192,19 @@ def test_failed_job_commits_nothing_and_leaves_no_file(direct_io: SparkSession, 
     assert table_files(tmp_table) == before
 
 
+def test_another_file_sink_commit_protocol_is_refused_before_writing(direct_io: SparkSession, tmp_table: str) -> None:
+    """Only Spark's manifest protocol records the job's files: with another, nothing is written."""
+    spark = direct_io
+    key = "spark.sql.streaming.commitProtocolClass"
+    spark.conf.set(key, "org.apache.spark.internal.io.HadoopMapReduceCommitProtocol")
+    try:
+        with pytest.raises(UnsupportedFeatureError, match=r"commitProtocolClass.*Nothing was written"):
+            spark.range(0, 10).write.format("delta").save(tmp_table)
+    finally:
+        spark.conf.unset(key)
+    assert not os.path.exists(tmp_table) or table_files(tmp_table) == set()
+
+
 def test_empty_write_adds_no_file_and_no_directory(direct_io: SparkSession, tmp_table: str) -> None:
     spark = direct_io
     spark.range(0, 10).write.format("delta").save(tmp_table)

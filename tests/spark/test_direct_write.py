@@ -10,8 +10,8 @@ DML and OPTIMIZE, a failing job and an empty one.
 
 from __future__ import annotations
 
+import json
 import os
-import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -26,8 +26,6 @@ from serialake.spark.dml.engine import COMPACTION_MAX_BYTES_CONF, DML_MAX_BYTES_
 from tests.spark.test_uniform import UNIFORM, delta_rs_rows, same_everywhere, spark_rows
 
 pytestmark = pytest.mark.spark
-
-_JOB_DIR = re.compile(r"^[0-9a-f]{16}$")
 
 
 @pytest.fixture
@@ -72,13 +70,11 @@ def test_files_are_written_once_at_final_names_listed_by_the_job(direct_io: Spar
     files = committed(tmp_table)
     assert table_files(tmp_table) == files  # no staging, no job record, no checksum, nothing uncommitted
     jobs = {f.split("/")[0] for f in files}
-    assert len(jobs) == 2 and all(_JOB_DIR.match(j) for j in jobs)
+    assert len(jobs) == 2 and all(direct.is_job_dir(j) for j in jobs)
     snap = DeltaLog.for_table(tmp_table).update()
     for add in snap.all_files:
         assert add.path.split("/")[1] == f"p={add.partition_values['p']}"
         assert add.stats is not None and '"numRecords"' in add.stats
-    import json
-
     assert sum(json.loads(a.stats or "{}")["numRecords"] for a in snap.all_files) == 5100
     assert max(json.loads(a.stats or "{}")["numRecords"] for a in snap.all_files) <= 700
     expected = sorted([(i, str(i % 4), None if i % 7 == 0 else str(i)) for i in range(5000)]
@@ -117,7 +113,7 @@ def test_dml_and_optimize_on_spark_write_directly(direct_io: SparkSession, tmp_t
     want = sorted(((i, i % 2, s) for i, s in expected.items()), key=repr)
     assert spark_rows(spark.read.format("delta").load(tmp_table).select("id", "p", "s")) == want
     assert delta_rs_rows(tmp_table, ["id", "p", "s"]) == want
-    assert all(_JOB_DIR.match(f.split("/")[0]) for f in committed(tmp_table))
+    assert all(direct.is_job_dir(f.split("/")[0]) for f in committed(tmp_table))
     assert not any(name.endswith(".crc") or "_spark_metadata" in name for name in table_files(tmp_table))
 
 

@@ -117,16 +117,21 @@ def test_dml_and_optimize_on_spark_write_directly(direct_io: SparkSession, tmp_t
     assert not any(name.endswith(".crc") or "_spark_metadata" in name for name in table_files(tmp_table))
 
 
+def vacuum(spark: SparkSession, table: str, hours: float) -> None:
+    """VACUUM with a retention below the default allowed."""
+    key = "spark.databricks.delta.retentionDurationCheck.enabled"
+    spark.conf.set(key, "false")
+    try:
+        DeltaTable.forPath(spark, table).vacuum(hours)
+    finally:
+        spark.conf.unset(key)
+
+
 def test_vacuum_removes_what_direct_writes_no_longer_reference(direct_io: SparkSession, tmp_table: str) -> None:
     spark = direct_io
     spark.range(0, 100).selectExpr("id", "id % 3 AS p").write.format("delta").partitionBy("p").save(tmp_table)
     spark.range(0, 50).selectExpr("id", "id % 3 AS p").write.format("delta").mode("overwrite").save(tmp_table)
-    key = "spark.databricks.delta.retentionDurationCheck.enabled"
-    spark.conf.set(key, "false")
-    try:
-        DeltaTable.forPath(spark, tmp_table).vacuum(0)
-    finally:
-        spark.conf.unset(key)
+    vacuum(spark, tmp_table, 0)
     assert table_files(tmp_table) == committed(tmp_table)
     assert spark.read.format("delta").load(tmp_table).count() == 50
 
@@ -150,12 +155,7 @@ def test_vacuum_removes_the_leftovers_of_a_direct_write_that_died(direct_io: Spa
             os.utime(path, (mtime, mtime))
         for d in (os.path.join(tmp_table, job, "_spark_metadata"), os.path.join(tmp_table, job)):
             os.utime(d, (mtime, mtime))
-    key = "spark.databricks.delta.retentionDurationCheck.enabled"
-    spark.conf.set(key, "false")
-    try:
-        DeltaTable.forPath(spark, tmp_table).vacuum(1)
-    finally:
-        spark.conf.unset(key)
+    vacuum(spark, tmp_table, 1)
     young = {f"fedcba9876543210/{r}" for r in ("part-00000-x.c000.snappy.parquet", "_spark_metadata/0",
                                                "_spark_metadata/.0.crc")}  # fmt: skip
     assert table_files(tmp_table) == committed_before | young

@@ -83,6 +83,15 @@ class CheckpointError(DeltaError):
     raised into a commit): the table is intact, readers replay the commits instead."""
 
 
+#: The cause and the way out when the driver cannot see what the executors wrote.
+_NOT_SHARED_HELP = (
+    "  Likely cause: the executors do not share the driver's file system, so they wrote "
+    "their files where the driver cannot see them.\n"
+    "Help: put the table on a file system that the driver and every executor mount at the "
+    "same path (e.g. NFS), or on S3 (s3://); run a single-machine job with a local master (local[*])."
+)
+
+
 class StagingMismatchError(DeltaError, IOError):
     """The driver found other rows in a write's staging directory than the Spark job wrote.
 
@@ -106,11 +115,7 @@ class StagingMismatchError(DeltaError, IOError):
         super().__init__(
             f"Write to table {table}: the Spark job wrote {job_rows} row(s), but the driver found "
             f"{found_rows} row(s) in {found_files} file(s) in the staging directory {staging}; "
-            "nothing was committed.\n"
-            "  Likely cause: the executors do not share the driver's file system, so they wrote "
-            "their files where the driver cannot see them.\n"
-            "Help: put the table on a file system that the driver and every executor mount at the "
-            "same path (e.g. NFS), or on S3 (s3://); run a single-machine job with a local master (local[*])."
+            "nothing was committed.\n" + _NOT_SHARED_HELP
         )
 
     def __reduce__(self) -> Any:  # picklable across processes
@@ -145,11 +150,7 @@ class WrittenFileMissingError(DeltaError, IOError):
         reported = "its record of the files it wrote" if job_files is None else f"{job_files} file(s) written"
         super().__init__(
             f"Write to table {table}: the Spark job reports {reported}, but the driver cannot "
-            f"find {path}; nothing was committed.\n"
-            "  Likely cause: the executors do not share the driver's file system, so they wrote "
-            "their files where the driver cannot see them.\n"
-            "Help: put the table on a file system that the driver and every executor mount at the "
-            "same path (e.g. NFS), or on S3 (s3://); run a single-machine job with a local master (local[*])."
+            f"find {path}; nothing was committed.\n" + _NOT_SHARED_HELP
         )
 
     def __reduce__(self) -> Any:  # picklable across processes

@@ -158,26 +158,24 @@ class QuietWorker:
         if child.poll() is None:
             child.kill()
         child.wait()
-        for pipe in (child.stdin, child.stdout):
-            if pipe is not None:
-                try:
-                    pipe.close()
-                except OSError:
-                    pass
+        _close_pipes(child)
         self._child = None
 
     def close(self) -> None:
         """Let the child finish what it is doing and exit (its stdin closes); do not wait for it."""
         with self._lock:
             child, self._child = self._child, None
-            if child is None:
-                return
-            for pipe in (child.stdin, child.stdout):
-                try:
-                    if pipe is not None:
-                        pipe.close()
-                except OSError:
-                    pass
+            if child is not None:
+                _close_pipes(child)
+
+
+def _close_pipes(child: subprocess.Popen[bytes]) -> None:
+    for pipe in (child.stdin, child.stdout):
+        if pipe is not None:
+            try:
+                pipe.close()
+            except OSError:
+                pass
 
 
 _WORKERS: dict[str, QuietWorker] = {}

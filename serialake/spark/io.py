@@ -336,15 +336,16 @@ def write_data_files(
         df, partition_columns = physical.df, physical.partition_by
     stored = [f for f in df.schema.fields if f.name not in set(partition_columns)]
     indexed = stats_columns(to_delta_schema(T.StructType(stored)), configuration or {})
+    spark_types = {f.name: f.dataType for f in df.schema.fields}
+    zone = session_zone(spark)
+
+    def values_of(rel_dir: str, where: str) -> dict[str, str | None]:
+        """The partition values, keyed as the log keys them, of a file Spark wrote in ``rel_dir``."""
+        values = _partition_values(rel_dir, partition_columns, spark_types, zone, where)
+        return physical.partition_values(values) if physical is not None else values
+
     route = direct.data_io(spark, table_path)
     if route == "spark":  # Spark's own writer, straight to final names (``spark.direct``)
-        spark_types = {f.name: f.dataType for f in df.schema.fields}
-        zone = session_zone(spark)
-
-        def describe(rel_dir: str, name: str) -> dict[str, str | None]:
-            values = _partition_values(rel_dir, partition_columns, spark_types, zone, f"{table_path} ({name})")
-            return physical.partition_values(values) if physical is not None else values
-
         adds = direct.write_direct(
             df,
             table_path,
@@ -352,7 +353,7 @@ def write_data_files(
             indexed,
             data_change=data_change,
             max_records_per_file=max_records_per_file,
-            describe=describe,
+            describe=lambda rel_dir, name: values_of(rel_dir, f"{table_path} ({name})"),
             stats_of=file_stats,
         )
         if is_local_path(table_path):
@@ -384,19 +385,11 @@ def write_data_files(
         writer = writer.option("maxRecordsPerFile", int(max_records_per_file))
     with staging_area(table_path) as staging:
         writer.save(staging)
-        written = _staged_files(staging)
-        spark_types = {f.name: f.dataType for f in df.schema.fields}
-        zone = session_zone(spark)
-        jobs = [
-            (rel_dir, name, _partition_values(rel_dir, partition_columns, spark_types, zone, staging))
-            for rel_dir, name in written
-        ]
+        jobs = [(rel_dir, name, values_of(rel_dir, staging)) for rel_dir, name in _staged_files(staging)]
 
         def finish(job: tuple[str, str, dict[str, str | None]]) -> AddFile | None:
             rel_dir, name, values = job
-            target_dir = None
-            if physical is not None:
-                target_dir, values = physical.directory(rel_dir), physical.partition_values(values)
+            target_dir = physical.directory(rel_dir) if physical is not None else None
             return publish_staged(table_path, staging, rel_dir, name, values, indexed, data_change, target_dir)
 
         with ThreadPoolExecutor(_IO_THREADS) as pool:

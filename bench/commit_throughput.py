@@ -13,9 +13,10 @@ refresh is timed with the commit, as serialake's snapshot refresh is.
 On the local file system the same run also measures the limit (``impl="limit"``): N
 processes doing nothing but what a minimal correct log store must do per commit, in one
 ``_delta_log`` directory: write a ~1 KB commit body to an unnamed file (``O_TMPFILE``),
-fsync it, link it to the next free ``%020d.json`` name (``linkat``, which fails on EEXIST:
-then the next name is tried, no sleep, no reading), fsync the directory (as serialake's
-store does). Its operations/s bound what any commit path can reach on this machine.
+fsync it, link it to the next free ``%020d.json`` name (``linkat`` of the descriptor with
+``AT_EMPTY_PATH``, the name relative to the directory's descriptor; it fails on EEXIST: then
+the next name is tried, no sleep, no reading), fsync the directory (as serialake's store
+does). Its operations/s bound what any commit path can reach on this machine.
 """
 
 from __future__ import annotations
@@ -112,7 +113,7 @@ def _worker_limit(path: str, wid: int, duration: float, start: Any, q: Any) -> N
     libc = ctypes.CDLL(None, use_errno=True)
     linkat = libc.linkat
     linkat.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_int]
-    at_fdcwd, at_symlink_follow = -100, 0x400
+    at_empty_path = 0x1000
     log_dir = os.path.join(path, "_delta_log")
     dir_fd = os.open(log_dir, os.O_RDONLY)
     names = [n for n in os.listdir(log_dir) if n.endswith(".json") and n[:20].isdigit()]
@@ -126,9 +127,7 @@ def _worker_limit(path: str, wid: int, duration: float, start: Any, q: Any) -> N
         try:
             os.write(fd, _LIMIT_BODY)
             os.fsync(fd)
-            source = f"/proc/self/fd/{fd}".encode()
-            while linkat(at_fdcwd, source, at_fdcwd, os.path.join(log_dir, f"{version:020d}.json").encode(),
-                         at_symlink_follow) != 0:  # fmt: skip
+            while linkat(fd, b"", dir_fd, f"{version:020d}.json".encode(), at_empty_path) != 0:
                 err = ctypes.get_errno()
                 if err != errno.EEXIST:
                     raise OSError(err, os.strerror(err))

@@ -101,11 +101,16 @@ class FileState:
         self._reset()
 
     def apply(self, actions: Iterable[Any]) -> None:
-        """Apply add and remove actions in order (other actions are ignored)."""
+        """Apply add and remove actions in order (other actions are ignored).
+
+        An add may be its checked JSON object (a dict, as ``log.CommitEntry.items`` holds it).
+        """
         for a in actions:
             t = type(a)
             if t is AddFile:
                 self.add(a)
+            elif t is dict:
+                self.add(AddFile._from_obj(a))
             elif t is RemoveFile:
                 self.remove(a)
 

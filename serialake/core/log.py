@@ -62,10 +62,14 @@ class CommitEntry:
     def __init__(self, version: int, items: Sequence[Any], timestamp: int) -> None:
         self.version = version
         self.timestamp = timestamp
-        self._items: tuple[Any, ...] | None = tuple(items)
-        self._actions: tuple[Action, ...] | None = None
-        if not any(type(x) is dict for x in self._items):
-            self._actions, self._items = self._items, None
+        items = tuple(items)
+        for x in items:
+            if type(x) is dict:
+                self._items: tuple[Any, ...] | None = items
+                self._actions: tuple[Action, ...] | None = None
+                break
+        else:
+            self._actions, self._items = items, None
 
     @property
     def actions(self) -> tuple[Action, ...]:
@@ -164,12 +168,20 @@ class DeltaLog:
 
     def read_commit(self, version: int) -> CommitEntry:
         """Commit ``version`` (cached); ``FileNotFoundError`` when it does not exist."""
-        with self._commits_lock:
-            entry = self._commits.get(version)
+        entry = self._commits.get(version)  # (one read of the cache is atomic: its lock is for changing it)
         if entry is not None:
             return entry
+        return self._read_new_commit(version)
+
+    def _read_new_commit(self, version: int) -> CommitEntry:
+        """``read_commit`` of a version not cached: read, parse and check it, then remember it."""
         path = self.commit_path(version)
-        data, mtime = self._retrying(self.store.read_timed, path)
+        try:
+            data, mtime = self.store.read_timed(path)
+        except FileNotFoundError:
+            raise
+        except OSError:
+            data, mtime = self._retrying(self.store.read_timed, path)
         items = parse_commit_items(data, self.table_path, version)
         stamp = commit_timestamp(items, -1)  # the in-commit timestamp; else the file's time
         entry = CommitEntry(version, items, stamp if stamp >= 0 else mtime)
@@ -208,12 +220,12 @@ class DeltaLog:
         out: list[CommitEntry] = []
         v = version + 1
         first_cached = newest_cached = -1  # indexes in ``out`` of remembered commits
+        commits = self._commits
         while limit is None or len(out) < limit:
-            with self._commits_lock:
-                entry = self._commits.get(v)
+            entry = commits.get(v)
             if entry is None:
                 try:
-                    entry = self.read_commit(v)
+                    entry = self._read_new_commit(v)
                 except FileNotFoundError:
                     break
             else:
@@ -222,9 +234,11 @@ class DeltaLog:
                     first_cached = newest_cached
             out.append(entry)
             v += 1
-        if newest_cached >= 0 and not self.store.exists(self.commit_path(out[newest_cached].version)):
+        if newest_cached == len(out) - 1 >= 0 and not self.store.exists(self.commit_path(out[newest_cached].version)):
             # Remembered from a table that was deleted (and maybe re-created) at this path: the
-            # newest remembered commit is checked (one look, however many are remembered).
+            # newest remembered commit is checked (one look, however many are remembered). A
+            # commit read after it shows the log goes on past it: a table created again that
+            # got as far would hold that version too, so looking would tell nothing.
             with self._commits_lock:
                 self._commits.clear()
             del out[first_cached:]
@@ -278,7 +292,7 @@ class DeltaLog:
             if snap is None:
                 snap = self._load(self._latest_segment())
             elif new:
-                snap = snap.with_commits([(e.version, list(e.actions), e.timestamp) for e in new])
+                snap = snap.with_commits([(e.version, e.items, e.timestamp) for e in new])
             self._snapshot = snap
             return snap
 
@@ -378,7 +392,7 @@ class DeltaLog:
         if version == base.version:
             return base
         entries = [self.read_commit(v) for v in range(base.version + 1, version + 1)]
-        return base.with_commits([(e.version, list(e.actions), e.timestamp) for e in entries])
+        return base.with_commits([(e.version, e.items, e.timestamp) for e in entries])
 
     def checkpoint(self, version: int | None = None, base: Snapshot | None = None) -> dict[str, Any]:
         """Write a classic checkpoint at ``version`` (latest when None); returns ``_last_checkpoint``.

@@ -209,9 +209,11 @@ def validate_properties(props: Mapping[str, Any], *, table: str | None = None) -
 
 def get(configuration: Mapping[str, str], key: str) -> Any:
     """The parsed value of a property, or its default; a bad stored value falls back to the default."""
-    spec = _SPECS[key.lower()]
+    lowered = key.lower()
+    spec = _SPECS[lowered]
+    size = len(lowered)
     for k, v in configuration.items():
-        if k.lower() == key.lower():
+        if len(k) == size and k.lower() == lowered:  # (keys are case-insensitive; the length check is cheap)
             try:
                 return spec.parse(v)
             except (ValueError, TypeError):

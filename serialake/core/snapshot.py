@@ -57,12 +57,13 @@ def parse_commit_items(data: bytes, table: str, version: int) -> list[Any]:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
         raise CorruptLogError(f"Table {table}: commit version {version} is not UTF-8 ({e})") from e
-    lines = [ln for ln in text.split("\n") if ln.strip()]
     i = 0
     checks, classes = ACTION_CHECKS, ACTION_TYPES
     try:
-        # One decoder call for the whole file is much faster than one per line.
-        objs = json.loads("[" + ",".join(lines) + "]")
+        # One decoder call for the whole file is much faster than one per line. A JSON string
+        # holds no raw newline, so each one ends an action; a blank line (two commas in a row)
+        # fails here and is skipped by the line-by-line path below.
+        objs = json.loads("[" + text.rstrip().replace("\n", ",") + "]")
         for i, obj in enumerate(objs):  # noqa: B007 - i is read by the InvalidActionError handler below
             # check_action + action_from_dict in one loop: it runs once per action.
             for key, body in obj.items():
@@ -210,6 +211,11 @@ class TableState:
             self.partition_values |= pairs
 
 
+#: The file state of a ``TableState`` that holds no files (a snapshot's own, or one
+#: ``with_commits`` builds, whose files are kept apart): never changed.
+_NO_FILES = FileState()
+
+
 class Snapshot:
     """The table at one version: protocol, metadata, live files, txns and domains.
 
@@ -230,7 +236,7 @@ class Snapshot:
         segment: LogSegment | None,
         timestamp: int,
         *,
-        commits: list[tuple[int, list[Action], int]] | None = None,
+        commits: Sequence[tuple[int, Sequence[Any], int]] | None = None,
     ) -> None:
         if state.protocol is None:
             raise CorruptLogError(f"Table {table_path} at version {version} has no protocol action")
@@ -240,7 +246,7 @@ class Snapshot:
         self.table_path = table_path
         self.version = version
         # Protocol, metadata, txns and domains; the files live in the published file state only.
-        self._state = TableState(state.protocol, state.metadata, txns=state.txns, domains=state.domains)
+        self._state = TableState(state.protocol, state.metadata, _NO_FILES, state.txns, state.domains)
         self.segment = segment
         self.timestamp = timestamp
         self._schema: Any = None
@@ -250,11 +256,11 @@ class Snapshot:
         # Where the index comes from until it is published: (an ancestor whose index is published,
         # the file actions of each commit after it). Cleared only after ``_index`` is set, so a
         # reader finding it None finds ``_index`` set.
-        self._files_from: tuple[Snapshot, tuple[list[Action], ...]] | None = None
+        self._files_from: tuple[Snapshot, tuple[list[Any], ...]] | None = None
         if state.partition_values or state.partition_checks:
             self._check_partition_values(state, commits)
 
-    def _check_partition_values(self, st: TableState, commits: list[tuple[int, list[Action], int]] | None) -> None:
+    def _check_partition_values(self, st: TableState, commits: Sequence[tuple[int, Sequence[Any], int]] | None) -> None:
         """Every partition value replayed parses as its column's type, under the metadata it was written with."""
         for meta, pairs in [*st.partition_checks, (st.metadata, st.partition_values)]:
             try:
@@ -267,13 +273,16 @@ class Snapshot:
                 raise _invalid(e, self.table_path, version, file=file) from None
 
     def _locate_partition_value(
-        self, key: str, value: str, commits: list[tuple[int, list[Action], int]] | None
+        self, key: str, value: str, commits: Sequence[tuple[int, Sequence[Any], int]] | None
     ) -> tuple[int | None, str | None, str | None]:
         """(version, log file, data file) of the newest add with this partition value (error path only)."""
 
         def find(actions: Iterable[Any]) -> str | None:
             for a in actions:
-                if isinstance(a, AddFile) and (a.partition_values or {}).get(key) == value:
+                if type(a) is dict:  # an add as its checked JSON object (``with_commits``)
+                    if (a.get("partitionValues") or {}).get(key) == value:
+                        return str(a["path"])
+                elif isinstance(a, AddFile) and (a.partition_values or {}).get(key) == value:
                     return a.path
             return None
 
@@ -466,27 +475,42 @@ class Snapshot:
         state = TableState(st.protocol, metadata, self._files_index(), st.txns, st.domains)
         return Snapshot(self.table_path, self.version, state, self.segment, self.timestamp)
 
-    def with_commits(self, commits: list[tuple[int, list[Action], int]]) -> Snapshot:
-        """A new snapshot with commits ``(version, actions, timestamp)`` applied in order."""
+    def with_commits(self, commits: Sequence[tuple[int, Sequence[Any], int]]) -> Snapshot:
+        """A new snapshot with commits ``(version, actions, timestamp)`` applied in order.
+
+        A commit's adds may be their checked JSON objects (``log.CommitEntry.items``): like
+        the rest of the file actions, they are applied (and become ``AddFile`` objects) only
+        when this snapshot's files are first asked for. A writer refreshing before each
+        commit builds nothing per file of the other writers' commits.
+        """
         st = self._state
-        state = TableState(st.protocol, st.metadata, FileState(), st.txns, st.domains)
+        state = TableState(st.protocol, st.metadata, _NO_FILES, st.txns, st.domains)  # (files: kept lazily)
         copied_small = False
-        file_actions: list[Action] = []
+        file_actions: list[Any] = []
         version, ts = self.version, self.timestamp
         for v, actions, t in commits:
             if v != version + 1:
                 raise CorruptLogError(f"Table {self.table_path}: expected version {version + 1}, found {v}")
             pairs: set[tuple[str, str | None]] = set()
+            others: list[Action] = []
             for a in actions:
-                if isinstance(a, (AddFile, RemoveFile)):
+                kind = type(a)
+                if kind is dict or kind is AddFile:
                     file_actions.append(a)
-                    if type(a) is AddFile and a.partition_values:
-                        pairs.update(a.partition_values.items())
-                elif isinstance(a, (SetTransaction, DomainMetadata)) and not copied_small:
-                    state.txns, state.domains = dict(st.txns), dict(st.domains)
-                    copied_small = True
-            state.apply([a for a in actions if not isinstance(a, (AddFile, RemoveFile))])
-            state.note_partition_values(state.metadata, pairs)
+                    values = a.get("partitionValues") if kind is dict else a.partition_values
+                    if values:
+                        pairs.update(values.items())
+                elif kind is RemoveFile:
+                    file_actions.append(a)
+                elif kind is not CommitInfo:
+                    if (kind is SetTransaction or kind is DomainMetadata) and not copied_small:
+                        state.txns, state.domains = dict(st.txns), dict(st.domains)
+                        copied_small = True
+                    others.append(a)
+            if others:
+                state.apply(others)
+            if pairs:
+                state.note_partition_values(state.metadata, pairs)
             version, ts = v, t
         snap = Snapshot(self.table_path, version, state, None, ts, commits=commits)
         snap._index = None

@@ -109,3 +109,80 @@ def test_stores_that_change_put_if_absent_keep_it() -> None:
     no_tmpfile = LocalLogStore()
     no_tmpfile._tmpfile_ok = False
     assert type(no_tmpfile.prepare_put(b"x")) is PreparedPut
+
+
+def _same_directory(fd: int, path: str) -> bool:
+    held, now = os.fstat(fd), os.stat(path)
+    return (held.st_dev, held.st_ino) == (now.st_dev, now.st_ino)
+
+
+@pytest.mark.parametrize("how", ["prepared", "put_if_absent", "write"])
+def test_a_log_directory_deleted_and_created_again_gets_the_names_and_the_fsync(
+    tmp_path, how: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The store keeps a descriptor per directory, for linkat and fsync. A table deleted and
+    created again at the same path is a new directory: the new names go there, and the fsync
+    that makes them durable is of that directory, never of the deleted one."""
+    store = LocalLogStore()
+    directory = tmp_path / "_delta_log"
+    directory.mkdir()
+    store.put_if_absent(str(directory / commit_name(0)), b"{}\n")
+    first = store._dir_fds[str(directory)]
+    for f in directory.iterdir():
+        f.unlink()
+    directory.rmdir()
+    directory.mkdir()
+    path = str(directory / commit_name(0))
+    synced: list[int] = []
+    real_fsync = os.fsync
+
+    def fsync(fd: int) -> None:
+        synced.append(fd)
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    if how == "prepared":
+        put = store.prepare_put(b'{"v":1}\n')
+        put.put(path)
+        put.close()
+    elif how == "put_if_absent":
+        store.put_if_absent(path, b'{"v":1}\n')
+    else:
+        store.write(path, b'{"v":1}\n')
+    monkeypatch.undo()
+    assert (directory / commit_name(0)).read_bytes() == b'{"v":1}\n'
+    held = store._dir_fds[str(directory)]
+    assert _same_directory(held, str(directory))
+    assert synced[-1] == held  # the directory fsynced last is the one at the path now
+    assert first not in store._dir_fds.values()
+
+
+def test_linkat_by_descriptor_refused_falls_back_to_proc(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Kernels before 6.10 refuse linkat(fd, "", AT_EMPTY_PATH) without CAP_DAC_READ_SEARCH (ENOENT):
+    the store names the inode through /proc/self/fd instead, and keeps doing so."""
+    import ctypes
+
+    from serialake.storage import local
+
+    real = local._linkat
+    calls: list[int] = []
+
+    def refusing(olddirfd: int, old: bytes, newdirfd: int, new: bytes, flags: int) -> int:
+        calls.append(flags)
+        if flags & local._AT_EMPTY_PATH:
+            ctypes.set_errno(errno.ENOENT)
+            return -1
+        return int(real(olddirfd, old, newdirfd, new, flags))
+
+    monkeypatch.setattr(local, "_linkat", refusing)
+    store = LocalLogStore()
+    directory = tmp_path / "_delta_log"
+    directory.mkdir()
+    for v in range(3):
+        store.put_if_absent(str(directory / commit_name(v)), b'{"v":%d}\n' % v)
+    assert sorted(p.name for p in directory.iterdir()) == [commit_name(v) for v in range(3)]
+    assert not store._empty_path_ok
+    assert calls == [local._AT_EMPTY_PATH, local._AT_SYMLINK_FOLLOW, local._AT_SYMLINK_FOLLOW, local._AT_SYMLINK_FOLLOW]
+    with pytest.raises(FileExistsError):  # (FileAlreadyExistsError) never an overwrite, either way
+        store.put_if_absent(str(directory / commit_name(1)), b"x")
+    assert (directory / commit_name(1)).read_bytes() == b'{"v":1}\n'

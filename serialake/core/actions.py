@@ -143,6 +143,13 @@ class _Codec:
         return out
 
 
+def dv_unique_id(obj: Mapping[str, Any]) -> str:
+    """``DeletionVectorDescriptor.unique_id`` of a descriptor's checked JSON object (no object built)."""
+    base = f"{obj['storageType']}{obj['pathOrInlineDv']}"
+    offset = obj.get("offset")
+    return f"{base}@{offset}" if offset is not None else base
+
+
 @dataclass(frozen=True)
 class DeletionVectorDescriptor(_Codec):
     """Where a file's deleted-row bitmap is stored ('u' file, 'i' inline, 'p' absolute path)."""

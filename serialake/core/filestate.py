@@ -8,7 +8,8 @@ loading such a table, and most operations never look at most files. So a ``FileS
   (``checkpoint.LazyAdds``), never changed;
 - ``hidden``: keys ``(path, dv_id)`` of block rows removed (or added again) since then;
 - ``extra``: the adds of the commits after the checkpoint (or of every commit, for a table
-  read without one), as ``AddFile`` objects, in commit order;
+  read without one), in commit order: ``AddFile`` objects, or the checked JSON objects of
+  adds read from the log, each built into an ``AddFile`` when first asked for;
 - ``tombstones``: removes, as ``RemoveFile`` objects.
 
 A block row is live when its key is not hidden (one vectorized ``is_in`` per block when
@@ -31,7 +32,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from serialake.core.actions import AddFile, RemoveFile
+from serialake.core.actions import AddFile, RemoveFile, dv_unique_id
 
 if TYPE_CHECKING:
     from serialake.core.checkpoint import LazyAdds
@@ -59,12 +60,12 @@ class FileState:
         self,
         blocks: list[LazyAdds] | None = None,
         hidden: set[FileKey] | None = None,
-        extra: dict[FileKey, AddFile] | None = None,
+        extra: dict[FileKey, AddFile | dict[str, Any]] | None = None,
         tombstones: dict[FileKey, RemoveFile] | None = None,
     ) -> None:
         self.blocks: list[LazyAdds] = blocks if blocks is not None else []
         self.hidden: set[FileKey] = hidden if hidden is not None else set()
-        self.extra: dict[FileKey, AddFile] = extra if extra is not None else {}
+        self.extra: dict[FileKey, AddFile | dict[str, Any]] = extra if extra is not None else {}
         self.tombstones: dict[FileKey, RemoveFile] = tombstones if tombstones is not None else {}
         self._lock = threading.Lock()
         self._reset()
@@ -85,7 +86,14 @@ class FileState:
         self._reset()
 
     def add(self, a: AddFile) -> None:
-        key = (a.path, a.dv_id)
+        self._put((a.path, a.dv_id), a)
+
+    def add_json(self, obj: dict[str, Any]) -> None:
+        """An add as its checked JSON object (``validate``): kept so until someone asks for it."""
+        dv = obj.get("deletionVector")
+        self._put((obj["path"], None if dv is None else dv_unique_id(dv)), obj)
+
+    def _put(self, key: FileKey, a: AddFile | dict[str, Any]) -> None:
         self.extra[key] = a
         self.tombstones.pop(key, None)
         if self.blocks:
@@ -110,11 +118,29 @@ class FileState:
             if t is AddFile:
                 self.add(a)
             elif t is dict:
-                self.add(AddFile._from_obj(a))
+                self.add_json(a)
             elif t is RemoveFile:
                 self.remove(a)
 
     # -- reading (once published) -------------------------------------------------------
+    def extra_files(self) -> list[AddFile]:
+        """The adds of later commits as ``AddFile`` objects, in commit order (built once each).
+
+        A JSON object is replaced by its object in place: the same file under the same key,
+        so readers on other threads see the state unchanged.
+        """
+        extra = self.extra
+        out: list[AddFile] = []
+        built: list[tuple[FileKey, AddFile]] = []
+        for key, a in extra.items():
+            if type(a) is dict:
+                a = AddFile._from_obj(a)
+                built.append((key, a))
+            out.append(a)  # type: ignore[arg-type]
+        for key, a in built:
+            extra[key] = a
+        return out
+
     def _block_masks(self) -> list[pa.BooleanArray | None]:
         """Per block, which rows are live (None: all of them)."""
         masks = self._masks
@@ -156,7 +182,7 @@ class FileState:
                     out: list[AddFile] = []
                     for block, mask in zip(self.blocks, masks, strict=True):
                         out.extend(block.build_many(range(block.n) if mask is None else _positions(mask)))
-                    out.extend(self.extra.values())
+                    out.extend(self.extra_files())
                 finally:
                     if enabled:
                         gc.enable()
@@ -183,7 +209,7 @@ class FileState:
             return None
         from serialake.core.arrow_skipping import files_table
 
-        extra = list(self.extra.values())
+        extra = self.extra_files()
         if self._arrow_extra is None:
             self._arrow_extra = files_table(extra)
         return (self._arrow_extra, lambda rows: [extra[i] for i in rows])
@@ -220,7 +246,7 @@ class FileState:
                 out.extend(block.build_many(rows.tolist()))
             offset = offset_next
         if per_file is not None and len(self.extra) <= _PER_FILE_LIMIT:
-            out.extend(f for f in self.extra.values() if per_file(f))
+            out.extend(f for f in self.extra_files() if per_file(f))
         elif (segment := self.extra_segment()) is not None:
             table, build = segment
             out.extend(build(_true_rows(matcher(table))))
@@ -239,7 +265,7 @@ class FileState:
 
     def total_size(self) -> int:
         """Sum of the live files' sizes in bytes."""
-        total = sum(a.size or 0 for a in self.extra.values())
+        total = sum(a.size or 0 for a in self.extra_files())
         for block, mask in zip(self.blocks, self._block_masks(), strict=True):
             sizes = block.table.column("size")
             if mask is not None:

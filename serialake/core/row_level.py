@@ -37,10 +37,10 @@ def enabled(metadata: Metadata | None) -> bool:
     """Row-level resolution applies: deletion vectors on, and the table unpartitioned or opted in."""
     if metadata is None:
         return False
-    conf = {k.lower(): v.lower() for k, v in metadata.configuration.items()}
-    if conf.get(props.ENABLE_DELETION_VECTORS.lower()) != "true":
+    conf = metadata.configuration
+    if _lowered(conf, props.ENABLE_DELETION_VECTORS) != "true":
         return False
-    explicit = conf.get(props.ROW_LEVEL_CONCURRENCY.lower())
+    explicit = _lowered(conf, props.ROW_LEVEL_CONCURRENCY)
     if explicit is not None:
         return explicit == "true"
     return not metadata.partition_columns
@@ -50,8 +50,18 @@ def compaction_enabled(metadata: Metadata | None) -> bool:
     """Carrying deletions over a compaction works on any table with deletion vectors."""
     if metadata is None:
         return False
-    conf = {k.lower(): v.lower() for k, v in metadata.configuration.items()}
-    return conf.get(props.ENABLE_DELETION_VECTORS.lower()) == "true"
+    return _lowered(metadata.configuration, props.ENABLE_DELETION_VECTORS) == "true"
+
+
+def _lowered(configuration: Mapping[str, str], key: str) -> str | None:
+    """The value of ``key`` (matched case-insensitively; the last spelling wins), lower-cased, or None."""
+    wanted = key.lower()
+    size = len(wanted)
+    found = None
+    for k, v in configuration.items():  # (every commit asks: no dict of the whole configuration built)
+        if len(k) == size and k.lower() == wanted:
+            found = v
+    return found.lower() if found is not None else None
 
 
 # -- deletion vectors --------------------------------------------------------------

@@ -456,7 +456,7 @@ class Snapshot:
         try:
             extra = idx.extra_segment()
         except ValueError:  # a value Arrow cannot hold (it names the file): the row path reports it
-            objects.extend(idx.extra.values())
+            objects.extend(idx.extra_files())
         else:
             segments += [extra] if extra is not None else []
         for segment, build in segments:

@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from serialake.core import column_mapping, features, row_eval, row_level, uniform
+from serialake.core import cdf, column_mapping, features, row_eval, row_level, uniform
 from serialake.core import properties as props
 from serialake.core.actions import (
     Action,
@@ -375,12 +375,12 @@ class OptimisticTransaction:
         if result.work_already_done:
             return result.version
         meta = info.metadata or info.read_metadata
-        conf = dict(meta.configuration) if meta else {}
+        conf = meta.configuration if meta else {}
         self.delta_log.maybe_checkpoint_async(result.version, conf, base=self.snapshot)
         if uniform.iceberg_enabled(conf):  # UniForm: Iceberg metadata written in the background
             from serialake.core import iceberg
 
-            iceberg.after_commit(self.delta_log, result.version, conf)
+            iceberg.after_commit(self.delta_log, result.version, dict(conf))
         return result.version
 
     def _prepare(
@@ -552,8 +552,6 @@ class OptimisticTransaction:
 
         Appends, whole-file deletes, deletion-vector deletes and overwrites need none (``core.cdf``).
         """
-        from serialake.core import cdf
-
         if not cdf.enabled(self.metadata):
             return
         reason = cdf.commit_needs_change_data(body, operation, parameters)
@@ -718,12 +716,12 @@ class OptimisticTransaction:
 
         Nothing is committed on top of a commit no Delta reader may accept.
         """
-        from serialake.core.snapshot import _invalid
-        from serialake.core.validate import InvalidActionError, check_partition_values
-
         meta = winner.metadata or self.metadata
         if meta is None or not meta.partition_columns:
             return
+        from serialake.core.snapshot import _invalid
+        from serialake.core.validate import InvalidActionError, check_partition_values
+
         for _, path, values, _ in winner.add_fields():
             if values:
                 try:

@@ -122,8 +122,28 @@ def has_feature(protocol: Protocol, feature: str) -> bool:
     return feature in writer_features(protocol) or feature in reader_features(protocol)
 
 
+#: Protocols found readable / writable, by identity (held, so an id is never reused while here):
+#: every snapshot refresh and every commit asks again about the same protocol object.
+_READABLE: dict[int, Protocol] = {}
+_WRITABLE: dict[int, Protocol] = {}
+_CHECKED_MAX = 256
+
+
+def _remember(checked: dict[int, Protocol], protocol: Protocol) -> None:
+    if len(checked) >= _CHECKED_MAX:
+        checked.clear()
+    checked[id(protocol)] = protocol
+
+
 def check_readable(protocol: Protocol, table: str) -> None:
     """Fail, naming the features, if we cannot read a table with this protocol."""
+    if _READABLE.get(id(protocol)) is protocol:
+        return
+    _check_readable(protocol, table)
+    _remember(_READABLE, protocol)
+
+
+def _check_readable(protocol: Protocol, table: str) -> None:
     if protocol.min_reader_version > 3:
         raise UnsupportedFeatureError(
             f"Table {table} requires reader version {protocol.min_reader_version}; "
@@ -138,6 +158,8 @@ def check_readable(protocol: Protocol, table: str) -> None:
 
 def check_writable(protocol: Protocol, metadata: Metadata | None, table: str) -> None:
     """Fail, naming the features, if we cannot write a table with this protocol and metadata."""
+    if _WRITABLE.get(id(protocol)) is protocol:
+        return
     check_readable(protocol, table)
     if protocol.min_writer_version > 7:
         raise UnsupportedFeatureError(
@@ -150,6 +172,7 @@ def check_writable(protocol: Protocol, metadata: Metadata | None, table: str) ->
             f"Table {table} requires writer feature(s) {', '.join(missing)}, which serialake does not support "
             "for writing. Reading the table works."
         )
+    _remember(_WRITABLE, protocol)
 
 
 def required_protocol(

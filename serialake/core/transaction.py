@@ -11,11 +11,13 @@ A commit whose outcome was lost is recognised on retry by its ``txnId``.
 from __future__ import annotations
 
 import json
+import posixpath
 import time
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote
 
 from serialake.core import cdf, column_mapping, features, row_eval, row_level, uniform
 from serialake.core import properties as props
@@ -815,9 +817,6 @@ def _check_duplicates(body: list[Action], table: str) -> None:
 def _check_paths(body: list[Action], table: str, external_allowed: Any) -> None:
     """Every file path stays in the table directory, unless ``external_allowed(path)`` says it may
     not (a shallow clone's files, by absolute path)."""
-    import posixpath
-    from urllib.parse import unquote
-
     for a in body:
         if isinstance(a, (AddFile, RemoveFile, AddCDCFile)):
             p = a.path

@@ -152,6 +152,7 @@ class LocalLogStore(LogStore):
         self.fsync = fsync
         self.fault_hook: FaultHook | None = None
         self._dir_fds: dict[str, int] = {}
+        self._stale_dir_fds: list[int] = []
         self._dir_lock = threading.Lock()
         self._tmpfile_ok = _linkat is not None
         # linkat(fd, "", ..., AT_EMPTY_PATH) names an unnamed inode without resolving
@@ -175,18 +176,20 @@ class LocalLogStore(LogStore):
                 fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
                 self._dir_fds[directory] = fd
                 if stale is not None:
-                    os.close(stale)
+                    # Kept open: another thread may be naming or syncing through it right now, and a
+                    # closed number could be reused by any file (one descriptor per re-created table).
+                    self._stale_dir_fds.append(stale)
         return fd
 
     def _fsync_dir(self, directory: str, fd: int | None = None) -> None:
         """fsync ``directory``: through ``fd`` when a name was just made through it, else the cached one.
 
-        A cached descriptor of a directory deleted since (no links left) is replaced first:
-        fsyncing it would leave the names made in the new directory at that path unsynced.
+        A cached descriptor of a directory deleted since (and maybe created again) is replaced
+        first: fsyncing it would leave the names made in the directory now at that path unsynced.
         """
         if fd is None:
             fd = self._dir_fd(directory)
-            if os.fstat(fd).st_nlink == 0:
+            if self._is_stale(directory, fd):
                 fd = self._dir_fd(directory, stale=fd)
         os.fsync(fd)
 

@@ -210,10 +210,11 @@ class DeltaLog:
         self._remember(CommitEntry(version, actions, commit_timestamp(actions, now_ms())))
 
     def _remember(self, entry: CommitEntry) -> None:
+        commits = self._commits
         with self._commits_lock:
-            self._commits[entry.version] = entry
-            while len(self._commits) > self._COMMIT_CACHE:
-                self._commits.popitem(last=False)
+            commits[entry.version] = entry
+            while len(commits) > self._COMMIT_CACHE:
+                commits.popitem(last=False)  # the oldest
 
     def commits_after(self, version: int, limit: int | None = None) -> list[CommitEntry]:
         """Commits ``version+1, version+2, ...`` that exist now, found by probing names."""

@@ -60,7 +60,13 @@ class IcebergCompatError(DeltaAnalysisException):
 
 
 def _value(configuration: Mapping[str, str], key: str) -> str | None:
-    return next((v for k, v in configuration.items() if k.lower() == key.lower()), None)
+    """The value of ``key``, matched case-insensitively (the first spelling), or None."""
+    wanted = key.lower()
+    size = len(wanted)
+    for k, v in configuration.items():  # (asked at every commit: no generator, each key lowered only if it may match)
+        if len(k) == size and k.lower() == wanted:
+            return v
+    return None
 
 
 def enabled_formats(configuration: Mapping[str, str]) -> list[str]:

@@ -235,7 +235,7 @@ class DeltaLog:
                     first_cached = newest_cached
             out.append(entry)
             v += 1
-        if newest_cached == len(out) - 1 >= 0 and not self.store.exists(self.commit_path(out[newest_cached].version)):
+        if out and newest_cached == len(out) - 1 and not self.store.exists(self.commit_path(out[-1].version)):
             # Remembered from a table that was deleted (and maybe re-created) at this path: the
             # newest remembered commit is checked (one look, however many are remembered). A
             # commit read after it shows the log goes on past it: a table created again that

@@ -175,13 +175,7 @@ class DeltaLog:
 
     def _read_new_commit(self, version: int) -> CommitEntry:
         """``read_commit`` of a version not cached: read, parse and check it, then remember it."""
-        path = self.commit_path(version)
-        try:
-            data, mtime = self.store.read_timed(path)
-        except FileNotFoundError:
-            raise
-        except OSError:
-            data, mtime = self._retrying(self.store.read_timed, path)
+        data, mtime = self._retrying(self.store.read_timed, self.commit_path(version))
         items = parse_commit_items(data, self.table_path, version)
         stamp = commit_timestamp(items, -1)  # the in-commit timestamp; else the file's time
         entry = CommitEntry(version, items, stamp if stamp >= 0 else mtime)

@@ -207,18 +207,30 @@ def validate_properties(props: Mapping[str, Any], *, table: str | None = None) -
     return out
 
 
+def raw(configuration: Mapping[str, str], key: str) -> str | None:
+    """The stored value of ``key``, matched case-insensitively (the first spelling), or None.
+
+    Every commit asks a few of these: no dict or generator is built, and a stored key is
+    lowered only when its length could match.
+    """
+    wanted = key.lower()
+    size = len(wanted)
+    for k, v in configuration.items():
+        if len(k) == size and k.lower() == wanted:
+            return v
+    return None
+
+
 def get(configuration: Mapping[str, str], key: str) -> Any:
     """The parsed value of a property, or its default; a bad stored value falls back to the default."""
-    lowered = key.lower()
-    spec = _SPECS[lowered]
-    size = len(lowered)
-    for k, v in configuration.items():
-        if len(k) == size and k.lower() == lowered:  # (keys are case-insensitive; the length check is cheap)
-            try:
-                return spec.parse(v)
-            except (ValueError, TypeError):
-                return spec.default
-    return spec.default
+    spec = _SPECS[key.lower()]
+    value = raw(configuration, key)
+    if value is None:
+        return spec.default
+    try:
+        return spec.parse(value)
+    except (ValueError, TypeError):
+        return spec.default
 
 
 def isolation_level(configuration: Mapping[str, str]) -> str:

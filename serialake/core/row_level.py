@@ -38,11 +38,11 @@ def enabled(metadata: Metadata | None) -> bool:
     if metadata is None:
         return False
     conf = metadata.configuration
-    if _lowered(conf, props.ENABLE_DELETION_VECTORS) != "true":
+    if (props.raw(conf, props.ENABLE_DELETION_VECTORS) or "").lower() != "true":
         return False
-    explicit = _lowered(conf, props.ROW_LEVEL_CONCURRENCY)
+    explicit = props.raw(conf, props.ROW_LEVEL_CONCURRENCY)
     if explicit is not None:
-        return explicit == "true"
+        return explicit.lower() == "true"
     return not metadata.partition_columns
 
 
@@ -50,18 +50,8 @@ def compaction_enabled(metadata: Metadata | None) -> bool:
     """Carrying deletions over a compaction works on any table with deletion vectors."""
     if metadata is None:
         return False
-    return _lowered(metadata.configuration, props.ENABLE_DELETION_VECTORS) == "true"
+    return (props.raw(metadata.configuration, props.ENABLE_DELETION_VECTORS) or "").lower() == "true"
 
-
-def _lowered(configuration: Mapping[str, str], key: str) -> str | None:
-    """The value of ``key`` (matched case-insensitively; the last spelling wins), lower-cased, or None."""
-    wanted = key.lower()
-    size = len(wanted)
-    found = None
-    for k, v in configuration.items():  # (every commit asks: no dict of the whole configuration built)
-        if len(k) == size and k.lower() == wanted:
-            found = v
-    return found.lower() if found is not None else None
 
 
 # -- deletion vectors --------------------------------------------------------------

@@ -59,19 +59,9 @@ class IcebergCompatError(DeltaAnalysisException):
     """A write or a setting would break IcebergCompatV2 (UniForm); nothing was committed."""
 
 
-def _value(configuration: Mapping[str, str], key: str) -> str | None:
-    """The value of ``key``, matched case-insensitively (the first spelling), or None."""
-    wanted = key.lower()
-    size = len(wanted)
-    for k, v in configuration.items():  # (asked at every commit: no generator, each key lowered only if it may match)
-        if len(k) == size and k.lower() == wanted:
-            return v
-    return None
-
-
 def enabled_formats(configuration: Mapping[str, str]) -> list[str]:
     """``delta.universalFormat.enabledFormats`` as a list of lower-case names."""
-    raw = _value(configuration, props.UNIVERSAL_FORMATS) or ""
+    raw = props.raw(configuration, props.UNIVERSAL_FORMATS) or ""
     return [f.strip().lower() for f in raw.split(",") if f.strip()]
 
 
@@ -114,7 +104,7 @@ def prepare_metadata(
             f"Table {table}: {props.UNIVERSAL_FORMATS} = {', '.join(unknown)} is not supported; serialake writes "
             "Iceberg metadata only ('iceberg')."
         )
-    if str(_value(conf, ENABLE_COMPAT_V1) or "").lower() == "true":
+    if str(props.raw(conf, ENABLE_COMPAT_V1) or "").lower() == "true":
         raise UnsupportedFeatureError(
             f"Table {table}: IcebergCompatV1 ({ENABLE_COMPAT_V1}) is not supported by serialake; use "
             f"IcebergCompatV2: {UPGRADE_ADVICE.format(table=table)}"

@@ -266,22 +266,12 @@ class LocalLogStore(LogStore):
         target = name.encode()
         dir_fd = self._dir_fd(directory)
 
-        def attempt() -> int:
-            if self._empty_path_ok:
-                return 0 if _linkat(fd, b"", dir_fd, target, _AT_EMPTY_PATH) == 0 else ctypes.get_errno()
-            return _link_proc(fd, dir_fd, target)
-
         def link() -> int:
             nonlocal dir_fd
-            err = attempt()
-            if err == errno.ENOENT:  # a stale directory descriptor, or AT_EMPTY_PATH refused here
-                if self._is_stale(directory, dir_fd):
-                    dir_fd = self._dir_fd(directory, stale=dir_fd)
-                    err = attempt()
-                if err == errno.ENOENT and self._empty_path_ok:
-                    err = _link_proc(fd, dir_fd, target)
-                    if err != errno.ENOENT:
-                        self._empty_path_ok = False  # refused: this kernel wants the /proc way
+            err = self._link_once(fd, dir_fd, target)
+            if err == errno.ENOENT and self._is_stale(directory, dir_fd):  # the directory was re-created
+                dir_fd = self._dir_fd(directory, stale=dir_fd)
+                err = self._link_once(fd, dir_fd, target)
             return err
 
         if self.fault_hook is None:  # ``_name``'s classification without its hooks: a lost race costs little
@@ -298,6 +288,19 @@ class LocalLogStore(LogStore):
 
         self._name(path, "link", link_or_raise)
         return dir_fd
+
+    def _link_once(self, fd: int, dir_fd: int, target: bytes) -> int:
+        """One linkat of the unnamed inode ``fd`` as ``target`` in ``dir_fd``: 0 or the errno."""
+        if not self._empty_path_ok:
+            return _link_proc(fd, dir_fd, target)
+        if _linkat(fd, b"", dir_fd, target, _AT_EMPTY_PATH) == 0:
+            return 0
+        err = ctypes.get_errno()
+        if err == errno.ENOENT:  # AT_EMPTY_PATH refused here, or no such directory: ask the /proc way
+            err = _link_proc(fd, dir_fd, target)
+            if err != errno.ENOENT:
+                self._empty_path_ok = False  # refused: this kernel wants the /proc way
+        return err
 
     def prepare_put(self, data: bytes) -> PreparedPut:
         """The bytes as one fsynced unnamed inode, linked at each path tried (``_PreparedTmpfile``).

@@ -17,6 +17,13 @@ fsync it, link it to the next free ``%020d.json`` name (``linkat`` of the descri
 ``AT_EMPTY_PATH``, the name relative to the directory's descriptor; it fails on EEXIST: then
 the next name is tried, no sleep, no reading), fsync the directory (as serialake's store
 does). Its operations/s bound what any commit path can reach on this machine.
+
+Each row also says where a commit's time went, per commit, summed over the writer processes
+for their timed window: ``user_us`` and ``sys_us`` (``getrusage``), and on Linux ``run_us``
+(on a CPU), ``runq_us`` (ready, waiting for a CPU) and ``blocked_us`` (the rest of the wall
+time: fsyncs and other waits), from ``/proc/self/task/*/schedstat``. ``blocked_us`` means
+that where one thread does the work (serialake's and the limit's writers; not delta-rs's
+threaded runtime). Processes a writer starts (serialake's checkpoint worker) are not counted.
 """
 
 from __future__ import annotations
@@ -24,8 +31,10 @@ from __future__ import annotations
 import ctypes
 import errno
 import json
+import math
 import multiprocessing as mp
 import os
+import resource
 import shutil
 import sys
 import tempfile
@@ -68,6 +77,29 @@ def _started(start: Any, duration: float) -> float:
     return time.time() + duration
 
 
+def _usage() -> tuple[float, ...]:
+    """This process's (wall, user CPU, system CPU, on-CPU, waited for a CPU) seconds so far, all threads.
+
+    The last two from Linux's ``/proc/self/task/*/schedstat``; NaN where it cannot be read.
+    """
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    run = wait = 0.0
+    try:
+        for task in os.listdir("/proc/self/task"):
+            with open(f"/proc/self/task/{task}/schedstat") as f:
+                on_cpu, waited = f.read().split()[:2]
+            run += int(on_cpu) / 1e9
+            wait += int(waited) / 1e9
+    except (OSError, ValueError):
+        run = wait = math.nan
+    return time.perf_counter(), r.ru_utime, r.ru_stime, run, wait
+
+
+def _spent(before: tuple[float, ...]) -> tuple[float, ...]:
+    """``_usage()`` since ``before``."""
+    return tuple(b - a for a, b in zip(before, _usage(), strict=True))
+
+
 def _worker_serialake(path: str, wid: int, duration: float, start: Any, q: Any) -> None:
     import pyarrow as pa
 
@@ -83,6 +115,7 @@ def _worker_serialake(path: str, wid: int, duration: float, start: Any, q: Any) 
     ok = fail = 0
     latencies: list[float] = []
     end = _started(start, duration)
+    before = _usage()
     i = 0
     while time.time() < end:
         i += 1
@@ -95,8 +128,9 @@ def _worker_serialake(path: str, wid: int, duration: float, start: Any, q: Any) 
         except DeltaError:
             fail += 1
         latencies.append(time.perf_counter() - t0)
+    spent = _spent(before)
     log.wait_for_checkpoints()
-    q.put((ok, fail, latencies))
+    q.put((ok, fail, latencies, spent))
 
 
 #: One limit operation's commit body: ~1 KB, about a blind append's commitInfo and add, padded.
@@ -121,6 +155,7 @@ def _worker_limit(path: str, wid: int, duration: float, start: Any, q: Any) -> N
     ok = 0
     latencies: list[float] = []
     end = _started(start, duration)
+    before = _usage()
     while time.time() < end:
         t0 = time.perf_counter()
         fd = os.open(log_dir, os.O_TMPFILE | os.O_WRONLY, 0o644)
@@ -138,8 +173,9 @@ def _worker_limit(path: str, wid: int, duration: float, start: Any, q: Any) -> N
         version += 1
         ok += 1
         latencies.append(time.perf_counter() - t0)
+    spent = _spent(before)
     os.close(dir_fd)
-    q.put((ok, 0, latencies))
+    q.put((ok, 0, latencies, spent))
 
 
 def _worker_deltars(
@@ -153,6 +189,7 @@ def _worker_deltars(
     ok = fail = 0
     latencies: list[float] = []
     end = _started(start, duration)
+    before = _usage()
     i = 0
     while time.time() < end:
         i += 1
@@ -168,7 +205,7 @@ def _worker_deltars(
         except Exception:  # noqa: BLE001 - count every failed commit
             fail += 1
         latencies.append(time.perf_counter() - t0)
-    q.put((ok, fail, latencies))
+    q.put((ok, fail, latencies, _spent(before)))
 
 
 def run_one(
@@ -185,8 +222,8 @@ def run_one(
 
 def _run(
     impl: str, writers: int, duration: float, s3: Any, parent: str | None
-) -> tuple[int, int, list[float]]:
-    """``run_one``'s commits, failed commits and latencies."""
+) -> tuple[int, int, list[float], tuple[float, ...]]:
+    """``run_one``'s commits, failed commits, latencies and the processes' summed ``_spent`` times."""
     root = tempfile.mkdtemp(prefix=f"bench-{impl}-", dir=parent)
     path = os.path.join(root, "t")
     options: dict[str, str] | None = None
@@ -216,7 +253,8 @@ def _run(
         results = [q.get(timeout=duration + 120) for _ in procs]
         for p in procs:
             p.join()
-        return sum(r[0] for r in results), sum(r[1] for r in results), [x for r in results for x in r[2]]
+        spent = tuple(sum(r[3][k] for r in results) for k in range(len(results[0][3])))
+        return sum(r[0] for r in results), sum(r[1] for r in results), [x for r in results for x in r[2]], spent
     finally:
         if parent is None:  # (a parent's tables are removed with it, after every run: see _local_rows)
             shutil.rmtree(root, ignore_errors=True)
@@ -241,9 +279,11 @@ def _wait_ready(ready: Any, procs: list[Any]) -> None:
                 raise RuntimeError(f"benchmark workers did not start (exit codes {codes})") from None
 
 
-def _row(impl: str, writers: int, duration: float, ok: int, fail: int, latencies: list[float]) -> dict[str, Any]:
+def _row(
+    impl: str, writers: int, duration: float, ok: int, fail: int, latencies: list[float], spent: tuple[float, ...]
+) -> dict[str, Any]:
     lat = sorted(latencies)
-    return {
+    row = {
         "impl": impl,
         "writers": writers,
         "commits": ok,
@@ -253,6 +293,12 @@ def _row(impl: str, writers: int, duration: float, ok: int, fail: int, latencies
         "p50_ms": 1000 * lat[len(lat) // 2] if lat else None,
         "p99_ms": 1000 * lat[int(len(lat) * 0.99)] if lat else None,
     }
+    wall, user, system, run, runq = spent
+    per = 1e6 / max(ok + fail, 1)  # seconds in all processes -> microseconds per commit tried
+    row.update(user_us=user * per, sys_us=system * per)
+    if not math.isnan(run):
+        row.update(run_us=run * per, runq_us=runq * per, blocked_us=max(wall - run - runq, 0.0) * per)
+    return row
 
 
 def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
@@ -306,7 +352,8 @@ def _local_rows(writers: int, duration: float, impls: list[str], parent: str) ->
         print(json.dumps(rows[-1]), file=sys.stderr)
     if "limit" in impls:
         halves.append(_run("limit", writers, duration / 2, None, parent))
-        limit = _row("limit", writers, duration, sum(h[0] for h in halves), 0, [x for h in halves for x in h[2]])
+        spent = tuple(a + b for a, b in zip(halves[0][3], halves[1][3], strict=True))
+        limit = _row("limit", writers, duration, sum(h[0] for h in halves), 0, [x for h in halves for x in h[2]], spent)
         limit["commits_per_s_halves"] = [2 * h[0] / duration for h in halves]
         rows.insert(0, limit)
         print(json.dumps(limit), file=sys.stderr)

@@ -80,14 +80,18 @@ def _started(start: Any, duration: float) -> float:
 def _usage() -> tuple[float, ...]:
     """This process's (wall, user CPU, system CPU, on-CPU, waited for a CPU) seconds so far, all threads.
 
-    The last two from Linux's ``/proc/self/task/*/schedstat``; NaN where it cannot be read.
+    The last two from Linux's ``/proc/self/task/*/schedstat``, for the threads alive now (a
+    thread that ended in between is not counted); NaN where it cannot be read.
     """
     r = resource.getrusage(resource.RUSAGE_SELF)
     run = wait = 0.0
     try:
         for task in os.listdir("/proc/self/task"):
-            with open(f"/proc/self/task/{task}/schedstat") as f:
-                on_cpu, waited = f.read().split()[:2]
+            try:
+                with open(f"/proc/self/task/{task}/schedstat") as f:
+                    on_cpu, waited = f.read().split()[:2]
+            except FileNotFoundError:
+                continue  # the thread ended just now
             run += int(on_cpu) / 1e9
             wait += int(waited) / 1e9
     except (OSError, ValueError):

@@ -104,6 +104,11 @@ def _spent(before: tuple[float, ...]) -> tuple[float, ...]:
     return tuple(b - a for a, b in zip(before, _usage(), strict=True))
 
 
+def _summed(spents: list[tuple[float, ...]]) -> tuple[float, ...]:
+    """Several processes' (or runs') ``_spent`` times, added up field by field."""
+    return tuple(sum(field) for field in zip(*spents, strict=True))
+
+
 def _worker_serialake(path: str, wid: int, duration: float, start: Any, q: Any) -> None:
     import pyarrow as pa
 
@@ -257,8 +262,8 @@ def _run(
         results = [q.get(timeout=duration + 120) for _ in procs]
         for p in procs:
             p.join()
-        spent = tuple(sum(r[3][k] for r in results) for k in range(len(results[0][3])))
-        return sum(r[0] for r in results), sum(r[1] for r in results), [x for r in results for x in r[2]], spent
+        ok, fail = sum(r[0] for r in results), sum(r[1] for r in results)
+        return ok, fail, [x for r in results for x in r[2]], _summed([r[3] for r in results])
     finally:
         if parent is None:  # (a parent's tables are removed with it, after every run: see _local_rows)
             shutil.rmtree(root, ignore_errors=True)
@@ -356,8 +361,8 @@ def _local_rows(writers: int, duration: float, impls: list[str], parent: str) ->
         print(json.dumps(rows[-1]), file=sys.stderr)
     if "limit" in impls:
         halves.append(_run("limit", writers, duration / 2, None, parent))
-        spent = tuple(a + b for a, b in zip(halves[0][3], halves[1][3], strict=True))
-        limit = _row("limit", writers, duration, sum(h[0] for h in halves), 0, [x for h in halves for x in h[2]], spent)
+        ok, latencies = sum(h[0] for h in halves), [x for h in halves for x in h[2]]
+        limit = _row("limit", writers, duration, ok, 0, latencies, _summed([h[3] for h in halves]))
         limit["commits_per_s_halves"] = [2 * h[0] / duration for h in halves]
         rows.insert(0, limit)
         print(json.dumps(limit), file=sys.stderr)

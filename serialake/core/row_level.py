@@ -53,7 +53,6 @@ def compaction_enabled(metadata: Metadata | None) -> bool:
     return (props.raw(metadata.configuration, props.ENABLE_DELETION_VECTORS) or "").lower() == "true"
 
 
-
 # -- deletion vectors --------------------------------------------------------------
 def dv_rows(table_path: str, dv: DeletionVectorDescriptor | None) -> Any:
     """Deleted rows of a descriptor as a ``RowIndexSet`` (empty for no vector)."""

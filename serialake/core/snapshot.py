@@ -36,6 +36,16 @@ from serialake.core.logfiles import LOG_DIR, LogSegment, commit_name
 from serialake.core.validate import ACTION_CHECKS, InvalidActionError, check_action, check_partition_values
 from serialake.exceptions import CorruptLogError, InvalidTableError
 
+try:  # a commit file's JSON parsed in native code: ~3x json's speed on the bytes of a commit
+    from orjson import loads as _loads_fast
+except ImportError:  # pragma: no cover - orjson is a dependency; json reads the same documents
+    _loads_fast = json.loads  # type: ignore[assignment]
+
+#: A commit with 20 digits in a row may hold an integer past 64 bits, which orjson reads as a
+#: float and json exactly: such a file is read by json. (Digits mapped to "0", then one search.)
+_DIGITS_AS_ZERO = bytes.maketrans(b"123456789", b"000000000")
+_LONG_DIGITS = b"0" * 20
+
 
 def parse_commit(data: bytes, table: str, version: int) -> list[Action]:
     """Actions of one commit file, checked (``serialake.core.validate``).
@@ -53,17 +63,18 @@ def parse_commit_items(data: bytes, table: str, version: int) -> list[Any]:
     built only when someone asks for the commit's actions.
     """
     out: list[Any] = []
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise CorruptLogError(f"Table {table}: commit version {version} is not UTF-8 ({e})") from e
     i = 0
     checks, classes = ACTION_CHECKS, ACTION_TYPES
     try:
         # One decoder call for the whole file is much faster than one per line. A JSON string
-        # holds no raw newline, so each one ends an action; a blank line (two commas in a row)
-        # fails here and is skipped by the line-by-line path below.
-        objs = json.loads("[" + text.rstrip().replace("\n", ",") + "]")
+        # holds no raw newline, so each one ends an action. Whatever this fast parser refuses
+        # (a blank line: two commas in a row; text that is not UTF-8; what only Python's json
+        # reads, as NaN or integers past 64 bits) goes to the line-by-line path below, which
+        # reads it as before or names the line that is wrong.
+        if _LONG_DIGITS not in data.translate(_DIGITS_AS_ZERO):
+            objs = _loads_fast(b"[" + data.rstrip().replace(b"\n", b",") + b"]")
+        else:
+            objs = json.loads("[" + data.rstrip().decode("utf-8").replace("\n", ",") + "]")
         for i, obj in enumerate(objs):  # noqa: B007 - i is read by the InvalidActionError handler below
             # check_action + action_from_dict in one loop: it runs once per action.
             for key, body in obj.items():
@@ -74,9 +85,13 @@ def parse_commit_items(data: bytes, table: str, version: int) -> list[Any]:
                     break
         return out
     except InvalidActionError as e:
-        raise _invalid(e, table, version, _line_number(text, i)) from None
+        raise _invalid(e, table, version, _line_number(data.decode("utf-8"), i)) from None
     except (ValueError, TypeError, AttributeError):
         out = []  # find the bad line below, for a precise error
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise CorruptLogError(f"Table {table}: commit version {version} is not UTF-8 ({e})") from e
     for lineno, line in enumerate(text.split("\n"), 1):
         if not line.strip():
             continue

@@ -192,6 +192,62 @@ def test_corrupt_commit_names_version(make_table):
         DeltaLog(log.table_path).update()
 
 
+def test_commit_parsers_read_every_document_alike() -> None:
+    """Commit files go through orjson unless json must read them (integers past 64 bits, NaN,
+    lone surrogates, text that is not UTF-8): either way, the same actions or the same error."""
+    from serialake.core.snapshot import parse_commit_items
+
+    def parsed(text: bytes) -> list:
+        return [x if type(x) is dict else x.to_dict() for x in parse_commit_items(text, "t", 7)]
+
+    big = 2**70 + 1  # orjson would read it as a float
+    info = {"commitInfo": {"timestamp": 5, "operation": "WRITE", "operationMetrics": {"n": big}, "txnId": "x"}}
+    add = {"add": {"path": "é 1.parquet", "partitionValues": {"p": "ü"}, "size": big, "modificationTime": 0,
+                   "dataChange": True, "stats": '{"numRecords":1}'}}  # fmt: skip
+    body = (json.dumps(info) + "\n" + json.dumps(add, ensure_ascii=False) + "\n").encode()
+    out = parsed(body)
+    assert out[0]["commitInfo"]["operationMetrics"]["n"] == big and out[1]["size"] == big
+    assert type(out[1]["size"]) is int
+    small = body.replace(str(big).encode(), b"12")
+    assert parsed(small) == [json.loads(line) if i == 0 else json.loads(line)["add"]
+                             for i, line in enumerate(small.decode().splitlines())]  # fmt: skip
+    # What only Python's json reads is read as before (the fast parser refuses it).
+    nan = small.replace(b'"timestamp": 5', b'"timestamp": 5, "x": NaN')
+    assert parsed(nan)[0]["commitInfo"]["x"] != parsed(nan)[0]["commitInfo"]["x"]  # NaN
+    assert parsed(small + b"\n\n") == parsed(small)  # blank lines at the end
+    with pytest.raises(CorruptLogError, match="version 7 is not UTF-8"):
+        parse_commit_items(small.replace("ü".encode(), b"\xff"), "t", 7)
+    with pytest.raises(CorruptLogError, match="version 7 is corrupt or truncated at line 2"):
+        parse_commit_items(small[:-20], "t", 7)
+
+
+def test_txn_ids_are_version_4_uuids_never_shared_with_a_forked_child() -> None:
+    import uuid
+
+    from serialake.core.transaction import _uuid4_texts, new_txn_id
+
+    raw = os.urandom(16 * 50)
+    assert _uuid4_texts(raw) == [str(uuid.UUID(bytes=raw[i : i + 16], version=4)) for i in range(0, 800, 16)]
+    ids = [new_txn_id() for _ in range(300)]
+    assert len(set(ids)) == 300
+    assert all(uuid.UUID(i).version == 4 and uuid.UUID(i).variant == uuid.RFC_4122 for i in ids)
+    if not hasattr(os, "fork"):
+        return
+    new_txn_id()  # the pool holds ids the parent has not handed out yet
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: the ids it draws go back to the parent
+        os.close(read)
+        os.write(write, ",".join(new_txn_id() for _ in range(10)).encode())
+        os._exit(0)
+    os.close(write)
+    with os.fdopen(read, "rb") as f:
+        child = f.read().decode().split(",")
+    os.waitpid(pid, 0)
+    parent = [new_txn_id() for _ in range(10)]
+    assert len(child) == 10 and not set(child) & set(parent)
+
+
 def test_add_path_escaping_table_is_rejected(make_table):
     log = make_table()
     bad = AddFile(path="../elsewhere/x.parquet", partition_values={"p": "1"}, size=1, modification_time=0)

@@ -221,6 +221,12 @@ def raw(configuration: Mapping[str, str], key: str) -> str | None:
     return None
 
 
+def is_true(configuration: Mapping[str, str], key: str) -> bool:
+    """Whether the stored value of ``key`` is ``true`` (any case); absent or anything else: False."""
+    value = raw(configuration, key)
+    return value is not None and value.lower() == "true"
+
+
 def get(configuration: Mapping[str, str], key: str) -> Any:
     """The parsed value of a property, or its default; a bad stored value falls back to the default."""
     spec = _SPECS[key.lower()]

@@ -38,7 +38,7 @@ def enabled(metadata: Metadata | None) -> bool:
     if metadata is None:
         return False
     conf = metadata.configuration
-    if (props.raw(conf, props.ENABLE_DELETION_VECTORS) or "").lower() != "true":
+    if not props.is_true(conf, props.ENABLE_DELETION_VECTORS):
         return False
     explicit = props.raw(conf, props.ROW_LEVEL_CONCURRENCY)
     if explicit is not None:
@@ -50,7 +50,7 @@ def compaction_enabled(metadata: Metadata | None) -> bool:
     """Carrying deletions over a compaction works on any table with deletion vectors."""
     if metadata is None:
         return False
-    return (props.raw(metadata.configuration, props.ENABLE_DELETION_VECTORS) or "").lower() == "true"
+    return props.is_true(metadata.configuration, props.ENABLE_DELETION_VECTORS)
 
 
 # -- deletion vectors --------------------------------------------------------------

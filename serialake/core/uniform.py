@@ -104,7 +104,7 @@ def prepare_metadata(
             f"Table {table}: {props.UNIVERSAL_FORMATS} = {', '.join(unknown)} is not supported; serialake writes "
             "Iceberg metadata only ('iceberg')."
         )
-    if str(props.raw(conf, ENABLE_COMPAT_V1) or "").lower() == "true":
+    if props.is_true(conf, ENABLE_COMPAT_V1):
         raise UnsupportedFeatureError(
             f"Table {table}: IcebergCompatV1 ({ENABLE_COMPAT_V1}) is not supported by serialake; use "
             f"IcebergCompatV2: {UPGRADE_ADVICE.format(table=table)}"

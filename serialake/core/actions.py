@@ -202,6 +202,27 @@ def _compact_encoder() -> Any:
 
 _compact_json = _compact_encoder()
 
+try:
+    import orjson as _orjson
+except ImportError:  # pragma: no cover - orjson is a dependency; json writes the same documents
+    _orjson = None  # type: ignore[assignment]
+
+#: orjson writes what json writes, except that it writes text as UTF-8 (json escapes it), refuses
+#: integers past 64 bits and keys that are not strings (json writes those: they take its path), and
+#: writes a float that is not finite as null (json writes NaN, which no Delta reader reads).
+#: Dataclasses and dates are refused as json refuses them, not turned into objects and strings.
+_ORJSON_OPTIONS = (_orjson.OPT_PASSTHROUGH_DATACLASS | _orjson.OPT_PASSTHROUGH_DATETIME) if _orjson else 0
+
+
+def _dumps(obj: Any) -> bytes:
+    """One action as compact JSON in UTF-8: orjson (~6x faster), json for what orjson refuses."""
+    if _orjson is not None:
+        try:
+            return _orjson.dumps(obj, option=_ORJSON_OPTIONS)
+        except TypeError:  # (orjson.JSONEncodeError is one)
+            pass
+    return _compact_json(obj).encode("utf-8")
+
 
 @dataclass(frozen=True)
 class Action(_Codec):
@@ -215,7 +236,7 @@ class Action(_Codec):
 
     def to_json(self) -> str:
         """One line of a commit file."""
-        return _compact_json(self.to_dict())
+        return _dumps(self.to_dict()).decode("utf-8")
 
 
 @dataclass(frozen=True)
@@ -544,5 +565,5 @@ def action_from_json(line: str) -> Action | None:
 
 
 def actions_to_jsonl(actions: list[Action]) -> bytes:
-    """Serialize actions as a commit file body."""
-    return ("\n".join(a.to_json() for a in actions) + "\n").encode("utf-8")
+    """Serialize actions as a commit file body: one line of compact JSON (UTF-8) per action."""
+    return b"\n".join([_dumps(a.to_dict()) for a in actions]) + b"\n"

@@ -221,6 +221,39 @@ def test_commit_parsers_read_every_document_alike() -> None:
         parse_commit_items(small[:-20], "t", 7)
 
 
+def test_commit_bodies_are_compact_utf8_json_that_read_back_alike() -> None:
+    """Commit bodies are written by orjson, text as UTF-8 (as Delta and delta-rs write it); what
+    orjson refuses (integers past 64 bits, keys that are not strings) by json: the same values."""
+    import dataclasses
+
+    from serialake.core.actions import CommitInfo, actions_to_jsonl
+    from serialake.core.snapshot import parse_commit_items
+
+    add = AddFile(path="é 1.parquet", partition_values={"p": "ü\x7f", "q": None}, size=3, modification_time=0,
+                  data_change=True, stats='{"numRecords":1,"nullCount":{"a":0}}')  # fmt: skip
+    info = CommitInfo({"timestamp": 5, "operation": "WRITE", "operationParameters": {"mode": "Append"},
+                       "readVersion": 4, "isBlindAppend": True, "txnId": "x"})  # fmt: skip
+    body = actions_to_jsonl([info, add])
+    assert body == (json.dumps(info.to_dict(), separators=(",", ":"), ensure_ascii=False) + "\n"
+                    + json.dumps(add.to_dict(), separators=(",", ":"), ensure_ascii=False) + "\n").encode()  # fmt: skip
+    assert "é 1.parquet".encode() in body and b"\\u" not in body
+    items = parse_commit_items(body, "t", 7)
+    assert items[0] == info and AddFile._from_obj(items[1]) == add
+    assert add.to_json() == body.decode().splitlines()[1]
+    # Beyond orjson: json writes the action, and it reads back exact.
+    big = CommitInfo({"timestamp": 5, "operationMetrics": {"n": 2**70 + 1}, "keys": {1: "a"}})
+    (back,) = parse_commit_items(actions_to_jsonl([big]), "t", 7)
+    assert back.values == {"timestamp": 5, "operationMetrics": {"n": 2**70 + 1}, "keys": {"1": "a"}}
+
+    # What json refuses is refused, not written as something else.
+    @dataclasses.dataclass
+    class Opaque:
+        x: int
+
+    with pytest.raises(TypeError):
+        actions_to_jsonl([CommitInfo({"timestamp": 5, "odd": Opaque(1)})])
+
+
 def test_txn_ids_are_version_4_uuids_never_shared_with_a_forked_child() -> None:
     import uuid
 

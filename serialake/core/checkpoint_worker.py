@@ -15,7 +15,8 @@ between requests.
 
 reads requests ``{"table": path, "version": v, "fsync": bool}``, one JSON object per line
 of stdin, and answers each on stdout: ``{"ok": true, "last": _last_checkpoint or null}``
-(null: a checkpoint at or past ``v`` was there already) or ``{"ok": false, "error": "..."}``.
+(null: a checkpoint at or past ``v`` was there already, or another process was writing one)
+or ``{"ok": false, "error": "..."}``.
 It exits when stdin closes.
 """
 
@@ -60,7 +61,7 @@ def serve(requests: IO[bytes], answers: IO[str]) -> None:
             logs[key] = log
             while len(logs) > _KEPT_TABLES:
                 logs.popitem(last=False)
-            answer = {"ok": True, "last": log.checkpoint_if_due(int(request["version"]))}
+            answer = {"ok": True, "last": log.checkpoint_if_due(int(request["version"]), unless_busy=True)}
         except Exception as e:  # noqa: BLE001 - reported to the parent, which raises it there
             answer = {"ok": False, "error": f"{type(e).__name__}: {e}"}
         answers.write(json.dumps(answer) + "\n")

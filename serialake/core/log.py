@@ -447,20 +447,37 @@ class DeltaLog:
                 except (CheckpointError, OSError) as e:  # no worker here, or it failed: here, as for small tables
                     log.info("checkpoint worker for %s at version %d failed (%s); writing it here", self.table_path,
                              version, e)  # fmt: skip
-            self.checkpoint_if_due(version, base)
+            self.checkpoint_if_due(version, base, unless_busy=True)
         except BaseException as e:  # noqa: BLE001 - a checkpoint must never fail a commit
             self.last_checkpoint_error = e
             log.warning("checkpoint of %s at version %d failed: %s", self.table_path, version, e)
 
-    def checkpoint_if_due(self, version: int, base: Snapshot | None = None) -> dict[str, Any] | None:
+    def checkpoint_if_due(
+        self, version: int, base: Snapshot | None = None, *, unless_busy: bool = False
+    ) -> dict[str, Any] | None:
         """Write the checkpoint of ``version`` unless one at or past it exists; its ``_last_checkpoint``
-        (None when skipped). Built from ``base`` or the newest checkpoint (``_checkpoint_base``)."""
+        (None when skipped). Built from ``base`` or the newest checkpoint (``_checkpoint_base``).
+
+        ``unless_busy`` (background checkpoints): also skipped while another process of this
+        machine writes a checkpoint of the table (``LogStore.unless_busy``). Writers committing
+        faster than a checkpoint is written would otherwise each write one at once, of a table
+        with more files each time, for a newer one to replace a moment later; the commit that
+        reaches the next interval after it asks again.
+        """
         from serialake.core.logfiles import read_last_checkpoint
 
         last = read_last_checkpoint(self.store, self.log_path)
         if last is not None and last["version"] >= version:
             return None  # another writer already checkpointed at or past this version
-        return self.checkpoint(version, base=self._checkpoint_base(last, base, version))
+        if not unless_busy:
+            return self.checkpoint(version, base=self._checkpoint_base(last, base, version))
+        with self.store.unless_busy(self.log_path) as free:
+            if not free:
+                return None
+            last = read_last_checkpoint(self.store, self.log_path)  # the one just finished may be newer
+            if last is not None and last["version"] >= version:
+                return None
+            return self.checkpoint(version, base=self._checkpoint_base(last, base, version))
 
     def _checkpoint_base(self, last: dict | None, base: Snapshot | None, version: int) -> Snapshot | None:
         """What to build the checkpoint of ``version`` from: ``base``, or the newest checkpoint when cheaper.
@@ -500,7 +517,8 @@ class DeltaLog:
 
     def checkpoint_in_worker(self, version: int) -> dict[str, Any] | None:
         """``checkpoint_if_due(version)`` run by this process's checkpoint worker (``core/checkpoint_worker.py``,
-        local tables); None when a checkpoint at or past ``version`` was there already.
+        local tables); None when a checkpoint at or past ``version`` was there already, or another
+        process was writing one.
 
         The commit path never waits for it; the checkpoint thread waits for the worker's
         answer. A failure raises ``CheckpointError`` with the worker's error.

@@ -7,10 +7,12 @@ Listing is sorted by name; a reader never sees a partially written log file.
 
 from __future__ import annotations
 
+import contextlib
 import errno as _errno
 import io
 import os
 from abc import ABC, abstractmethod
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -216,3 +218,12 @@ class LogStore(ABC):
     def is_partial_write_visible(self) -> bool:
         """Whether readers can observe half-written files (never for stores we ship)."""
         return False
+
+    @contextlib.contextmanager
+    def unless_busy(self, directory: str) -> Iterator[bool]:
+        """Whether no other process on this machine does the same optional work on ``directory``
+        now (a background checkpoint): while the ``with`` block runs, the others are told so.
+
+        Never waits. A store that cannot tell (an object store, shared by many machines) says True.
+        """
+        yield True

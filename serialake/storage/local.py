@@ -16,12 +16,14 @@ the name appeared leaves the file visible but maybe not durable (``WriteNotDurab
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
+import fcntl
 import os
 import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from serialake.exceptions import FileAlreadyExistsError
@@ -427,6 +429,29 @@ class LocalLogStore(LogStore):
 
     def exists(self, path: str) -> bool:
         return os.path.exists(path)
+
+    @contextlib.contextmanager
+    def unless_busy(self, directory: str) -> Iterator[bool]:
+        """``LogStore.unless_busy`` by an advisory lock (``flock``) on ``directory`` itself, taken
+        without waiting and released when the block ends or the process dies. No file is made.
+        Where the lock cannot be taken for another reason (no such directory, no ``flock``): True.
+        """
+        try:
+            fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except OSError:
+            yield True
+            return
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                free = True
+            except BlockingIOError:
+                free = False
+            except OSError:
+                free = True  # a file system without flock: nothing to coordinate with
+            yield free
+        finally:
+            os.close(fd)  # (releases the lock)
 
     def delete(self, path: str) -> None:
         _unlink_quietly(path)

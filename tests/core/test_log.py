@@ -431,6 +431,42 @@ def test_big_table_checkpoints_run_in_the_checkpoint_worker(make_table, monkeypa
     assert not log._checkpoint_in_worker(log.update())  # small tables: in this process
 
 
+def test_a_background_checkpoint_is_skipped_while_another_process_writes_one(make_table):
+    """Background checkpoints (this process's thread, its worker) skip the interval while another
+    process holds the table's checkpoint lock (an flock on ``_delta_log``), then run again; an
+    explicit checkpoint never skips."""
+    import subprocess
+    import sys
+
+    log = make_table(props={"delta.checkpointInterval": "2"})
+    log.start_transaction().commit([add_file(1)])  # version 1
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import fcntl, os, sys; fd = os.open(sys.argv[1], os.O_RDONLY); "
+         "fcntl.flock(fd, fcntl.LOCK_EX); print('held', flush=True); sys.stdin.read()", log.log_path],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+        log.start_transaction().commit([add_file(2)])  # version 2: due, but another process is writing one
+        log.wait_for_checkpoints()
+        assert log.last_checkpoint_error is None
+        assert not [n for n in os.listdir(log.log_path) if "checkpoint" in n]
+        assert log.checkpoint_if_due(2, unless_busy=True) is None
+        assert log.checkpoint_in_worker(2) is None  # the worker process skips it too
+        assert not [n for n in os.listdir(log.log_path) if "checkpoint" in n]
+        assert log.checkpoint_if_due(2)["version"] == 2  # not a background one: written
+    finally:
+        holder.communicate("")  # (it exits when its stdin closes, releasing the lock)
+        if holder.poll() is None:
+            os.kill(holder.pid, 9)
+    assert holder.returncode == 0
+    for i in range(2):
+        log.start_transaction().commit([add_file(i)])  # version 4: due, and nobody else writes one
+    log.wait_for_checkpoints()
+    assert "00000000000000000004.checkpoint.parquet" in os.listdir(log.log_path)
+    assert DeltaLog(log.table_path).update().segment.checkpoint.version == 4
+
+
 def test_a_failed_worker_checkpoint_names_the_table_and_version(make_table):
     from serialake.exceptions import CheckpointError
 

@@ -15,6 +15,8 @@ from dataclasses import MISSING, dataclass, field, fields, replace
 from typing import Any, ClassVar
 from urllib.parse import quote, unquote
 
+import orjson
+
 __all__ = [
     "ACTION_TYPES",
     "Action",
@@ -202,26 +204,19 @@ def _compact_encoder() -> Any:
 
 _compact_json = _compact_encoder()
 
-try:
-    import orjson as _orjson
-except ImportError:  # pragma: no cover - orjson is a dependency; json writes the same documents
-    _orjson = None  # type: ignore[assignment]
-
 #: orjson writes what json writes, except that it writes text as UTF-8 (json escapes it), refuses
 #: integers past 64 bits and keys that are not strings (json writes those: they take its path), and
 #: writes a float that is not finite as null (json writes NaN, which no Delta reader reads).
 #: Dataclasses and dates are refused as json refuses them, not turned into objects and strings.
-_ORJSON_OPTIONS = (_orjson.OPT_PASSTHROUGH_DATACLASS | _orjson.OPT_PASSTHROUGH_DATETIME) if _orjson else 0
+_ORJSON_OPTIONS = orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME
 
 
 def _dumps(obj: Any) -> bytes:
     """One action as compact JSON in UTF-8: orjson (~6x faster), json for what orjson refuses."""
-    if _orjson is not None:
-        try:
-            return _orjson.dumps(obj, option=_ORJSON_OPTIONS)
-        except TypeError:  # (orjson.JSONEncodeError is one)
-            pass
-    return _compact_json(obj).encode("utf-8")
+    try:
+        return orjson.dumps(obj, option=_ORJSON_OPTIONS)
+    except TypeError:  # (orjson.JSONEncodeError is one)
+        return _compact_json(obj).encode("utf-8")
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ the next version numbers, never by replaying from version 0 when state is at han
 from __future__ import annotations
 
 import bisect
+import contextlib
 import logging
 import os
 import threading
@@ -466,17 +467,12 @@ class DeltaLog:
         """
         from serialake.core.logfiles import read_last_checkpoint
 
-        last = read_last_checkpoint(self.store, self.log_path)
-        if last is not None and last["version"] >= version:
-            return None  # another writer already checkpointed at or past this version
-        if not unless_busy:
-            return self.checkpoint(version, base=self._checkpoint_base(last, base, version))
-        with self.store.unless_busy(self.log_path) as free:
+        with self.store.unless_busy(self.log_path) if unless_busy else contextlib.nullcontext(True) as free:
             if not free:
                 return None
-            last = read_last_checkpoint(self.store, self.log_path)  # the one just finished may be newer
+            last = read_last_checkpoint(self.store, self.log_path)
             if last is not None and last["version"] >= version:
-                return None
+                return None  # another writer already checkpointed at or past this version
             return self.checkpoint(version, base=self._checkpoint_base(last, base, version))
 
     def _checkpoint_base(self, last: dict | None, base: Snapshot | None, version: int) -> Snapshot | None:

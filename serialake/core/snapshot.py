@@ -14,6 +14,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
 import pyarrow as pa
 
 from serialake.core import features
@@ -35,11 +36,6 @@ from serialake.core.filestate import FileKey, FileState
 from serialake.core.logfiles import LOG_DIR, LogSegment, commit_name
 from serialake.core.validate import ACTION_CHECKS, InvalidActionError, check_action, check_partition_values
 from serialake.exceptions import CorruptLogError, InvalidTableError
-
-try:  # a commit file's JSON parsed in native code: ~3x json's speed on the bytes of a commit
-    from orjson import loads as _loads_fast
-except ImportError:  # pragma: no cover - orjson is a dependency; json reads the same documents
-    _loads_fast = json.loads  # type: ignore[assignment]
 
 #: A commit with 20 digits in a row may hold an integer past 64 bits, which orjson reads as a
 #: float and json exactly: such a file is read by json. (Digits mapped to "0", then one search.)
@@ -72,7 +68,7 @@ def parse_commit_items(data: bytes, table: str, version: int) -> list[Any]:
         # reads, as NaN or integers past 64 bits) goes to the line-by-line path below, which
         # reads it as before or names the line that is wrong.
         if _LONG_DIGITS not in data.translate(_DIGITS_AS_ZERO):
-            objs = _loads_fast(b"[" + data.rstrip().replace(b"\n", b",") + b"]")
+            objs = orjson.loads(b"[" + data.rstrip().replace(b"\n", b",") + b"]")
         else:
             objs = json.loads("[" + data.rstrip().decode("utf-8").replace("\n", ",") + "]")
         for i, obj in enumerate(objs):  # noqa: B007 - i is read by the InvalidActionError handler below

@@ -506,9 +506,10 @@ def test_the_checkpoint_worker_serves_many_checkpoints_and_comes_back_after_dyin
 
 
 @pytest.mark.skipif(not hasattr(os, "SCHED_IDLE"), reason="Linux scheduling classes")
-def test_a_checkpoint_child_runs_at_idle_priority_off_the_committers_cpu():
-    """The child is made idle-class (and kept off this process's CPU where there are two or
-    more) by the parent, before its interpreter runs any of its own code."""
+def test_a_checkpoint_child_runs_at_idle_priority_on_any_cpu():
+    """The child is made idle-class by the parent, before its interpreter runs any of its own
+    code, and left free to run on every CPU this process may use (pinning it skewed the
+    scheduler against the committers: ``children.quiet_child``)."""
     import subprocess
     import sys
 
@@ -518,11 +519,7 @@ def test_a_checkpoint_child_runs_at_idle_priority_off_the_committers_cpu():
     try:
         quiet_child(child.pid)
         assert os.sched_getscheduler(child.pid) == os.SCHED_IDLE
-        cpus = os.sched_getaffinity(0)
-        child_cpus = os.sched_getaffinity(child.pid)
-        assert child_cpus <= cpus
-        if len(cpus) >= 2:
-            assert len(child_cpus) == len(cpus) - 1
+        assert os.sched_getaffinity(child.pid) == os.sched_getaffinity(0)
     finally:
         child.communicate(b"")
 

@@ -49,7 +49,7 @@ def quiet_child(pid: int) -> None:
     CPU-bound idle-class children. It is not pinned to a CPU: four writers' workers, each
     held off its parent's CPU of the moment, sometimes all sat on one CPU, and the scheduler
     then crowded the writers onto the other (run-queue wait per commit 550 -> 950 us, a
-    quarter less throughput, in 4 of 24 runs; unpinned, none of 12). Best effort: nothing
+    quarter less throughput, in 9 of 49 runs; unpinned, none of 27). Best effort: nothing
     here can fail a commit.
     """
     try:

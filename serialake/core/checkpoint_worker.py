@@ -23,7 +23,6 @@ It exits when stdin closes.
 from __future__ import annotations
 
 import json
-import os
 import sys
 from collections import OrderedDict
 from typing import IO, Any
@@ -74,16 +73,11 @@ def yield_cpu() -> None:
     On a busy machine even a low-priority process delays a committer's wake-up from its
     fsync by a scheduler slice (~5 ms measured on two cores); an idle-class process is
     preempted at once. Threads started afterwards (Arrow's pool) inherit the policy.
+    (``children.quiet_child`` of this process: the parent already asked for it.)
     """
-    try:
-        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
-        return
-    except (AttributeError, OSError):
-        pass
-    try:
-        os.nice(19)
-    except (AttributeError, OSError):
-        pass
+    from serialake.core.children import quiet_child
+
+    quiet_child(0)
 
 
 if __name__ == "__main__":

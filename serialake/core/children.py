@@ -1,4 +1,4 @@
-"""Child processes kept off the committing process's CPU (checkpoints, Iceberg conversions of big tables).
+"""Child processes at idle CPU priority (checkpoints, Iceberg conversions of big tables).
 
 ``run_quiet_child`` runs ``python -m <module> ...`` with this package importable and waits
 for it; ``quiet_worker`` keeps one such child alive per module, answering requests (one JSON
@@ -23,7 +23,7 @@ __all__ = ["QuietWorker", "WorkerError", "quiet_child", "quiet_worker", "run_qui
 
 
 def run_quiet_child(module: str, args: Sequence[str], timeout: float = 3600) -> tuple[int, str, str]:
-    """``python -m module args`` with this package importable, kept off the committer's CPU
+    """``python -m module args`` with this package importable, at idle priority
     (``quiet_child``): its exit code, stdout's last line and stderr's last line (the error)."""
     cmd = [sys.executable, "-m", module, *args]
     child = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_child_env())
@@ -40,7 +40,8 @@ def run_quiet_child(module: str, args: Sequence[str], timeout: float = 3600) -> 
 
 
 def quiet_child(pid: int) -> None:
-    """Run a child (checkpoint, Iceberg conversion) only on CPU time the committers leave, from its first instruction.
+    """Run a child (checkpoint, Iceberg conversion) only on CPU time the committers leave, from its
+    first instruction (``pid`` 0: this process, as the child itself asks again once started).
 
     The child is put at idle priority (Linux ``SCHED_IDLE``; the lowest nice elsewhere) here,
     by the parent, rather than by the child, whose interpreter start-up and imports would
@@ -78,7 +79,7 @@ class WorkerError(OSError):
 
 
 class QuietWorker:
-    """One long-lived ``python -m module --serve`` child, kept off the committers' CPU (``quiet_child``).
+    """One long-lived ``python -m module --serve`` child, at idle priority (``quiet_child``).
 
     ``call`` sends one request (a JSON object on a line of the child's stdin) and waits for
     its answer (a JSON object on a line of its stdout); calls are serialised, the child

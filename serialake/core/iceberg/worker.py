@@ -4,8 +4,8 @@
 more (``SERIALAKE_ICEBERG_PROCESS``: ``auto``, ``always``, ``never``): encoding manifests of
 hundreds of thousands of files in pure Python would hold the committing process's
 interpreter lock for seconds. The child loads the table at the version with the same code,
-writes the metadata and exits; it runs at idle priority off the committer's CPU, as the
-checkpoint child does (``core/checkpoint_worker.py``).
+writes the metadata and exits; it runs at idle priority, as the checkpoint child does
+(``core/checkpoint_worker.py``).
 
     python -m serialake.core.iceberg.worker TABLE VERSION
 

@@ -10,12 +10,14 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import MISSING, dataclass, field, fields, replace
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 from urllib.parse import quote, unquote
 
 import orjson
+
+_T = TypeVar("_T")
 
 __all__ = [
     "ACTION_TYPES",
@@ -321,6 +323,27 @@ class Metadata(Action):
             raise CorruptLogError(f"Table metadata {self.id} has no schemaString")
         return StructType.from_json(self.schema_string)
 
+    def derived(self, fn: Callable[[Metadata], _T]) -> _T:
+        """``fn(self)``, computed once for this object and then kept.
+
+        For what every commit derives from the properties and schema (isolation level, append-only,
+        change data feed, row-level resolution, ...): each costs microseconds to work out from the
+        properties, matched case-insensitively, and a commit asks about ten. Metadata never changes (a
+        change is a new object), so ``fn`` must read nothing but it. Kept beside the object (by its
+        identity, holding it), not in it: ``vars()``, copies and pickles of it are unchanged.
+        """
+        held = _DERIVED.get(id(self))
+        if held is None or held[0] is not self:
+            if len(_DERIVED) >= _DERIVED_MAX:
+                _DERIVED.clear()
+            held = _DERIVED[id(self)] = (self, {})
+        memo = held[1]
+        try:
+            return memo[fn]
+        except KeyError:
+            value = memo[fn] = fn(self)
+            return value
+
     def with_configuration(self, **changes: str | None) -> Metadata:
         """A copy with properties set (value) or unset (None)."""
         conf = dict(self.configuration)
@@ -330,6 +353,12 @@ class Metadata(Action):
             else:
                 conf[k] = v
         return replace(self, configuration=conf)
+
+
+#: ``Metadata.derived``'s memos: id -> (the metadata, its memo). Metadata objects live long (one per
+#: table version that changed it), so a few hundred cover every table a process writes.
+_DERIVED: dict[int, tuple[Metadata, dict[Any, Any]]] = {}
+_DERIVED_MAX = 256
 
 
 @dataclass(frozen=True)

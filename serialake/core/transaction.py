@@ -279,7 +279,7 @@ class OptimisticTransaction:
         if self._isolation_override:
             return self._isolation_override
         meta = self.metadata
-        return props.isolation_level(meta.configuration if meta else {})
+        return meta.derived(_isolation_level) if meta is not None else props.isolation_level({})
 
     # -- reads ------------------------------------------------------------------
     def filter_files(
@@ -424,12 +424,11 @@ class OptimisticTransaction:
         if result.work_already_done:
             return result.version
         meta = info.metadata or info.read_metadata
-        conf = meta.configuration if meta else {}
-        self.delta_log.maybe_checkpoint_async(result.version, conf, base=self.snapshot)
-        if uniform.iceberg_enabled(conf):  # UniForm: Iceberg metadata written in the background
+        self.delta_log.maybe_checkpoint_async(result.version, meta, base=self.snapshot)
+        if meta is not None and meta.derived(_iceberg_enabled):  # UniForm: Iceberg metadata in the background
             from serialake.core import iceberg
 
-            iceberg.after_commit(self.delta_log, result.version, dict(conf))
+            iceberg.after_commit(self.delta_log, result.version, dict(meta.configuration))
         return result.version
 
     def _prepare(
@@ -466,7 +465,7 @@ class OptimisticTransaction:
         features.check_writable(protocol, self.metadata, table)
         self._check_append_only(body)
         meta = self.metadata
-        if meta is not None:
+        if meta is not None and meta.derived(_compat_v2):
             uniform.check_adds(body, meta.configuration, table)
         self._check_change_data_feed(body, operation, operation_parameters)
         _check_paths(body, table, self._external_path_allowed)
@@ -502,8 +501,7 @@ class OptimisticTransaction:
             "engineInfo": f"{VERSION}",
             "txnId": self.txn_id,
         }
-        meta_now = self.metadata
-        if meta_now is not None and props.get(meta_now.configuration, props.ENABLE_ICT):
+        if meta is not None and meta.derived(_in_commit_timestamps):
             # In-commit timestamps must strictly increase: after the read snapshot's (rebased later).
             floor = (self.snapshot.timestamp + 1) if self.snapshot is not None else 0
             ci_values = {"inCommitTimestamp": max(ci_values["timestamp"], floor), **ci_values}
@@ -540,8 +538,8 @@ class OptimisticTransaction:
             protocol=self._new_protocol,
             is_blind_append=blind,
             txn_id=self.txn_id,
-            row_level=row_level.enabled(snap.metadata if snap else None),
-            compaction_carry=row_level.compaction_enabled(snap.metadata if snap else None),
+            row_level=snap.metadata.derived(row_level.enabled) if snap else False,
+            compaction_carry=snap.metadata.derived(row_level.compaction_enabled) if snap else False,
             reader=row_eval.RowReader(table, snap) if snap else None,
             matched_rows=dict(self.matched_rows),
         )
@@ -601,7 +599,8 @@ class OptimisticTransaction:
 
         Appends, whole-file deletes, deletion-vector deletes and overwrites need none (``core.cdf``).
         """
-        if not cdf.enabled(self.metadata):
+        meta = self.metadata
+        if meta is None or not meta.derived(cdf.enabled):
             return
         reason = cdf.commit_needs_change_data(body, operation, parameters)
         if reason is not None:
@@ -613,7 +612,7 @@ class OptimisticTransaction:
 
     def _check_append_only(self, body: list[Action]) -> None:
         meta = self.metadata
-        if meta is None or not props.get(meta.configuration, props.APPEND_ONLY):
+        if meta is None or not meta.derived(_append_only):
             return
         for a in body:
             if isinstance(a, RemoveFile) and a.data_change:
@@ -641,40 +640,47 @@ class OptimisticTransaction:
         transient_failures = 0
         unknown_failures = 0  # attempts in a row whose outcome was unknown
         last_error: OSError | None = None
+        # Where other writers committed lately, some will have landed while the body was written and
+        # synced: read them first rather than make a put they refuse (one lost race fewer per commit).
+        look_first = dlog.contended
         while True:
-            attempts += 1
-            try:
-                body.put(dlog.commit_path(attempt_version), info.actions)
-                dlog.remember_commit(attempt_version, info.actions)
-                self.committed_actions = list(info.actions)
-                return CommitResult(attempt_version, attempts, checked, time.monotonic() - started)
-            except FileAlreadyExistsError:
-                unknown_failures = 0
-            except WriteNotDurableError as e:
-                raise CommitOutcomeUnknownError(
-                    f"Commit to {info.table}: version {attempt_version} was written and is visible, but syncing "
-                    f"{dlog.log_path} failed ({errno_text(e)}), so it may not survive a crash of this machine. "
-                    f"Look for commitInfo.txnId = {info.txn_id} in the log after a crash before retrying.",
-                    txn_id=info.txn_id,
-                    version=attempt_version,
-                ) from e
-            except WriteNotDoneError as e:
-                # Certainly not written: retry a transient error briefly, otherwise fail now.
-                if e.errno in TRANSIENT_ERRNOS and transient_failures < TRANSIENT_WRITE_RETRIES:
-                    transient_failures += 1
-                    time.sleep(0.005 * 4**transient_failures)
-                    continue
-                if uncertain_version is not None:  # an earlier attempt may still have landed
-                    raise self._outcome_unknown(info, uncertain_version, attempts, started, last_error) from e
-                raise self._write_failed(
-                    info, attempt_version, f"could not {e.phase} for version {attempt_version}", e
-                ) from e
-            except OSError as e:
-                # Outcome unknown (e.g. the link's result was lost): the winners check below finds
-                # our own txnId if the commit did land.
-                uncertain_version = attempt_version
-                unknown_failures += 1
-                last_error = e
+            looked_first = look_first and body.ready(dlog.commit_path(attempt_version), info.actions)
+            look_first = False
+            if not looked_first:
+                attempts += 1
+                try:
+                    body.put(dlog.commit_path(attempt_version), info.actions)
+                    dlog.remember_commit(attempt_version, info.actions)
+                    dlog.contended = checked > 0
+                    self.committed_actions = list(info.actions)
+                    return CommitResult(attempt_version, attempts, checked, time.monotonic() - started)
+                except FileAlreadyExistsError:
+                    unknown_failures = 0
+                except WriteNotDurableError as e:
+                    raise CommitOutcomeUnknownError(
+                        f"Commit to {info.table}: version {attempt_version} was written and is visible, but syncing "
+                        f"{dlog.log_path} failed ({errno_text(e)}), so it may not survive a crash of this machine. "
+                        f"Look for commitInfo.txnId = {info.txn_id} in the log after a crash before retrying.",
+                        txn_id=info.txn_id,
+                        version=attempt_version,
+                    ) from e
+                except WriteNotDoneError as e:
+                    # Certainly not written: retry a transient error briefly, otherwise fail now.
+                    if e.errno in TRANSIENT_ERRNOS and transient_failures < TRANSIENT_WRITE_RETRIES:
+                        transient_failures += 1
+                        time.sleep(0.005 * 4**transient_failures)
+                        continue
+                    if uncertain_version is not None:  # an earlier attempt may still have landed
+                        raise self._outcome_unknown(info, uncertain_version, attempts, started, last_error) from e
+                    raise self._write_failed(
+                        info, attempt_version, f"could not {e.phase} for version {attempt_version}", e
+                    ) from e
+                except OSError as e:
+                    # Outcome unknown (e.g. the link's result was lost): the winners check below finds
+                    # our own txnId if the commit did land.
+                    uncertain_version = attempt_version
+                    unknown_failures += 1
+                    last_error = e
             # Check every commit after the last one checked, in order, up to the newest there is now:
             # more winners often landed while this one was written (1.9 a commit at 4 writers), and
             # reading on to the first missing name costs less than a put refused at each of them.
@@ -721,7 +727,7 @@ class OptimisticTransaction:
                     f"(no conflict found; the table is under heavy contention). Nothing was committed. "
                     f"Raise CommitOptions.max_attempts / max_duration_s to wait longer."
                 )
-            if not winners:
+            if not winners and not looked_first:
                 # Nothing new to check but the put failed: an I/O error. Back off before retrying.
                 time.sleep(min(opts.backoff_max_s, opts.backoff_base_s * (2 ** min(attempts, 10))))
             # Winners that do not conflict: the next version at once. Someone made progress, so this
@@ -914,18 +920,46 @@ class _Body:
         self.prepared: PreparedPut | None = None
 
     def put(self, path: str, actions: list[Action]) -> None:
+        self._prepared(actions).put(path)
+
+    def ready(self, path: str, actions: list[Action]) -> bool:
+        """``PreparedPut.ready`` of the body of ``actions``: whether the slow part of a put was done now."""
+        return self._prepared(actions).ready(path)
+
+    def _prepared(self, actions: list[Action]) -> PreparedPut:
         # Actions are immutable and rebasing replaces those it changes: the same objects, the same body.
         same = len(actions) == len(self.actions) and all(a is b for a, b in zip(actions, self.actions, strict=True))
         if self.prepared is None or not same:
             self.close()
             self.actions = list(actions)
             self.prepared = self.store.prepare_put(actions_to_jsonl(self.actions))
-        self.prepared.put(path)
+        return self.prepared
 
     def close(self) -> None:
         if self.prepared is not None:
             self.prepared.close()
             self.prepared = None
+
+
+# What a commit asks of the table's properties, worked out once per metadata (``Metadata.derived``).
+def _isolation_level(meta: Metadata) -> str:
+    return props.isolation_level(meta.configuration)
+
+
+def _append_only(meta: Metadata) -> bool:
+    return bool(props.get(meta.configuration, props.APPEND_ONLY))
+
+
+def _in_commit_timestamps(meta: Metadata) -> bool:
+    return bool(props.get(meta.configuration, props.ENABLE_ICT))
+
+
+def _compat_v2(meta: Metadata) -> bool:
+    return uniform.compat_v2(meta.configuration)
+
+
+def _iceberg_enabled(meta: Metadata) -> bool:
+    return uniform.iceberg_enabled(meta.configuration)
 
 
 def _rebase_ict(info: TransactionInfo, winner: WinnerSummary) -> None:

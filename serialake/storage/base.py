@@ -119,6 +119,15 @@ class PreparedPut:
         self.store = store
         self.data = data
 
+    def ready(self, path: str) -> bool:
+        """Do now the slow work that comes before any name is made (``path``: the first one to try).
+
+        True when it did some (the local store writes and syncs the bytes): commits that landed
+        meanwhile are then worth reading before the first put, which would otherwise be refused
+        at each of them. This default does nothing: False. Errors are left to ``put``.
+        """
+        return False
+
     def put(self, path: str) -> None:
         """Create ``path`` holding the bytes atomically and durably (``LogStore.put_if_absent``)."""
         self.store.put_if_absent(path, self.data)
@@ -164,6 +173,14 @@ class LogStore(ABC):
         """``read(path)`` and ``modification_time(path)`` (a commit's bytes and, for a commit without an
         in-commit timestamp, its time). A store that learns both at once overrides it."""
         return self.read(path), self.modification_time(path)
+
+    def read_timed_if_exists(self, path: str) -> tuple[bytes, int] | None:
+        """``read_timed(path)``, or None when ``path`` does not exist: how a writer probes for the next
+        commit, which is usually not there yet (no exception raised through the layers above)."""
+        try:
+            return self.read_timed(path)
+        except FileNotFoundError:
+            return None
 
     def status(self, path: str) -> FileStatus | None:
         """``path``'s name, size and modification time, found by name (None when absent).

@@ -324,13 +324,24 @@ class LocalLogStore(LogStore):
 
     def read_timed(self, path: str) -> tuple[bytes, int]:
         """``read`` and the file's modification time (ms) from the one ``fstat`` the read makes anyway."""
+        got = self.read_timed_if_exists(path)
+        if got is None:
+            raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), path)
+        return got
+
+    def read_timed_if_exists(self, path: str) -> tuple[bytes, int] | None:
         try:
             fd = os.open(path, self._read_flags)
+        except FileNotFoundError:
+            return None
         except PermissionError as e:
             if e.errno != errno.EPERM or self._read_flags == _READ_FLAGS:
                 raise
             self._read_flags = _READ_FLAGS  # O_NOATIME is for the file's owner: read as others do
-            fd = os.open(path, _READ_FLAGS)
+            try:
+                fd = os.open(path, _READ_FLAGS)
+            except FileNotFoundError:
+                return None
         try:
             st = os.fstat(fd)
             size, mtime = st.st_size, int(st.st_mtime * 1000)
@@ -475,16 +486,25 @@ class _PreparedTmpfile(PreparedPut):
         self._fd: int | None = None
         self._directory = ""
 
-    def put(self, path: str) -> None:
-        store = self.store
-        directory = path.rpartition(os.sep)[0] or os.path.dirname(path)  # (dirname's answer, cheaper)
+    def ready(self, path: str) -> bool:
+        """Write and fsync the unnamed inode now (``PreparedPut.ready``); False where there is none to make."""
+        if self._fd is not None or not self.store._tmpfile_ok or self.store.fault_hook is not None:
+            return False
+        try:
+            return self._inode(path, path.rpartition(os.sep)[0] or os.path.dirname(path)) is not None
+        except WriteNotDoneError:
+            return False  # nothing made: ``put`` tries again and reports it
+
+    def _inode(self, path: str, directory: str) -> int | None:
+        """The fsynced unnamed inode holding the bytes, made in ``directory`` unless kept from an earlier
+        put there; None where this file system has no unnamed inodes (a named temporary file per put)."""
         if self._fd is not None and directory != self._directory:
             self.close()
         fd = self._fd
         if fd is None:
-            if not store._tmpfile_ok:  # no O_TMPFILE here: a named temporary file per put
-                store.put_if_absent(path, self.data)
-                return
+            store = self.store
+            if not store._tmpfile_ok:
+                return None
             if store.fault_hook is not None:
                 store._make_dir(directory, path)  # the step the hook expects first
             try:
@@ -495,9 +515,17 @@ class _PreparedTmpfile(PreparedPut):
                 store._make_dir(directory, path)  # the table's first commit: no log directory yet
                 fd = store._tmpfile(directory, path, self.data)
             if fd is None:  # found out just now: no O_TMPFILE here
-                store.put_if_absent(path, self.data)
-                return
+                return None
             self._fd, self._directory = fd, directory
+        return fd
+
+    def put(self, path: str) -> None:
+        store = self.store
+        directory = path.rpartition(os.sep)[0] or os.path.dirname(path)  # (dirname's answer, cheaper)
+        fd = self._inode(path, directory)
+        if fd is None:  # no O_TMPFILE here: a named temporary file per put
+            store.put_if_absent(path, self.data)
+            return
         try:
             dir_fd = store._link_tmpfile(fd, path)
         except FileAlreadyExistsError:

@@ -103,3 +103,27 @@ def test_remove_of_add_carries_dv_and_stats() -> None:
     assert r.key == a.key and r.stats == a.stats and r.data_change
     assert a.key == ("x", "u" + "ab" * 10 + "@1")
     assert a.num_records == 5
+
+
+def test_what_a_commit_derives_from_metadata_is_worked_out_once_per_object() -> None:
+    import copy
+    import pickle
+
+    from serialake.core.actions import Metadata
+
+    calls: list[str] = []
+
+    def level(meta: Metadata) -> str:
+        calls.append(meta.id)
+        return meta.configuration.get("delta.isolationLevel", "WriteSerializable")
+
+    meta = Metadata(configuration={"delta.isolationLevel": "Serializable"})
+    assert meta.derived(level) == "Serializable" and meta.derived(level) == "Serializable"
+    assert calls == [meta.id]
+    changed = meta.with_configuration(**{"delta.isolationLevel": None})  # a change is a new object
+    assert changed.derived(level) == "WriteSerializable" and len(calls) == 2
+    # Kept beside the object, not in it: its fields, copies and pickles are as before.
+    assert "_derived" not in vars(meta) and Metadata(**vars(meta)) == meta
+    assert pickle.loads(pickle.dumps(meta)) == meta and copy.copy(meta) == meta
+    again = pickle.loads(pickle.dumps(meta))
+    assert again.derived(level) == "Serializable" and len(calls) == 3

@@ -431,6 +431,43 @@ def test_big_table_checkpoints_run_in_the_checkpoint_worker(make_table, monkeypa
     assert not log._checkpoint_in_worker(log.update())  # small tables: in this process
 
 
+def test_worker_checkpoints_are_put_off_to_a_bounded_share_of_a_cpu(make_table, monkeypatch):
+    """A checkpoint due while the table's newest one is younger than the last one's CPU divided by
+    ``CHECKPOINT_CPU_SHARE`` is put off, then written at the newest version when that time has passed;
+    ``wait_for_checkpoints`` writes a put-off one at once."""
+    import time
+
+    log = make_table(props={"delta.checkpointInterval": "5"})
+    monkeypatch.setenv("SERIALAKE_CHECKPOINT_PROCESS", "always")
+    for i in range(5):
+        log.start_transaction().commit([add_file(i % 3)])  # version 5: due, the first one: written
+    log.wait_for_checkpoints()
+    names = os.listdir(log.log_path)
+    assert "00000000000000000005.checkpoint.parquet" in names and log._checkpoint_cpu
+    monkeypatch.setattr(DeltaLog, "CHECKPOINT_CPU_SHARE", log._checkpoint_cpu / 2.0)  # a 2 s gap
+
+    for i in range(5):
+        log.start_transaction().commit([add_file(i % 3)])  # version 10: due, put off
+    log._pending_checkpoint.result()
+    assert "00000000000000000010.checkpoint.parquet" not in os.listdir(log.log_path)
+    assert log._checkpoint_later is not None and log._checkpoint_later.is_alive()
+    deadline = time.monotonic() + 30
+    while "00000000000000000010.checkpoint.parquet" not in os.listdir(log.log_path):
+        assert time.monotonic() < deadline, "the put-off checkpoint was never written"
+        time.sleep(0.05)
+    assert log.last_checkpoint_error is None
+
+    for i in range(5):
+        log.start_transaction().commit([add_file(i % 3)])  # version 15: due, put off again
+    log._pending_checkpoint.result()
+    assert "00000000000000000015.checkpoint.parquet" not in os.listdir(log.log_path)
+    log.wait_for_checkpoints()  # writes it now
+    assert "00000000000000000015.checkpoint.parquet" in os.listdir(log.log_path)
+    from_cp = DeltaLog(log.table_path).update()
+    assert from_cp.segment.checkpoint.version == 15
+    assert {f.path for f in from_cp.all_files} == {f.path for f in _replay_without_checkpoints(log).all_files}
+
+
 def test_a_background_checkpoint_is_skipped_while_another_process_writes_one(make_table):
     """Background checkpoints (this process's thread, its worker) skip the interval while another
     process holds the table's checkpoint lock (an flock on ``_delta_log``), then run again; an

@@ -186,3 +186,83 @@ def test_linkat_by_descriptor_refused_falls_back_to_proc(tmp_path, monkeypatch: 
     with pytest.raises(FileExistsError):  # (FileAlreadyExistsError) never an overwrite, either way
         store.put_if_absent(str(directory / commit_name(1)), b"x")
     assert (directory / commit_name(1)).read_bytes() == b'{"v":1}\n'
+
+
+class _ObservedStore(LocalLogStore):
+    """The real local store (no fault hook), recording the order of its commit puts and log reads."""
+
+    def __init__(self) -> None:
+        super().__init__(fsync=True)
+        self.events: list[str] = []
+
+    def _link_tmpfile(self, fd: int, path: str) -> int:
+        self.events.append(f"link {os.path.basename(path)[:20].lstrip('0') or '0'}")
+        return super()._link_tmpfile(fd, path)
+
+    def read_timed_if_exists(self, path: str) -> tuple[bytes, int] | None:
+        got = super().read_timed_if_exists(path)
+        if path.endswith(".json"):
+            self.events.append(f"{'read' if got else 'missing'} {os.path.basename(path)[:20].lstrip('0') or '0'}")
+        return got
+
+
+def test_after_a_lost_race_the_next_commit_reads_the_log_before_its_first_put(make_table) -> None:
+    """Where other writers committed lately, those that land while the body is written and synced are read
+    first: the put goes straight to the free version (one put), instead of one refused at each winner."""
+    log = make_table()
+    store = _ObservedStore()
+    ours = DeltaLog(log.table_path, store=store)
+    first = ours.start_transaction()
+    log.start_transaction().commit([add_file(1)], operation="WRITE")  # version 1: ours loses the race
+    assert first.commit([add_file(2)], operation="WRITE") == 2
+    assert first.committed is not None and first.committed.attempts == 2
+    assert ours.contended
+
+    txn = ours.start_transaction()
+    store.events.clear()
+    for _ in range(2):  # versions 3 and 4 land while ours is being written
+        log.start_transaction().commit([add_file(1)], operation="WRITE")
+    assert txn.commit([add_file(2)], operation="WRITE") == 5
+    assert store.events == ["read 3", "read 4", "missing 5", "link 5"]
+    assert txn.committed is not None and txn.committed.attempts == 1 and txn.committed.winners_checked == 2
+
+    # Alone again: one look that finds nothing, then puts at once.
+    for version, looked in ((6, ["missing 6"]), (7, [])):
+        txn = ours.start_transaction()
+        store.events.clear()
+        assert txn.commit([add_file(2)], operation="WRITE") == version
+        assert store.events == [*looked, f"link {version}"]
+    assert not ours.contended
+
+
+def test_a_conflict_found_before_the_first_put_fails_the_commit_and_writes_nothing(make_table) -> None:
+    from serialake.exceptions import MetadataChangedException
+
+    log = make_table()
+    ours = DeltaLog(log.table_path, store=LocalLogStore())
+    ours.contended = True  # as after a lost race
+    txn = ours.start_transaction()
+    txn.update_metadata(txn.metadata.with_configuration(**{"delta.appendOnly": "true"}))  # type: ignore[union-attr]
+    other = log.start_transaction()
+    other.update_metadata(other.metadata.with_configuration(team="x"))  # type: ignore[union-attr]
+    other.commit([], operation="SET TBLPROPERTIES")  # version 1
+    with pytest.raises(MetadataChangedException):
+        txn.commit([add_file(1)], operation="SET TBLPROPERTIES")
+    assert _commits(log) == [commit_name(0), commit_name(1)]
+    assert not [n for n in os.listdir(log.log_path) if n.startswith(".")]
+
+
+def test_a_probe_for_a_missing_commit_is_an_answer_not_an_error(make_table) -> None:
+    from serialake.storage.base import LogStore
+
+    log = make_table()
+    missing = os.path.join(log.log_path, commit_name(7))
+    assert LocalLogStore().read_timed_if_exists(missing) is None
+    with pytest.raises(FileNotFoundError):
+        LocalLogStore().read_timed(missing)
+    data, mtime = LocalLogStore().read_timed_if_exists(os.path.join(log.log_path, commit_name(0))) or (b"", 0)
+    assert b'"metaData"' in data and mtime > 0
+    # The default (for stores that only define read_timed) gives the same answers.
+    assert LogStore.read_timed_if_exists(LocalLogStore(), missing) is None
+    with pytest.raises(FileNotFoundError):
+        log.read_commit(7)

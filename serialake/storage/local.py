@@ -487,7 +487,8 @@ class _PreparedTmpfile(PreparedPut):
         self._directory = ""
 
     def ready(self, path: str) -> bool:
-        """Write and fsync the unnamed inode now (``PreparedPut.ready``); False where there is none to make."""
+        """Write and fsync the unnamed inode now (``PreparedPut.ready``); False where there is none to make,
+        and with a fault hook (its tests expect each put to take every step)."""
         if self._fd is not None or not self.store._tmpfile_ok or self.store.fault_hook is not None:
             return False
         try:

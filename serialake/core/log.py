@@ -208,11 +208,7 @@ class DeltaLog:
         None when there is no such commit: a writer probes for the next version after each
         commit it sees, and the answer is usually no (returned, not raised through the layers).
         """
-        path = self.commit_path(version)
-        try:
-            got = self.store.read_timed_if_exists(path)
-        except OSError:
-            got = self._retrying(self.store.read_timed_if_exists, path, tried=1)  # transient: retried
+        got = self._retrying(self.store.read_timed_if_exists, self.commit_path(version))
         if got is None:
             return None
         data, mtime = got
@@ -226,14 +222,9 @@ class DeltaLog:
         """Read a log file, retrying transient I/O errors (a missing file is not transient)."""
         return self._retrying(self.store.read, path)
 
-    def _retrying(self, read: Callable[[str], _T], path: str, attempts: int = 5, tried: int = 0) -> _T:
-        """``read(path)``, retrying transient I/O errors (a missing file is not transient).
-
-        ``tried``: attempts already made (and failed) by the caller.
-        """
-        for i in range(tried, attempts):
-            if i:
-                time.sleep(0.001 * 2 ** (i - 1))
+    def _retrying(self, read: Callable[[str], _T], path: str, attempts: int = 5) -> _T:
+        """``read(path)``, retrying transient I/O errors (a missing file is not transient)."""
+        for i in range(attempts):
             try:
                 return read(path)
             except FileNotFoundError:
@@ -241,6 +232,7 @@ class DeltaLog:
             except OSError:
                 if i == attempts - 1:
                     raise
+                time.sleep(0.001 * 2**i)
         raise AssertionError("unreachable")
 
     def remember_commit(self, version: int, actions: list[Action]) -> None:

@@ -468,6 +468,11 @@ class LocalLogStore(LogStore):
         _unlink_quietly(path)
 
 
+def _parent(path: str) -> str:
+    """``os.path.dirname(path)``'s answer, cheaper (once per commit attempt)."""
+    return path.rpartition(os.sep)[0] or os.path.dirname(path)
+
+
 class _PreparedTmpfile(PreparedPut):
     """A commit body written and fsynced once as an unnamed inode, then linked at each path tried.
 
@@ -489,10 +494,10 @@ class _PreparedTmpfile(PreparedPut):
     def ready(self, path: str) -> bool:
         """Write and fsync the unnamed inode now (``PreparedPut.ready``); False where there is none to make,
         and with a fault hook (its tests expect each put to take every step)."""
-        if self._fd is not None or not self.store._tmpfile_ok or self.store.fault_hook is not None:
+        if self._fd is not None or self.store.fault_hook is not None:
             return False
         try:
-            return self._inode(path, path.rpartition(os.sep)[0] or os.path.dirname(path)) is not None
+            return self._inode(path, _parent(path)) is not None
         except WriteNotDoneError:
             return False  # nothing made: ``put`` tries again and reports it
 
@@ -522,7 +527,7 @@ class _PreparedTmpfile(PreparedPut):
 
     def put(self, path: str) -> None:
         store = self.store
-        directory = path.rpartition(os.sep)[0] or os.path.dirname(path)  # (dirname's answer, cheaper)
+        directory = _parent(path)
         fd = self._inode(path, directory)
         if fd is None:  # no O_TMPFILE here: a named temporary file per put
             store.put_if_absent(path, self.data)

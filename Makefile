@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-core test-spark lint bench verify verify-long check-java clean
+.PHONY: demo test test-core test-spark lint bench verify verify-long check-java clean peer
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -15,6 +15,14 @@ $(STAMP): $(PY) pyproject.toml
 	$(PY) -m pip install -q -e ".[test,verify,demo]"
 	touch $(STAMP)
 
+# The delta-spark peer (its own venv .venv-delta and pinned jars): an independent reader, a
+# concurrent writer and the benchmarks' anchor. Without the registries it records why, and the
+# tests that need it skip with that line (peer/setup.sh).
+DELTA_STAMP := .venv-delta/.installed
+peer: $(DELTA_STAMP)
+$(DELTA_STAMP): peer/requirements.txt peer/pom.xml peer/setup.sh
+	PYTHON=$(PYTHON) bash peer/setup.sh
+
 check-java:
 	@command -v java >/dev/null 2>&1 || { echo "Java 17+ is required for Spark: install a JDK (e.g. apt-get install openjdk-17-jre-headless)"; exit 1; }
 	@java -version 2>&1 | awk -F'"' '/version/ { split($$2, v, "."); if (v[1] < 17) { print "Java 17+ is required for Spark; found " $$2; exit 1 } }'
@@ -24,16 +32,16 @@ demo: $(STAMP) check-java
 
 # Lint and type-check first: any finding fails the target before the tests run.
 lint: $(STAMP)
-	$(VENV)/bin/ruff check serialake tests bench
+	$(VENV)/bin/ruff check serialake tests bench peer
 	$(VENV)/bin/mypy
 
-test: $(STAMP) check-java lint
+test: $(STAMP) check-java lint peer
 	$(PY) -m pytest -q -p no:cacheprovider
 
 test-core: $(STAMP)
 	$(PY) -m pytest -q -m "not spark and not slow"
 
-bench: $(STAMP) check-java
+bench: $(STAMP) check-java peer
 	$(PY) -m bench.run
 
 # Then the list-append workload and the crash trials with the log on S3 (a moto server on 127.0.0.1,
@@ -49,4 +57,4 @@ verify-long: $(STAMP)
 	$(VENV)/bin/serialake verify --processes 8 --txns 3125 --control --multi-table
 
 clean:
-	rm -rf $(VENV) .pytest_cache
+	rm -rf $(VENV) .venv-delta .pytest_cache

@@ -12,6 +12,8 @@ import pytest
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+    from peer.client import DeltaSparkPeer
+
 _counter = itertools.count()
 
 
@@ -23,6 +25,23 @@ def spark() -> Iterator[SparkSession]:
     session = spark_session("serialake-tests")
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="session")
+def delta_spark() -> Iterator[DeltaSparkPeer]:
+    """delta-spark (4.4, in its own environment and JVM) as a reader and writer beside serialake.
+
+    One worker process for the test run, started on first use and stopped by its process id;
+    skipped, with the reason in one line, where ``make peer`` could not set it up.
+    """
+    from peer.client import DeltaSparkPeer, unavailable
+
+    reason = unavailable()
+    if reason is not None:
+        pytest.skip(reason)
+    peer = DeltaSparkPeer().start()
+    yield peer
+    peer.stop()
 
 
 @pytest.fixture(autouse=True)

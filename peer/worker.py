@@ -1,0 +1,166 @@
+"""The delta-spark worker: one SparkSession with delta-spark, driven by JSON requests.
+
+Runs under ``.venv-delta/bin/python`` (delta-spark's environment, never serialake's). Reads one
+request per line on standard input, ``{"id": n, "code": "...", "args": {...}}``, runs the code
+in a thread (so a request blocked at a gate leaves the worker free for the next one) and
+answers on the file descriptor given by ``--reply-fd`` with ``{"id": n, "result": ...}`` or
+``{"id": n, "error": {"type", "java_class", "message"}}``. The code sees ``spark``,
+``DeltaTable``, ``F``, ``args``, ``rows(df)`` and the gates below, and sets ``result``.
+Spark's own output goes to standard output and error, never to the reply descriptor.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import sys
+import threading
+import time
+import traceback
+from typing import Any
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from peer.plain import plain, plain_rows  # noqa: E402
+
+_write_lock = threading.Lock()
+
+
+def _session(jars_dir: str, warehouse: str, conf: dict[str, str]) -> Any:
+    from pyspark.sql import SparkSession
+
+    jars = sorted(glob.glob(os.path.join(jars_dir, "*.jar")))
+    if not jars:
+        raise SystemExit(f"no delta-spark jars in {jars_dir}: run `make peer`")
+    settings = {
+        "spark.jars": ",".join(jars),
+        "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+        "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+        "spark.sql.warehouse.dir": warehouse,
+        "spark.driver.extraJavaOptions": f"-Dderby.system.home={warehouse}",
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.session.timeZone": "UTC",
+        "spark.sql.shuffle.partitions": "4",
+        "spark.default.parallelism": "4",
+        "spark.driver.memory": "1g",
+        "spark.pyspark.python": sys.executable,
+        **conf,
+    }
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    builder = SparkSession.builder.appName("delta-spark-peer").master(conf.get("spark.master", "local[2]"))
+    for key, value in settings.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def _gate_udf(directory: str) -> Any:
+    """A condition that is true for every row, and blocks at its first row until released.
+
+    It creates ``<directory>/reached`` when Spark first evaluates it (the operation has pinned
+    its snapshot and is reading), then waits for ``<directory>/release``: the caller commits
+    something else in between, so delta-spark commits second from the version it read.
+    """
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import BooleanType
+
+    def passes(_: Any) -> bool:
+        reached = os.path.join(directory, "reached")
+        if not os.path.exists(reached):
+            open(reached, "a").close()
+        deadline = time.monotonic() + 300
+        while not os.path.exists(os.path.join(directory, "release")):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"gate {directory} was never released")
+            time.sleep(0.02)
+        return True
+
+    return F.udf(passes, BooleanType())
+
+
+def _error(exc: BaseException) -> dict[str, Any]:
+    java_class = None
+    java = getattr(exc, "java_exception", None) or getattr(exc, "_origin", None)
+    if java is not None:
+        try:
+            java_class = java.getClass().getName()
+        except Exception:  # noqa: BLE001 - the JVM may be gone
+            java_class = None
+    return {
+        "type": type(exc).__name__,
+        "java_class": java_class,
+        "message": str(exc)[:4000],
+        "traceback": traceback.format_exc()[-4000:],
+    }
+
+
+def _reply(out: Any, message: dict[str, Any]) -> None:
+    text = json.dumps(message, default=str) + "\n"
+    with _write_lock:
+        out.write(text)
+        out.flush()
+
+
+def _run(spark: Any, request: dict[str, Any], out: Any) -> None:
+    from delta.tables import DeltaTable
+    from pyspark.sql import functions as F
+
+    def gate(directory: str) -> Any:
+        udf = _gate_udf(directory)
+        spark.udf.register("peer_gate", udf)
+        return udf
+
+    scope: dict[str, Any] = {
+        "spark": spark,
+        "DeltaTable": DeltaTable,
+        "F": F,
+        "args": request.get("args") or {},
+        "rows": lambda df: plain_rows(df.collect()),
+        "plain": plain,
+        "gate": gate,
+        "result": None,
+    }
+    try:
+        exec(compile(request["code"], f"<peer request {request['id']}>", "exec"), scope)
+        _reply(out, {"id": request["id"], "result": plain(scope.get("result"))})
+    except BaseException as exc:  # noqa: BLE001 - every failure goes back to the caller
+        _reply(out, {"id": request["id"], "error": _error(exc)})
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--reply-fd", type=int, required=True)
+    parser.add_argument("--jars", required=True)
+    parser.add_argument("--warehouse", required=True)
+    parser.add_argument("--conf", default="{}", help="extra Spark settings, as a JSON object")
+    options = parser.parse_args()
+    out = os.fdopen(options.reply_fd, "w", buffering=1)
+    try:
+        spark = _session(options.jars, options.warehouse, json.loads(options.conf))
+        import delta  # noqa: F401 - installs delta's Python exception classes
+
+        versions = {"spark": spark.version, "delta": _delta_version()}
+    except BaseException as exc:  # noqa: BLE001
+        _reply(out, {"id": 0, "error": _error(exc)})
+        return
+    _reply(out, {"id": 0, "result": versions})
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        request = json.loads(line)
+        threading.Thread(target=_run, args=(spark, request, out), daemon=True).start()
+    spark.stop()
+
+
+def _delta_version() -> str:
+    import importlib.metadata
+
+    return importlib.metadata.version("delta-spark")
+
+
+if __name__ == "__main__":
+    main()

@@ -173,11 +173,31 @@ class DeltaSparkPeer:
         directory = Path(gate)
         directory.mkdir(parents=True, exist_ok=True)
         future = self.submit(f"gate({str(directory)!r})\n" + code, **args)
+        return self._wait_reached(future, directory, timeout, "read (peer_gate)")
+
+    def submit_commit_gated(
+        self, code: str, table: str, gate: str | os.PathLike[str], timeout: float = 180.0, **args: Any
+    ) -> Future[Any]:
+        """Start ``code`` (any delta-spark operation on the local table ``table``) and return once
+        it has done everything but put its commit file: snapshot pinned, conflicts with what it
+        saw checked, data written. After the caller's commit, :meth:`release` lets it put: it
+        finds the version taken and runs delta-spark's conflict check against the winner.
+
+        Raises what delta-spark raised if it fails before committing, and ``RuntimeError`` if
+        it finished without a commit (a no-op).
+        """
+        directory = Path(gate)
+        directory.mkdir(parents=True, exist_ok=True)
+        arm = f"commit_gate({os.path.abspath(table)!r}, {str(directory)!r})\n"
+        future = self.submit(arm + code, **args)
+        return self._wait_reached(future, directory, timeout, "commit")
+
+    def _wait_reached(self, future: Future[Any], directory: Path, timeout: float, what: str) -> Future[Any]:
         deadline = time.monotonic() + timeout
         while not (directory / "reached").exists():
             if future.done():
                 future.result()  # raises what delta-spark raised
-                raise RuntimeError("the gated request finished without reaching peer_gate: it must read through it")
+                raise RuntimeError(f"the gated request finished without reaching its {what} gate ({directory})")
             if time.monotonic() > deadline:
                 raise TimeoutError(f"delta-spark did not reach the gate {directory} in {timeout} s")
             time.sleep(0.02)
@@ -185,7 +205,7 @@ class DeltaSparkPeer:
 
     @staticmethod
     def release(gate: str | os.PathLike[str]) -> None:
-        """Let a request started by :meth:`submit_gated` go on."""
+        """Let a request started by :meth:`submit_gated` or :meth:`submit_commit_gated` go on."""
         (Path(gate) / "release").touch()
 
     def run(self, code: str, timeout: float = 300.0, **args: Any) -> Any:

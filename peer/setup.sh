@@ -20,6 +20,7 @@ unavailable() {
 if ! command -v mvn >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
     { apt-get update -q && apt-get install -y -q maven; } >/dev/null 2>&1
 fi
+command -v javac >/dev/null 2>&1 || { echo "javac (a JDK 17+) is needed to build peer/java" >&2; exit 1; }
 command -v mvn >/dev/null 2>&1 || unavailable "mvn is not installed (apt-get install maven), so the delta-spark jars cannot be fetched"
 [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV" || exit 1
 if ! "$VENV/bin/python" -m pip install -q -r peer/requirements.txt; then
@@ -35,6 +36,12 @@ if ! mvn -q -B -f peer/pom.xml dependency:copy-dependencies -DoutputDirectory="$
         || unavailable "Maven Central could not be reached for the delta-spark jars (peer/pom.xml)"
     exit 1
 fi
+# The commit gate (peer/java): delta-spark's local log store with a pause before a commit.
+SPARK_JARS=$("$VENV/bin/python" -c 'import os, pyspark; print(os.path.join(os.path.dirname(pyspark.__file__), "jars"))')
+BUILD=$(mktemp -d)
+javac -nowarn -d "$BUILD" -cp "$VENV/jars.new/*:$SPARK_JARS/*" --release 17 peer/java/serialake/peer/*.java || exit 1
+(cd "$BUILD" && jar cf "$OLDPWD/$VENV/jars.new/serialake-peer-gate.jar" serialake) || exit 1
+rm -rf "$BUILD"
 rm -rf "$VENV/jars" && mv "$VENV/jars.new" "$VENV/jars"
 touch "$VENV/.installed"
 echo "delta-spark peer ready: $("$VENV/bin/python" -c 'import importlib.metadata as m; print("delta-spark", m.version("delta-spark"), "on pyspark", m.version("pyspark"))'), $(ls "$VENV/jars" | wc -l) jars"

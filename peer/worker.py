@@ -5,7 +5,10 @@ request per line on standard input, ``{"id": n, "code": "...", "args": {...}}``,
 in a thread (so a request blocked at a gate leaves the worker free for the next one) and
 answers on the file descriptor given by ``--reply-fd`` with ``{"id": n, "result": ...}`` or
 ``{"id": n, "error": {"type", "java_class", "message"}}``. The code sees ``spark``,
-``DeltaTable``, ``F``, ``args``, ``rows(df)`` and the gates below, and sets ``result``.
+``DeltaTable``, ``F``, ``args``, ``rows(df)`` and two gates, and sets ``result``: ``gate(dir)``
+registers the SQL function ``peer_gate`` (blocks a read, below), ``commit_gate(table, dir)``
+blocks the next commit to ``table`` (``peer/java``: any operation, after it has done all but
+the put of its commit file).
 Spark's own output goes to standard output and error, never to the reply descriptor.
 """
 
@@ -47,6 +50,8 @@ def _session(jars_dir: str, warehouse: str, conf: dict[str, str]) -> Any:
         "spark.default.parallelism": "4",
         "spark.driver.memory": "1g",
         "spark.pyspark.python": sys.executable,
+        # Local tables' commits go through the gate of peer/java (a no-op until armed).
+        "spark.delta.logStore.file.impl": "serialake.peer.GatedLogStore",
         **conf,
     }
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -114,6 +119,9 @@ def _run(spark: Any, request: dict[str, Any], out: Any) -> None:
         spark.udf.register("peer_gate", udf)
         return udf
 
+    def commit_gate(table: str, directory: str) -> None:
+        spark._jvm.serialake.peer.GatedLogStore.arm(table, directory)
+
     scope: dict[str, Any] = {
         "spark": spark,
         "DeltaTable": DeltaTable,
@@ -122,6 +130,7 @@ def _run(spark: Any, request: dict[str, Any], out: Any) -> None:
         "rows": lambda df: plain_rows(df.collect()),
         "plain": plain,
         "gate": gate,
+        "commit_gate": commit_gate,
         "result": None,
     }
     try:

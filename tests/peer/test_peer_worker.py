@@ -39,3 +39,29 @@ def test_a_gated_delta_spark_delete_commits_second(
     assert failed.value.type == "ConcurrentAppendException", failed.value
     assert delta_spark.rows(tmp_table) == [[i] for i in range(10) if i != 2]
     assert [h["operation"] for h in delta_spark.history(tmp_table)] == ["DELETE", "WRITE"]
+
+
+def test_a_commit_gated_delta_spark_optimize_commits_second(
+    spark: SparkSession, delta_spark: DeltaSparkPeer, tmp_table: str, tmp_path: Path
+) -> None:
+    """Any operation, here OPTIMIZE (no read to block): delta-spark has done all but put its
+    commit file when serialake deletes from a file it compacts (the matrix's scenario 14).
+
+    delta-spark records OPTIMIZE's inputs as files it read, so its check finds the removed file
+    as a read one first: ConcurrentDeleteReadException, where the seeds' matrix (and serialake)
+    say ConcurrentDeleteDeleteException (docs/parity.md)."""
+    spark.range(20).repartition(4).write.format("delta").save(tmp_table)
+    gate = tmp_path / "gate"
+    pending = delta_spark.submit_commit_gated(
+        "spark.sql(f\"OPTIMIZE delta.`{args['path']}`\")", tmp_table, gate, path=tmp_table
+    )
+    spark.sql(f"DELETE FROM delta.`{tmp_table}` WHERE id = 3")
+    delta_spark.release(gate)
+    with pytest.raises(PeerError) as failed:
+        pending.result(timeout=120)
+    assert failed.value.type == "ConcurrentDeleteReadException", failed.value
+    assert delta_spark.rows(tmp_table) == [[i] for i in range(20) if i != 3]
+    assert [h["operation"] for h in delta_spark.history(tmp_table)] == ["DELETE", "WRITE"]
+    # The gate is spent: the next delta-spark commit goes straight through.
+    delta_spark.sql(f"OPTIMIZE delta.`{tmp_table}`")
+    assert [h["operation"] for h in delta_spark.history(tmp_table)][0] == "OPTIMIZE"

@@ -44,6 +44,22 @@ def plain(value: Any) -> Any:
 
 
 def plain_rows(rows: Any) -> list[list[Any]]:
-    """Rows (Spark Rows or sequences) as lists of plain values, sorted: order-free comparison."""
+    """Rows (Spark Rows or sequences) as lists of plain values, sorted (numbers as numbers,
+    NULLs first): an order-free comparison that reads naturally in a failing assertion."""
     out = [[plain(v) for v in row] for row in rows]
-    return sorted(out, key=repr)
+    return sorted(out, key=_key)
+
+
+def _key(value: Any) -> Any:
+    """A total order over plain values of any mix of types."""
+    if value is None:
+        return (0,)
+    if isinstance(value, bool | int | float):
+        return (1, value)
+    if isinstance(value, str):
+        return (2, value)
+    if isinstance(value, list):
+        return (3, tuple(_key(v) for v in value))
+    if isinstance(value, dict):
+        return (4, tuple((k, _key(v)) for k, v in sorted(value.items())))
+    return (5, repr(value))

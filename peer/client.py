@@ -20,10 +20,30 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
-__all__ = ["ROOT", "DeltaSparkPeer", "PeerError", "unavailable"]
+__all__ = ["ROOT", "DeltaSparkPeer", "PeerError", "SerialakeWorker", "s3a_conf", "s3a_jars", "unavailable"]
 
 ROOT = Path(__file__).resolve().parent.parent
 VENV = ROOT / ".venv-delta"
+
+
+def s3a_jars() -> list[str]:
+    """The S3A connector's jars (hadoop-aws and its AWS SDK, fetched by ``make peer``)."""
+    return sorted(str(p) for p in (VENV / "s3a-jars").glob("*.jar"))
+
+
+def s3a_conf(endpoint: str, *, access_key: str = "testing", secret_key: str = "testing") -> dict[str, str]:
+    """Spark settings that open ``s3a://`` URIs on the S3 server at ``endpoint`` (e.g. moto on
+    127.0.0.1): the connector's jars, path-style requests, static keys, no TLS."""
+    return {
+        "spark.jars": ",".join(s3a_jars()),
+        "spark.hadoop.fs.s3a.endpoint": endpoint,
+        "spark.hadoop.fs.s3a.endpoint.region": "us-east-1",
+        "spark.hadoop.fs.s3a.path.style.access": "true",
+        "spark.hadoop.fs.s3a.connection.ssl.enabled": "false",
+        "spark.hadoop.fs.s3a.access.key": access_key,
+        "spark.hadoop.fs.s3a.secret.key": secret_key,
+        "spark.hadoop.fs.s3a.aws.credentials.provider": "org.apache.hadoop.fs.s3a.SimpleAWSCredentialsProvider",
+    }
 
 
 def unavailable() -> str | None:
@@ -55,6 +75,12 @@ class DeltaSparkPeer:
     :meth:`start` and stopped by its process id (its process group) in :meth:`stop`.
     """
 
+    engine = "delta-spark"
+
+    @property
+    def python(self) -> str:
+        return str(VENV / "bin" / "python")
+
     def __init__(self, conf: dict[str, str] | None = None, *, log: str | os.PathLike[str] | None = None) -> None:
         self.conf = dict(conf or {})
         self.workdir = Path(tempfile.mkdtemp(prefix="delta-spark-peer-"))
@@ -69,13 +95,14 @@ class DeltaSparkPeer:
     # -- process ---------------------------------------------------------------------------
 
     def start(self, timeout: float = 180.0) -> DeltaSparkPeer:
-        reason = unavailable()
+        reason = unavailable() if self.engine == "delta-spark" else None
         if reason is not None:
             raise RuntimeError(reason)
         read_fd, write_fd = os.pipe()
         command = [
-            str(VENV / "bin" / "python"),
+            self.python,
             str(ROOT / "peer" / "worker.py"),
+            "--engine", self.engine,
             "--reply-fd", str(write_fd),
             "--jars", str(VENV / "jars"),
             "--warehouse", str(self.workdir / "warehouse"),
@@ -244,6 +271,12 @@ class DeltaSparkPeer:
         )
 
 
-def python() -> str:
-    """The peer environment's Python (for a benchmark that runs a whole script there)."""
-    return str(VENV / "bin" / "python") if (VENV / "bin" / "python").exists() else sys.executable
+class SerialakeWorker(DeltaSparkPeer):
+    """The same worker running a serialake session in this Python: for Spark settings or jars
+    that the calling process's session lacks (the S3A connector). No commit gate there."""
+
+    engine = "serialake"
+
+    @property
+    def python(self) -> str:
+        return sys.executable

@@ -29,9 +29,12 @@ if ! "$VENV/bin/python" -m pip install -q -r peer/requirements.txt; then
         || unavailable "PyPI could not be reached to install peer/requirements.txt"
     exit 1
 fi
-rm -rf "$VENV/jars.new"
+rm -rf "$VENV/jars.new" "$VENV/s3a-jars.new"
+S3A_GROUPS=org.apache.hadoop,software.amazon.awssdk,software.amazon.s3.analyticsaccelerator,org.wildfly.openssl
 if ! mvn -q -B -f peer/pom.xml dependency:copy-dependencies -DoutputDirectory="$PWD/$VENV/jars.new" \
-        -DexcludeGroupIds=org.scala-lang,org.apache.hadoop,org.apache.parquet,org.apache.logging.log4j,org.slf4j,com.fasterxml.jackson.core,com.fasterxml.jackson.datatype,org.xerial.snappy,com.github.luben,commons-logging,io.airlift,org.roaringbitmap; then
+        -DexcludeGroupIds=org.scala-lang,org.apache.parquet,org.apache.logging.log4j,org.slf4j,com.fasterxml.jackson.core,com.fasterxml.jackson.datatype,org.xerial.snappy,com.github.luben,commons-logging,io.airlift,org.roaringbitmap,$S3A_GROUPS \
+    || ! mvn -q -B -f peer/pom.xml dependency:copy-dependencies -DoutputDirectory="$PWD/$VENV/s3a-jars.new" \
+        -DincludeGroupIds=$S3A_GROUPS -DexcludeArtifactIds=hadoop-client-api,hadoop-client-runtime; then
     mvn -q -B -U dependency:get -Dartifact=io.delta:delta-storage:4.4.0 -Dtransitive=false >/dev/null 2>&1 \
         || unavailable "Maven Central could not be reached for the delta-spark jars (peer/pom.xml)"
     exit 1
@@ -43,5 +46,16 @@ javac -nowarn -d "$BUILD" -cp "$VENV/jars.new/*:$SPARK_JARS/*" --release 17 peer
 (cd "$BUILD" && jar cf "$OLDPWD/$VENV/jars.new/serialake-peer-gate.jar" serialake) || exit 1
 rm -rf "$BUILD"
 rm -rf "$VENV/jars" && mv "$VENV/jars.new" "$VENV/jars"
+rm -rf "$VENV/s3a-jars" && mv "$VENV/s3a-jars.new" "$VENV/s3a-jars"
+# hadoop-aws must be the Hadoop client's own version, in delta-spark's pyspark and in serialake's.
+want=$(sed -n 's:.*<hadoop.version>\(.*\)</hadoop.version>.*:\1:p' peer/pom.xml)
+for py in "$VENV/bin/python" .venv/bin/python; do
+    [ -x "$py" ] || continue
+    have=$("$py" -c 'import glob, os, pyspark; print(" ".join(os.path.basename(p) for p in glob.glob(os.path.join(os.path.dirname(pyspark.__file__), "jars", "hadoop-client-api-*.jar"))))')
+    case "$have" in
+        *"hadoop-client-api-$want.jar"*) ;;
+        *) echo "peer/pom.xml pins hadoop-aws $want, but $py's pyspark ships $have: set hadoop.version to match" >&2; exit 1 ;;
+    esac
+done
 touch "$VENV/.installed"
 echo "delta-spark peer ready: $("$VENV/bin/python" -c 'import importlib.metadata as m; print("delta-spark", m.version("delta-spark"), "on pyspark", m.version("pyspark"))'), $(ls "$VENV/jars" | wc -l) jars"

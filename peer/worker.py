@@ -1,6 +1,7 @@
 """The delta-spark worker: one SparkSession with delta-spark, driven by JSON requests.
 
-Runs under ``.venv-delta/bin/python`` (delta-spark's environment, never serialake's). Reads one
+Runs under ``.venv-delta/bin/python`` (delta-spark's environment, never serialake's); with
+``--engine serialake`` under serialake's Python, a serialake session instead (same protocol). Reads one
 request per line on standard input, ``{"id": n, "code": "...", "args": {...}}``, runs the code
 in a thread (so a request blocked at a gate leaves the worker free for the next one) and
 answers on the file descriptor given by ``--reply-fd`` with ``{"id": n, "result": ...}`` or
@@ -29,6 +30,23 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from peer.plain import plain, plain_rows  # noqa: E402
 
 _write_lock = threading.Lock()
+_ENGINE = "delta-spark"
+
+
+def _serialake_session(warehouse: str, conf: dict[str, str]) -> Any:
+    """``--engine serialake``: serialake's own session (its drop-in), for settings or jars that
+    the test run's session lacks (e.g. the S3A connector)."""
+    import serialake
+
+    return serialake.spark_session(
+        "serialake-worker",
+        **{
+            "spark.sql.warehouse.dir": warehouse,
+            "spark.driver.bindAddress": "127.0.0.1",
+            "spark.driver.host": "127.0.0.1",
+            **conf,
+        },
+    )
 
 
 def _session(jars_dir: str, warehouse: str, conf: dict[str, str]) -> Any:
@@ -37,8 +55,10 @@ def _session(jars_dir: str, warehouse: str, conf: dict[str, str]) -> Any:
     jars = sorted(glob.glob(os.path.join(jars_dir, "*.jar")))
     if not jars:
         raise SystemExit(f"no delta-spark jars in {jars_dir}: run `make peer`")
+    conf = dict(conf)
+    extra = conf.pop("spark.jars", "")  # more jars (e.g. the S3A connector): added to delta-spark's
     settings = {
-        "spark.jars": ",".join(jars),
+        "spark.jars": ",".join(jars + [j for j in extra.split(",") if j]),
         "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
         "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
         "spark.sql.warehouse.dir": warehouse,
@@ -49,6 +69,8 @@ def _session(jars_dir: str, warehouse: str, conf: dict[str, str]) -> Any:
         "spark.sql.shuffle.partitions": "4",
         "spark.default.parallelism": "4",
         "spark.driver.memory": "1g",
+        "spark.driver.bindAddress": "127.0.0.1",
+        "spark.driver.host": "127.0.0.1",
         "spark.pyspark.python": sys.executable,
         # Local tables' commits go through the gate of peer/java (a no-op until armed).
         "spark.delta.logStore.file.impl": "serialake.peer.GatedLogStore",
@@ -111,8 +133,12 @@ def _reply(out: Any, message: dict[str, Any]) -> None:
 
 
 def _run(spark: Any, request: dict[str, Any], out: Any) -> None:
-    from delta.tables import DeltaTable
     from pyspark.sql import functions as F
+
+    if _ENGINE == "serialake":
+        from serialake import DeltaTable
+    else:
+        from delta.tables import DeltaTable
 
     def gate(directory: str) -> Any:
         udf = _gate_udf(directory)
@@ -146,13 +172,20 @@ def main() -> None:
     parser.add_argument("--jars", required=True)
     parser.add_argument("--warehouse", required=True)
     parser.add_argument("--conf", default="{}", help="extra Spark settings, as a JSON object")
+    parser.add_argument("--engine", choices=("delta-spark", "serialake"), default="delta-spark")
     options = parser.parse_args()
+    global _ENGINE
+    _ENGINE = options.engine
     out = os.fdopen(options.reply_fd, "w", buffering=1)
     try:
-        spark = _session(options.jars, options.warehouse, json.loads(options.conf))
-        import delta  # noqa: F401 - installs delta's Python exception classes
+        if _ENGINE == "serialake":
+            spark = _serialake_session(options.warehouse, json.loads(options.conf))
+            versions = {"spark": spark.version, "serialake": _version("serialake")}
+        else:
+            spark = _session(options.jars, options.warehouse, json.loads(options.conf))
+            import delta  # noqa: F401 - installs delta's Python exception classes
 
-        versions = {"spark": spark.version, "delta": _delta_version()}
+            versions = {"spark": spark.version, "delta": _version("delta-spark")}
     except BaseException as exc:  # noqa: BLE001
         _reply(out, {"id": 0, "error": _error(exc)})
         return
@@ -165,10 +198,10 @@ def main() -> None:
     spark.stop()
 
 
-def _delta_version() -> str:
+def _version(package: str) -> str:
     import importlib.metadata
 
-    return importlib.metadata.version("delta-spark")
+    return importlib.metadata.version(package)
 
 
 if __name__ == "__main__":

@@ -170,12 +170,36 @@ def write_direct(
     out_dir = posixpath.join(table_path, prefix)
     options = {"maxRecordsPerFile": str(int(max_records_per_file))} if max_records_per_file else {}
     sink = _file_sink(spark, hadoop_uri(out_dir), partition_columns, options)
+    _make_active(spark)
     try:
         sink.addBatch(0, df._jdf)  # a failed job raises as ``df.write`` would (pyspark converts it)
     except BaseException:
         _remove_job_metadata(Access.here(table_path), out_dir)  # its tasks' files were removed by Spark
+        _remove_record_directory(spark, out_dir)
         raise
-    return finish_job(table_path, prefix, indexed, data_change=data_change, describe=describe, stats_of=stats_of)
+    try:
+        return finish_job(table_path, prefix, indexed, data_change=data_change, describe=describe, stats_of=stats_of)
+    finally:
+        _remove_record_directory(spark, out_dir)
+
+
+def _remove_record_directory(spark: SparkSession, out_dir: str) -> None:
+    """Remove the sink's record directory through Spark's own file system, once its files are gone.
+
+    On S3 the sink's ``mkdirs`` leaves a directory marker, an empty object named
+    ``<dir>/_spark_metadata/``, that S3A (Hadoop 3.4+) keeps; only S3A names it (the log
+    store's object paths cannot end in ``/``). Local directories are removed by
+    ``_remove_job_metadata``.
+    """
+    if is_local_path(out_dir):
+        return
+    try:
+        jvm = spark.sparkContext._jvm
+        assert jvm is not None
+        path = jvm.org.apache.hadoop.fs.Path(hadoop_uri(posixpath.join(out_dir, JOB_RECORD_DIR)))
+        path.getFileSystem(spark._jsparkSession.sessionState().newHadoopConf()).delete(path, True)
+    except Exception:  # noqa: BLE001 - an empty marker left behind is harmless; VACUUM ignores it
+        pass
 
 
 def finish_job(
@@ -217,6 +241,19 @@ def is_job_record(parts: Sequence[str]) -> bool:
     record, ``<16 hex digits>/_spark_metadata/...``: left only by a job that died before its
     files were committed, so VACUUM removes it once older than the retention."""
     return len(parts) > 2 and parts[1] == JOB_RECORD_DIR and is_job_dir(parts[0])
+
+
+def _make_active(spark: SparkSession) -> None:
+    """Make ``spark`` the JVM thread's active session, as ``df.write`` does before it plans.
+
+    The sink plans the write (a sort by partition columns) in the calling JVM thread, and
+    Spark's plan nodes take their session from that thread's active session: from a Python
+    thread other than the one that built the session there is none, and a partitioned write
+    failed with a NullPointerException (``SparkPlan.session()``).
+    """
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    jvm.org.apache.spark.sql.SparkSession.setActiveSession(spark._jsparkSession)
 
 
 def _file_sink(spark: SparkSession, uri: str, partition_columns: Sequence[str], options: Mapping[str, str]) -> Any:

@@ -83,6 +83,27 @@ def test_files_are_written_once_at_final_names_listed_by_the_job(direct_io: Spar
     assert delta_rs_rows(tmp_table, ["id", "p", "s"]) == sorted(expected, key=repr)
 
 
+def test_partitioned_write_from_another_thread(direct_io: SparkSession, tmp_table: str) -> None:
+    """Pipelines write from worker threads: the sink plans in that thread's JVM thread, which has
+    no active session unless the writer makes one (it failed with a NullPointerException)."""
+    import threading
+
+    failures: list[BaseException] = []
+
+    def write() -> None:
+        try:
+            direct_io.range(6).selectExpr("id", "id % 3 AS p").write.format("delta").partitionBy("p").save(tmp_table)
+        except BaseException as e:  # noqa: BLE001 - reported by the assertion below
+            failures.append(e)
+
+    thread = threading.Thread(target=write)
+    thread.start()
+    thread.join()
+    assert not failures, failures
+    got = sorted((r.id, r.p) for r in direct_io.read.format("delta").load(tmp_table).collect())
+    assert got == [(i, i % 3) for i in range(6)]
+
+
 def test_awkward_partition_values_round_trip(direct_io: SparkSession, tmp_table: str) -> None:
     spark = direct_io
     values = ["a b", "x:y", "50%", "slash/in", "é", None, ""]

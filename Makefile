@@ -20,7 +20,7 @@ $(STAMP): $(PY) pyproject.toml
 # tests that need it skip with that line (peer/setup.sh).
 DELTA_STAMP := .venv-delta/.installed
 peer: $(DELTA_STAMP)
-$(DELTA_STAMP): peer/requirements.txt peer/pom.xml peer/setup.sh $(wildcard peer/java/serialake/peer/*.java)
+$(DELTA_STAMP): pyproject.toml peer/requirements.txt peer/pom.xml peer/setup.sh $(wildcard peer/java/serialake/peer/*.java)
 	PYTHON=$(PYTHON) bash peer/setup.sh
 
 check-java:

@@ -12,6 +12,11 @@ three small modules that redirect delta-spark's imports:
   a delta-spark user makes);
 - ``delta.exceptions``: serialake's exception classes under delta-spark's names.
 
+With ``--engine delta-spark`` the same files run against the real delta-spark (``make peer``:
+.venv-delta's Python, its ``delta`` package copied beside the tests with a ``delta.testing.utils``
+whose session loads the pinned jars): the baseline. ``bench_rows`` runs both and reports them
+side by side, with every test whose outcome differs.
+
 Each test's outcome comes from pytest's JUnit XML; the report lists every test that did not
 pass with the first line of its error.
 """
@@ -83,6 +88,53 @@ class DeltaTestCase(ReusedSQLTestCase):
             self.spark.sql(f"DROP TABLE IF EXISTS {name}")
 '''
 
+# The baseline's ``delta.testing.utils``: delta-spark's session set-up (as in delta-io/delta's own),
+# with the peer's pinned jars on the class path instead of a build's.
+_DELTA_UTILS = '''"""delta-spark's ``delta.testing.utils``, on the peer's jars."""
+import glob
+import os
+import shutil
+import sys
+import tempfile
+from contextlib import contextmanager
+
+from pyspark import SparkConf
+from pyspark.testing.sqlutils import ReusedSQLTestCase
+
+
+class DeltaTestCase(ReusedSQLTestCase):
+    @classmethod
+    def conf(cls) -> SparkConf:
+        conf = super().conf()
+        conf.set("spark.app.name", cls.__name__)
+        conf.set("spark.master", "local[2]")
+        conf.set("spark.ui.enabled", "false")
+        conf.set("spark.sql.shuffle.partitions", "5")
+        conf.set("spark.sql.session.timeZone", "UTC")
+        conf.set("spark.pyspark.python", sys.executable)
+        conf.set("spark.jars", ",".join(sorted(glob.glob(os.path.join(os.environ["DELTA_JARS"], "*.jar")))))
+        conf.set("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
+        conf.set("spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog")
+        return conf
+
+    def setUp(self) -> None:
+        super().setUp()
+        self.tempPath = tempfile.mkdtemp()
+        self.tempFile = os.path.join(self.tempPath, "tempFile")
+
+    def tearDown(self) -> None:
+        super().tearDown()
+        shutil.rmtree(self.tempPath, ignore_errors=True)
+
+    @contextmanager
+    def tempTable(self):
+        name = "table_" + os.urandom(4).hex()
+        try:
+            yield name
+        finally:
+            self.spark.sql(f"DROP TABLE IF EXISTS {name}")
+'''
+
 _EXCEPTIONS = '''"""delta-spark's ``delta.exceptions``, redirected to serialake."""
 from serialake.exceptions import *  # noqa: F401,F403
 '''
@@ -105,14 +157,32 @@ def _revision(repo: str) -> str:
     return out.stdout.strip() or "unknown"
 
 
-def run(repo: str, timeout: int = 1800) -> dict[str, Any]:
+def run(repo: str, timeout: int = 1800, *, engine: str = "serialake") -> dict[str, Any]:
+    """The test files' outcomes against ``engine``: ``serialake`` (imports redirected) or
+    ``delta-spark`` (the real one, the peer's environment)."""
     work = tempfile.mkdtemp(prefix="delta-spark-tests-")
     try:
         pkg = os.path.join(work, "delta")
-        os.makedirs(os.path.join(pkg, "testing"))
-        os.makedirs(os.path.join(pkg, "tests"))
-        shims = {"__init__.py": "", "tables.py": _TABLES, "exceptions.py": _EXCEPTIONS,
-                 "testing/__init__.py": "", "testing/utils.py": _UTILS, "tests/__init__.py": ""}  # fmt: skip
+        python = sys.executable
+        env = {**os.environ, "SERIALAKE_CATALOG": os.path.join(work, "catalog")}
+        if engine == "delta-spark":
+            from peer.client import VENV, unavailable
+
+            reason = unavailable()
+            if reason is not None:
+                raise RuntimeError(reason)
+            python = str(VENV / "bin" / "python")
+            installed = subprocess.run([python, "-c", "import delta, os; print(os.path.dirname(delta.__file__))"],
+                                       capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
+            shutil.copytree(installed, pkg)
+            shims = {"testing/__init__.py": "", "testing/utils.py": _DELTA_UTILS, "tests/__init__.py": ""}
+            env = {k: v for k, v in env.items() if not k.startswith(("PYSPARK_", "SPARK_"))}
+            env["DELTA_JARS"] = str(VENV / "jars")
+        else:
+            shims = {"__init__.py": "", "tables.py": _TABLES, "exceptions.py": _EXCEPTIONS,
+                     "testing/__init__.py": "", "testing/utils.py": _UTILS, "tests/__init__.py": ""}  # fmt: skip
+        os.makedirs(os.path.join(pkg, "testing"), exist_ok=True)
+        os.makedirs(os.path.join(pkg, "tests"), exist_ok=True)
         for rel, text in shims.items():
             with open(os.path.join(pkg, rel), "w") as f:
                 f.write(text)
@@ -123,11 +193,12 @@ def run(repo: str, timeout: int = 1800) -> dict[str, Any]:
                 f.write(_read(repo, rel))
             files.append(target)
         report = os.path.join(work, "junit.xml")
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join([work, os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep),
-               "SERIALAKE_CATALOG": os.path.join(work, "catalog")}  # fmt: skip
-        cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=",
+        env["PYTHONPATH"] = os.pathsep.join([work, os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+        cmd = [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=",
                "--continue-on-collection-errors", f"--junitxml={report}", *files]  # fmt: skip
-        subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True, timeout=timeout, check=False)
+        done = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True, timeout=timeout, check=False)
+        if not os.path.exists(report):
+            raise RuntimeError(f"{engine}: pytest wrote no report:\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}")
         return _outcomes(report) | {"revision": _revision(repo)}
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -152,17 +223,34 @@ def _outcomes(report: str) -> dict[str, Any]:
 def bench_rows(quick: bool) -> list[dict[str, Any]]:
     repo = os.environ.get("DELTA_REPO")
     if not repo:
-        return [{"file": "-", "tests": 0, "passed": 0,
+        return [{"file": "-", "tests": 0, "serialake passed": 0,
                  "pass rate": "not run: set DELTA_REPO to a delta-io/delta checkout"}]  # fmt: skip
-    result = run(repo)
+    results = {"serialake": run(repo)}
+    try:
+        results["delta-spark"] = run(repo, engine="delta-spark")
+    except RuntimeError as e:  # the peer is not set up here: serialake's column alone
+        print(e, file=sys.stderr)
     rows = []
     for rel in TEST_FILES:
         stem = os.path.basename(rel)[: -len(".py")]
-        mine = [t for t in result["tests"] if _in_file(t["test"], stem)]
-        passed = sum(t["outcome"] == "passed" for t in mine)
-        rows.append({"file": f"{rel} @ {result['revision']}", "tests": len(mine), "passed": passed,
-                     "pass rate": f"{passed / len(mine):.0%}" if mine else "-"})  # fmt: skip
-    print(json.dumps([t for t in result["tests"] if t["outcome"] != "passed"], indent=1), file=sys.stderr)
+        row: dict[str, Any] = {"file": f"{rel} @ {results['serialake']['revision']}"}
+        for engine, result in results.items():
+            mine = [t for t in result["tests"] if _in_file(t["test"], stem)]
+            passed = sum(t["outcome"] == "passed" for t in mine)
+            row["tests"] = len(mine)
+            row[f"{engine} passed"] = passed
+            row[f"{engine} pass rate"] = f"{passed / len(mine):.0%}" if mine else "-"
+        rows.append(row)
+    if "delta-spark" in results:
+        theirs = {t["test"]: t for t in results["delta-spark"]["tests"]}
+        for t in results["serialake"]["tests"]:
+            other = theirs.get(t["test"])
+            if other is not None and other["outcome"] != t["outcome"]:
+                rows.append({"file": t["test"], "serialake passed": t["outcome"],
+                             "delta-spark passed": other["outcome"],
+                             "tests": (t["detail"] or other["detail"])[:120]})  # fmt: skip
+    print(json.dumps({e: [t for t in r["tests"] if t["outcome"] != "passed"] for e, r in results.items()},
+                     indent=1), file=sys.stderr)  # fmt: skip
     return rows
 
 
@@ -174,15 +262,16 @@ def _in_file(test: str, stem: str) -> bool:
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--delta-repo", default=os.environ.get("DELTA_REPO"))
+    ap.add_argument("--engine", choices=("serialake", "delta-spark"), default="serialake")
     args = ap.parse_args(argv)
     if not args.delta_repo:
         ap.error("give --delta-repo (a delta-io/delta checkout or its git directory) or set DELTA_REPO")
-    result = run(args.delta_repo)
+    result = run(args.delta_repo, engine=args.engine)
     tests = result["tests"]
     passed = sum(t["outcome"] == "passed" for t in tests)
     for t in tests:
         print(f"{t['outcome']:8} {t['test']}  {t['detail']}")
-    print(f"\n{passed} of {len(tests)} passed (delta-io/delta {result['revision']})")
+    print(f"\n{passed} of {len(tests)} passed against {args.engine} (delta-io/delta {result['revision']})")
 
 
 if __name__ == "__main__":

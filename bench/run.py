@@ -118,6 +118,8 @@ _optional("write", 'Write throughput: format("delta") and serialake.write vs pla
 _optional("s3_write", "Write throughput to an S3 server: serialake.write vs delta-rs write_deltalake", "bench.s3_write")
 _optional("streaming", 'Streaming writes: writeStream.format("delta") vs the Parquet sink', "bench.streaming")
 _optional("cdf", "Change data feed reads: 1M changed rows vs delta-rs load_cdf", "bench.cdf")
+_optional("delta_spark", "serialake vs delta-spark on the same Spark: write, read, DML, OPTIMIZE, one-row operations",
+          "bench.delta_spark")
 _optional("deltaspark", "delta-spark's Python tests against serialake (set DELTA_REPO)", "bench.delta_spark_tests")
 
 

@@ -277,6 +277,18 @@ class SerialakeWorker(DeltaSparkPeer):
 
     engine = "serialake"
 
+    def __init__(
+        self,
+        conf: dict[str, str] | None = None,
+        *,
+        log: str | os.PathLike[str] | None = None,
+        same_spark_as_peer: bool = False,
+    ) -> None:
+        super().__init__(conf, log=log)
+        self.same_spark_as_peer = same_spark_as_peer
+
     @property
     def python(self) -> str:
-        return sys.executable
+        """This Python, or with ``same_spark_as_peer`` the peer environment's (serialake is
+        installed there too, on delta-spark's pyspark: for benchmarks on the same Spark)."""
+        return str(VENV / "bin" / "python") if self.same_spark_as_peer else sys.executable

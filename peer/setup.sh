@@ -29,6 +29,8 @@ if ! "$VENV/bin/python" -m pip install -q -r peer/requirements.txt; then
         || unavailable "PyPI could not be reached to install peer/requirements.txt"
     exit 1
 fi
+# serialake too, without the extras: the benchmarks run it on delta-spark's very pyspark (bench/delta_spark.py).
+"$VENV/bin/python" -m pip install -q -e . || exit 1
 rm -rf "$VENV/jars.new" "$VENV/s3a-jars.new"
 S3A_GROUPS=org.apache.hadoop,software.amazon.awssdk,software.amazon.s3.analyticsaccelerator,org.wildfly.openssl
 if ! mvn -q -B -f peer/pom.xml dependency:copy-dependencies -DoutputDirectory="$PWD/$VENV/jars.new" \

@@ -18,6 +18,7 @@ __all__ = [
     "ConcurrentWriteException",
     "CommitFailedError",
     "CommitOutcomeUnknownError",
+    "CommitProtocolMismatchError",
     "DeltaAnalysisException",
     "DeltaConcurrentModificationException",
     "DeltaError",
@@ -236,6 +237,28 @@ class CommitOutcomeUnknownError(CommitFailedError):
         super().__init__(message)
         self.txn_id = txn_id
         self.version = version
+
+
+class CommitProtocolMismatchError(CommitFailedError):
+    """The table's writers do not all commit through one protocol (S3 conditional PUT, DynamoDB).
+
+    Raised before anything of this transaction is committed, or where its commit lost to a
+    writer outside the protocol: nothing of it is in the table. Attributes: ``table``,
+    ``version`` (the commit involved) and ``combination`` (which protocols met).
+    """
+
+    def __init__(self, message: str, *, table: str, version: int | None, combination: str) -> None:
+        super().__init__(message)
+        self.table = table
+        self.version = version
+        self.combination = combination
+
+    def __reduce__(self) -> Any:  # picklable across processes
+        return (_rebuild_mismatch, (str(self), self.table, self.version, self.combination))
+
+
+def _rebuild_mismatch(message: str, table: str, version: int | None, combination: str) -> CommitProtocolMismatchError:
+    return CommitProtocolMismatchError(message, table=table, version=version, combination=combination)
 
 
 class StorageWriteError(DeltaError):

@@ -1,7 +1,8 @@
 """Optional dependencies, imported only by the features that need them.
 
-The library itself needs none: ``serialake verify`` needs networkx (the ``verify`` extra; moto too for ``--s3``)
-and ``serialake demo`` matplotlib (the ``demo`` extra). :func:`require` imports one when
+The library itself needs none: ``serialake verify`` needs networkx (the ``verify`` extra; moto too for ``--s3``),
+``serialake demo`` matplotlib (the ``demo`` extra), and Delta's DynamoDB commit protocol on S3 boto3
+(the ``dynamodb`` extra). :func:`require` imports one when
 it is used, and when it is missing says which extra to install.
 """
 
@@ -13,7 +14,7 @@ from types import ModuleType
 __all__ = ["EXTRAS", "MissingExtraError", "require"]
 
 #: The extra of ``pyproject.toml`` that installs each optional module.
-EXTRAS = {"networkx": "verify", "moto": "verify", "matplotlib": "demo"}
+EXTRAS = {"networkx": "verify", "moto": "verify", "matplotlib": "demo", "boto3": "dynamodb", "botocore": "dynamodb"}
 
 
 class MissingExtraError(ImportError):

@@ -68,15 +68,17 @@ def configure(spark: SparkSession) -> SparkSession:
 
 def _s3_options_from(spark: SparkSession) -> None:
     """The session's S3A settings (``spark.hadoop.fs.s3a.endpoint``, access keys, path-style access)
-    for serialake's S3 log store, as Spark users configure them for ``s3a://`` tables."""
+    and commit protocol (``spark.delta.logStore.s3a.impl=io.delta.storage.S3DynamoDBLogStore``,
+    ``spark.io.delta.storage.S3DynamoDBLogStore.ddb.*``) for serialake's S3 log store, as Spark
+    users configure them for ``s3a://`` tables and delta-spark."""
     try:
         conf = dict(spark.sparkContext.getConf().getAll())
     except Exception:  # noqa: BLE001 - Spark Connect and stopped sessions have no SparkContext
         return
-    options = {k: v for k, v in conf.items() if k.startswith("spark.hadoop.fs.s3a.")}
-    if options:
-        from serialake.storage import s3
+    from serialake.storage import s3
 
+    options = s3.session_options(conf)
+    if options:
         s3.configure(options)
 
 

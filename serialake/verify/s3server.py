@@ -5,7 +5,8 @@ by its process id. Plain moto is not atomic under racing conditional PUTs (measu
 winners in 7 of 3,440 rounds of 16 racing writers under load); real S3 is. This wrapper
 holds one lock around every PUT that carries ``If-None-Match`` or ``If-Match``, so exactly
 one of racing creators wins, as on S3: whatever counts winners (the verify workload, tests)
-relies on it.
+relies on it. moto's DynamoDB, served on the same port, is serialised the same way (every
+request under the lock): its conditional PutItem is then atomic, as DynamoDB's is.
 
 Needs ``moto[server]`` (the ``verify`` extra).
 """
@@ -29,13 +30,15 @@ _lock = threading.Lock()
 
 
 def _serialising(app: Callable[..., Iterable[bytes]]) -> Callable[..., Iterable[bytes]]:
-    """``app`` with every conditional PUT run under one lock, its whole response read inside it."""
+    """``app`` with every conditional PUT and every DynamoDB request run under one lock, its whole
+    response read inside it."""
 
     def wrapped(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
         conditional = environ.get("REQUEST_METHOD") == "PUT" and (
             "HTTP_IF_NONE_MATCH" in environ or "HTTP_IF_MATCH" in environ
         )
-        if not conditional:
+        dynamodb = str(environ.get("HTTP_X_AMZ_TARGET", "")).startswith("DynamoDB_")
+        if not (conditional or dynamodb):
             return app(environ, start_response)
         with _lock:
             return list(app(environ, start_response))
@@ -104,11 +107,12 @@ class S3Server:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    def client(self) -> Any:
+    def client(self, service: str = "s3") -> Any:
+        """A boto3 client of ``service`` (``s3``, ``dynamodb``) on this server."""
         import boto3
 
         return boto3.client(
-            "s3", endpoint_url=self.endpoint, aws_access_key_id="testing", aws_secret_access_key="testing",
+            service, endpoint_url=self.endpoint, aws_access_key_id="testing", aws_secret_access_key="testing",
             region_name="us-east-1",
         )  # fmt: skip
 

@@ -12,13 +12,16 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import shutil
 import tempfile
 import threading
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from serialake.core.log import DeltaLog
 from serialake.core.schema import split_dotted
 from serialake.exceptions import CorruptLogError, DeltaAnalysisException, DeltaIllegalArgumentException
 from serialake.storage import normalize_table_path
@@ -27,6 +30,8 @@ __all__ = [
     "CATALOG_ENV",
     "DEFAULT_CATALOG",
     "catalog_file",
+    "drop_table",
+    "is_managed",
     "list_tables",
     "lookup",
     "managed_location",
@@ -43,6 +48,7 @@ DEFAULT_CATALOG = "~/.serialake/catalog.json"
 _FORMAT_VERSION = 1
 
 _session: dict[str, str] = {}
+_session_managed: set[str] = set()  # in-process names of managed tables
 _lock = threading.Lock()
 
 
@@ -95,20 +101,30 @@ def normalize_name(name: str) -> str:
     return ".".join(parts)
 
 
-def register(name: str, path: str, *, persist: bool = True) -> str:
+def register(name: str, path: str, *, persist: bool = True, managed: bool | None = None) -> str:
     """Make ``name`` refer to the Delta table at ``path``; returns the absolute path.
 
     ``persist=False`` keeps the name in this process only. Re-registering a name replaces it.
+    ``managed``: the catalog owns the table's files (created by name, without a location):
+    ``drop_table`` deletes them. By default a table is managed when ``path`` is ``name``'s
+    managed location (``managed_location``), where only a creation by name puts it.
     """
     key = normalize_name(name)
     location = normalize_table_path(str(path))
+    if managed is None:
+        managed = location == normalize_table_path(managed_location(name))
     with _lock:
         if persist:
             with _locked_file() as tables:
-                tables[key] = {"location": location}
+                tables[key] = {"location": location, **({"managed": True} if managed else {})}
             _session.pop(key, None)
+            _session_managed.discard(key)
         else:
             _session[key] = location
+            if managed:
+                _session_managed.add(key)
+            else:
+                _session_managed.discard(key)
     return location
 
 
@@ -120,6 +136,7 @@ def unregister(name: str, *, persist: bool = True) -> bool:
     key = normalize_name(name)
     with _lock:
         found = _session.pop(key, None) is not None
+        _session_managed.discard(key)
         if persist and catalog_file().exists():
             with _locked_file() as tables:
                 found = tables.pop(key, None) is not None or found
@@ -137,6 +154,9 @@ def rename(old: str, new: str) -> str:
             if new_key in _session or _read_file().get(new_key) is not None:
                 raise DeltaAnalysisException(f"Cannot rename table {old} to {new}: table {new} already exists.")
             _session[new_key] = _session.pop(old_key)
+            if old_key in _session_managed:
+                _session_managed.discard(old_key)
+                _session_managed.add(new_key)
             return _session[new_key]
         with _locked_file() as tables:
             entry = tables.get(old_key)
@@ -156,6 +176,49 @@ def lookup(name: str) -> str | None:
             return _session[key]
     entry = _read_file().get(key)
     return entry.get("location") if isinstance(entry, dict) else None
+
+
+def is_managed(name: str) -> bool:
+    """Whether ``name`` is registered as a managed table (``register``)."""
+    key = normalize_name(name)
+    with _lock:
+        if key in _session:
+            return key in _session_managed
+    entry = _read_file().get(key)
+    return isinstance(entry, dict) and entry.get("managed") is True
+
+
+def drop_table(name: str) -> bool:
+    """``DROP TABLE name``: forget the name and, for a managed table, delete its files; whether it was known.
+
+    As Spark's catalog does for delta-spark: a managed table's directory goes with it, so a
+    table created again under the name starts empty; an external one (created with a
+    location) keeps its files. Either way this process's cached log of the table is
+    forgotten (``DeltaLog.invalidate``): every later reader and writer finds it gone. The
+    directory is first renamed to a hidden name beside it, then deleted: it disappears at
+    once, and an interrupted deletion leaves no half table at the name's location.
+    """
+    location = lookup(name)
+    managed = is_managed(name)
+    if not unregister(name):
+        return False
+    if location is None:
+        return True
+    DeltaLog.invalidate(location)  # scheduled checkpoints first: none may land in a removed directory
+    if managed:
+        _remove_directory(location)
+        DeltaLog.invalidate(location)
+    return True
+
+
+def _remove_directory(location: str) -> None:
+    """Delete a managed table's (local) directory: renamed away first, then removed."""
+    path = Path(location)
+    if not path.exists():
+        return
+    doomed = path.with_name(f".{path.name}.dropped-{uuid.uuid4().hex}")
+    os.replace(path, doomed)
+    shutil.rmtree(doomed, ignore_errors=True)
 
 
 def list_tables() -> dict[str, str]:

@@ -119,7 +119,7 @@ def commit_needs_change_data(
     updated rows would be misread as deleted and inserted, unless ``operation`` replaces
     data wholesale (``REPLACING_OPERATIONS``: an overwrite without a predicate, a RESTORE).
     """
-    if _replaces(operation, parameters or {}):
+    if _replaces(operation, parameters or {}) or _replaces_matched_rows(operation, parameters or {}):
         return None
     removed: set[str] = set()
     added: dict[str, AddFile] = {}
@@ -138,10 +138,25 @@ def commit_needs_change_data(
 
 def _replaces(operation: str | None, parameters: Mapping[str, Any]) -> bool:
     if operation == "WRITE":
-        return parameters.get("mode") == "Overwrite" and not parameters.get("predicate")
+        return (
+            parameters.get("mode") == "Overwrite"
+            and not parameters.get("predicate")
+            and not _replaces_matched_rows(operation, parameters)
+        )
     if operation == "STREAMING UPDATE":
         return parameters.get("outputMode") == "Complete"
     return operation in REPLACING_OPERATIONS
+
+
+def _replaces_matched_rows(operation: str | None, parameters: Mapping[str, Any]) -> bool:
+    """A replaceOn / replaceUsing overwrite: its new files are the written rows, and it removes only
+    matched rows (marked in deletion vectors, or files whose every row matched; a copy-on-write
+    one that keeps rows writes change data). As delta-spark reads such a commit."""
+    return (
+        operation == "WRITE"
+        and parameters.get("mode") == "Overwrite"
+        and ("replaceOnCond" in parameters or "replaceUsingCols" in parameters)
+    )
 
 
 @dataclass(frozen=True)

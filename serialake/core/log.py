@@ -177,6 +177,38 @@ class DeltaLog:
         with cls._instances_lock:
             cls._instances.clear()
 
+    @classmethod
+    def invalidate(cls, path: str) -> None:
+        """Forget what this process knows of the table at ``path`` (every cached log of it): the
+        next refresh loads it afresh. For a table about to be removed (DROP TABLE): its
+        scheduled checkpoints are cancelled or waited for first, so none is written into the
+        removed directory afterwards (it would corrupt a table created again there)."""
+        key = normalize_table_path(path)
+        with cls._instances_lock:
+            logs = [inst for (p, _), inst in cls._instances.items() if p == key]
+        for inst in logs:
+            inst._settle_checkpoints()
+            with inst._lock:
+                inst._snapshot = None
+                with inst._commits_lock:
+                    inst._commits.clear()
+
+    def _settle_checkpoints(self) -> None:
+        """Cancel a put-off checkpoint and wait for the scheduled one (its failure is not raised)."""
+        with self._lock:
+            later, self._checkpoint_later = self._checkpoint_later, None
+            self._latest_checkpoint_request = 1 << 62  # queued requests now skip themselves
+        if later is not None:
+            later.cancel()
+            if later is not threading.current_thread() and later.ident is not None:
+                later.join()  # (it may have run: its request is then the one waited for below)
+        fut = self._pending_checkpoint
+        if fut is not None:
+            with contextlib.suppress(BaseException):
+                fut.result()
+        with self._lock:
+            self._latest_checkpoint_request = -1
+
     def __repr__(self) -> str:
         return f"DeltaLog({self.table_path!r})"
 
@@ -307,16 +339,21 @@ class DeltaLog:
         return entry
 
     def update(self) -> Snapshot:
-        """The latest snapshot, refreshed by reading only commits newer than the cached one."""
+        """The latest snapshot, refreshed by reading only commits newer than the cached one.
+
+        A table removed under the cache (its directory deleted, by this process or another) is
+        seen on the refresh that finds no newer commit: the cached version's commit file is
+        gone (one existence check, the same one a commit's refresh makes anyway). The cache
+        is then dropped and the table loaded afresh: ``DeltaTableNotFoundError`` when nothing
+        is there, a table created again at the path otherwise.
+        """
         with self._lock:
             snap = self._snapshot
             new = self.commits_after(snap.version) if snap is not None else []
             # A newer commit found (read now, or remembered and seen still there) shows the log goes
-            # on; without one, the cached version itself must still be there.
-            if snap is not None and not new and snap.version > 0 and not self.store.exists(
-                self.commit_path(snap.version)
-            ):
-                snap = None  # the table was deleted or replaced under us: load it afresh
+            # on; without one, the cached version itself must still be there (version 0 too).
+            if snap is not None and not new and not self.store.exists(self.commit_path(snap.version)):
+                snap = self._snapshot = None  # deleted or replaced under us: never served again
                 with self._commits_lock:
                     self._commits.clear()
             if snap is None:

@@ -17,6 +17,7 @@ from serialake.exceptions import InvalidPropertyError
 ISOLATION_LEVEL = "delta.isolationLevel"
 CHECKPOINT_INTERVAL = "delta.checkpointInterval"
 CHECKPOINT_INTERVAL_DEFAULT = 10
+CHECKPOINT_POLICY = "delta.checkpointPolicy"  # "v2" needs the v2Checkpoint feature
 ENABLE_DELETION_VECTORS = "delta.enableDeletionVectors"
 APPEND_ONLY = "delta.appendOnly"
 LOG_RETENTION = "delta.logRetentionDuration"
@@ -28,6 +29,9 @@ COLUMN_MAPPING_MAX_ID = "delta.columnMapping.maxColumnId"
 ENABLE_ICEBERG_COMPAT_V2 = "delta.enableIcebergCompatV2"
 UNIVERSAL_FORMATS = "delta.universalFormat.enabledFormats"
 ENABLE_ICT = "delta.enableInCommitTimestamps"
+# Set by the commit that turns in-commit timestamps on for a table with earlier commits: its version and ICT.
+ICT_ENABLEMENT_VERSION = "delta.inCommitTimestampEnablementVersion"
+ICT_ENABLEMENT_TIMESTAMP = "delta.inCommitTimestampEnablementTimestamp"
 ROW_LEVEL_CONCURRENCY = "delta.enableRowLevelConcurrency"
 ROW_LEVEL_CONCURRENCY_DEFAULT = True
 TARGET_FILE_SIZE = "delta.targetFileSize"
@@ -35,6 +39,9 @@ MIN_READER_VERSION = "delta.minReaderVersion"
 MIN_WRITER_VERSION = "delta.minWriterVersion"
 FEATURE_PREFIX = "delta.feature."
 CONSTRAINT_PREFIX = "delta.constraints."  # + name: a CHECK constraint (``core.constraints``)
+#: Session settings ``<prefix><prop>`` give every new table ``delta.<prop>`` (delta-spark's
+#: ``spark.databricks.delta.properties.defaults.*``; ``with_session_defaults``).
+SESSION_DEFAULTS_PREFIX = "spark.databricks.delta.properties.defaults."
 
 SERIALIZABLE = "Serializable"
 WRITE_SERIALIZABLE = "WriteSerializable"
@@ -136,7 +143,7 @@ _SPECS: dict[str, PropertySpec] = {
         PropertySpec("delta.dataSkippingStatsColumns", str, "a comma-separated column list", None),
         PropertySpec("delta.checkpoint.writeStatsAsJson", _bool, "true, false", True),
         PropertySpec("delta.checkpoint.writeStatsAsStruct", _bool, "true, false", False),
-        PropertySpec("delta.checkpointPolicy", _one_of("classic", "v2"), "classic, v2", "classic"),
+        PropertySpec(CHECKPOINT_POLICY, _one_of("classic", "v2"), "classic, v2", "classic"),
         PropertySpec(COLUMN_MAPPING_MAX_ID, int, "an integer", None),
         PropertySpec("delta.randomizeFilePrefixes", _bool, "true, false", False),
         PropertySpec("delta.randomPrefixLength", _positive_int, "a positive integer", 2),
@@ -151,8 +158,8 @@ _SPECS: dict[str, PropertySpec] = {
         PropertySpec("delta.enableIcebergCompatV1", _bool, "true, false", False),
         PropertySpec(UNIVERSAL_FORMATS, str, "iceberg, hudi", None),
         PropertySpec("delta.parquet.compression.codec", str, "snappy, zstd, gzip, lz4, none", None),
-        PropertySpec("delta.inCommitTimestampEnablementVersion", int, "a version", None),
-        PropertySpec("delta.inCommitTimestampEnablementTimestamp", int, "a timestamp", None),
+        PropertySpec(ICT_ENABLEMENT_VERSION, int, "a version", None),
+        PropertySpec(ICT_ENABLEMENT_TIMESTAMP, int, "a timestamp", None),
         PropertySpec("delta.rowTracking.materializedRowIdColumnName", str, "a column name", None),
         PropertySpec("delta.rowTracking.materializedRowCommitVersionColumnName", str, "a column name", None),
     )
@@ -204,6 +211,44 @@ def validate_properties(props: Mapping[str, Any], *, table: str | None = None) -
             v = "true" if v else "false"
         ck, cv = validate_property(k, str(v), table=table)
         out[ck] = cv
+    return out
+
+
+_session_defaults: Callable[[], Mapping[str, str]] | None = None
+
+
+def set_session_defaults_source(source: Callable[[], Mapping[str, str]] | None) -> None:
+    """Where ``with_session_defaults`` takes the session's defaults from (``delta.<prop>`` -> value).
+
+    The Spark layer registers the active SparkSession's ``SESSION_DEFAULTS_PREFIX`` settings;
+    without a source (the core alone) there are none.
+    """
+    global _session_defaults
+    _session_defaults = source
+
+
+def with_session_defaults(configuration: Mapping[str, str], *, table: str | None = None) -> dict[str, str]:
+    """``configuration`` of a table being created, over the session's defaults for new tables.
+
+    As delta-spark does: each ``spark.databricks.delta.properties.defaults.<prop>`` setting
+    gives ``delta.<prop>`` unless the table sets it itself. A default is validated as a table
+    property; an invalid one is refused naming the session setting.
+    """
+    source = _session_defaults
+    defaults = source() if source is not None else {}
+    if not defaults:
+        return dict(configuration)
+    given = {k.lower() for k in configuration}
+    out: dict[str, str] = {}
+    for key, value in defaults.items():
+        try:
+            ck, cv = validate_property(key, value, table=table)
+        except InvalidPropertyError as e:
+            setting = SESSION_DEFAULTS_PREFIX + key[len("delta."):]
+            raise InvalidPropertyError(f"The session setting {setting}={value} is not a valid default: {e}") from None
+        if ck.lower() not in given:
+            out[ck] = cv
+    out.update(configuration)
     return out
 
 

@@ -228,7 +228,12 @@ class OptimisticTransaction:
         return self.snapshot is None
 
     def update_metadata(
-        self, metadata: Metadata, *, replace_table: bool = False, upgrade_uniform: bool = False
+        self,
+        metadata: Metadata,
+        *,
+        replace_table: bool = False,
+        upgrade_uniform: bool = False,
+        ignore_defaults: bool = False,
     ) -> None:
         """Replace the table metadata in this commit (schema, partitioning, properties).
 
@@ -237,10 +242,17 @@ class OptimisticTransaction:
         creation or replacement fails with ``ProtocolChangedException``. ``upgrade_uniform``:
         the commit turns IcebergCompatV2 on and rewrites the files not written for it
         (``REORG ... UPGRADE UNIFORM``; see ``core.uniform``).
+
+        A new table (no snapshot) starts with the session's default properties under its own
+        (``properties.with_session_defaults``), whatever operation creates it: this is the one
+        place a table gets its first metadata. ``ignore_defaults`` (CLONE, an exact copy, as
+        delta-spark's ``ignoreDefaultProperties``) leaves them out.
         """
         if self.committed:
             raise DeltaIllegalArgumentException("Transaction already committed")
         conf = props.validate_properties(metadata.configuration, table=self.table_path)
+        if self.snapshot is None and not ignore_defaults:
+            conf = props.with_session_defaults(conf, table=self.table_path)
         if self.snapshot is not None and metadata.id != self.snapshot.metadata.id:
             # A metadata update keeps the table identity unless the caller replaces the table.
             metadata = replace(metadata, id=self.snapshot.metadata.id)
@@ -505,6 +517,13 @@ class OptimisticTransaction:
             # In-commit timestamps must strictly increase: after the read snapshot's (rebased later).
             floor = (self.snapshot.timestamp + 1) if self.snapshot is not None else 0
             ci_values = {"inCommitTimestamp": max(ci_values["timestamp"], floor), **ci_values}
+            if self.snapshot is not None and not self.snapshot.metadata.derived(_in_commit_timestamps):
+                # Turned on for a table with earlier commits: readers must know from which version on
+                # the commits carry one (rebased later, with the version).
+                assert self._new_metadata is not None
+                self._new_metadata = _ict_enablement(
+                    self._new_metadata, self.read_version + 1, ci_values["inCommitTimestamp"]
+                )
         if user_metadata is not None:
             ci_values["userMetadata"] = user_metadata
         if self.table_reads:
@@ -971,4 +990,18 @@ def _rebase_ict(info: TransactionInfo, winner: WinnerSummary) -> None:
     if theirs is not None and int(theirs) >= int(ci.values["inCommitTimestamp"]):
         values = dict(ci.values)
         values["inCommitTimestamp"] = int(theirs) + 1
-        info.actions[0] = CommitInfo(values)
+        info.actions[0] = ci = CommitInfo(values)
+    meta = info.metadata
+    if meta is not None and props.ICT_ENABLEMENT_VERSION in meta.configuration and (
+        info.read_metadata is None or not info.read_metadata.derived(_in_commit_timestamps)
+    ):  # this commit turns them on: it now lands after the winner
+        info.metadata = _ict_enablement(meta, winner.version + 1, int(ci.values["inCommitTimestamp"]))
+        info.actions = [info.metadata if a is meta else a for a in info.actions]
+
+
+def _ict_enablement(meta: Metadata, version: int, timestamp: int) -> Metadata:
+    """``meta`` recording that in-commit timestamps start at ``version``, whose ICT is ``timestamp``."""
+    conf = dict(meta.configuration)
+    conf[props.ICT_ENABLEMENT_VERSION] = str(version)
+    conf[props.ICT_ENABLEMENT_TIMESTAMP] = str(timestamp)
+    return replace(meta, configuration=conf)

@@ -17,6 +17,7 @@ from serialake.exceptions import DeltaAnalysisException, DeltaIllegalArgumentExc
 from serialake.spark import io, isolation
 from serialake.spark.read import read
 from serialake.spark.write import MODES, write
+from serialake.spark.write_settings import check_write_options, session_flag
 
 __all__ = ["insert_into", "load", "save", "save_as_table", "write_to"]
 
@@ -70,8 +71,21 @@ def _write_options(spark: SparkSession, st: dict[str, Any], mode: str) -> dict[s
     max_records = _option(st, "maxRecordsPerFile")
     overwrite_mode = _option(st, "partitionOverwriteMode")
     replace_where = _option(st, "replaceWhere")
-    if overwrite_mode is None and replace_where is None:
+    # As delta-spark: the session's mode applies unless the write names the rows it replaces.
+    replacing = _option(st, "replaceUsing") is not None or _option(st, "replaceOn") is not None
+    if overwrite_mode is None and replace_where is None and not replacing:
         overwrite_mode = _conf(spark, "spark.sql.sources.partitionOverwriteMode")
+    if mode == "overwrite" and overwrite_mode is not None and not session_flag(
+        spark, "dynamicPartitionOverwrite.enabled", True
+    ):
+        if overwrite_mode.strip().lower() == "dynamic":
+            raise DeltaIllegalArgumentException(
+                "[DELTA_DYNAMIC_PARTITION_OVERWRITE_DISABLED] Dynamic partition overwrite mode is specified by "
+                "session config or write options, but it is disabled by "
+                "`spark.databricks.delta.dynamicPartitionOverwrite.enabled=false`."
+            )
+        if not replacing:
+            overwrite_mode = None
     try:
         version = None if app_version is None else int(app_version)
         records = None if max_records is None else int(max_records)
@@ -89,12 +103,43 @@ def _write_options(spark: SparkSession, st: dict[str, Any], mode: str) -> dict[s
     }
 
 
-def save(df: DataFrame, path: str, st: dict[str, Any]) -> int | None:
-    """``df.write.format("delta")...save(path)``: Spark's save modes (``errorifexists`` by default)."""
+def _replace_options(spark: SparkSession, st: dict[str, Any]) -> dict[str, Any]:
+    """The ``replaceUsing`` / ``replaceOn`` / ``targetAlias`` options, refused as delta-spark does when the
+    session turns them off (``spark.databricks.delta.replaceOn.dataframe.writer.enabled``, ...)."""
+    using, on = _option(st, "replaceUsing"), _option(st, "replaceOn")
+    for name, value in (("replaceOn", on), ("replaceUsing", using)):
+        if value is not None and not session_flag(spark, f"{name}.dataframe.writer.enabled", True):
+            raise DeltaAnalysisException(
+                f"[DELTA_OPERATION_NOT_ALLOWED] Operation not allowed: `{name}` is not supported for Delta tables"
+            )
+    return {"replaceUsing": using, "replaceOn": on, "targetAlias": _option(st, "targetAlias")}
+
+
+def _table_properties(st: dict[str, Any]) -> dict[str, str]:
+    """The ``delta.*`` options: table properties of a table the write creates (as delta-spark takes them)."""
+    return {k: v for k, v in st["options"].items() if k.startswith("delta.")}
+
+
+def save(
+    df: DataFrame,
+    path: str,
+    st: dict[str, Any],
+    *,
+    replace_source: DataFrame | None = None,
+    api: str = "df.write.format('delta')",
+) -> int | None:
+    """``df.write.format("delta")...save(path)``: Spark's save modes (``errorifexists`` by default).
+
+    ``replace_source``: for ``insertInto``, the DataFrame before its columns were renamed to the
+    table's by position (what ``replaceUsing`` / ``replaceOn`` match against).
+    """
     spark = df.sparkSession
+    check_write_options(spark, st["options"], api=api)
     mode = _mode(st)
     version = write(df, path, mode=mode, partitionBy=st["partitionBy"], clusterBy=st["clusterBy"] or None,
-                    **_write_options(spark, st, mode))  # fmt: skip
+                    **_write_options(spark, st, mode), **_replace_options(spark, st),
+                    replace_source=replace_source, replace_by_position=replace_source is not None,
+                    new_table_properties=_table_properties(st) or None)  # fmt: skip
     isolation.note_write(spark, path)
     return version
 
@@ -123,11 +168,11 @@ def save_as_table(df: DataFrame, name: str, st: dict[str, Any]) -> int | None:
             f"Cannot create table {name}: its managed location {location} already holds a Delta table. "
             "Register it with CREATE TABLE ... LOCATION, or remove that directory."
         )
-    if not exists:
-        mode = "append"  # creates it
-    version = save(df, location, {**st, "mode": mode})
+    if not exists and (mode != "overwrite" or not _replacing(st)):
+        mode = "append"  # creates it (an overwrite that replaces rows needs the table: delta-spark's error)
+    version = save(df, location, {**st, "mode": mode}, api=f"saveAsTable({name!r})")
     if registered is None:
-        catalog.register(name, location)
+        catalog.register(name, location, managed=False if given is not None else None)
     return version
 
 
@@ -145,42 +190,77 @@ def insert_into(df: DataFrame, name: str, location: str, st: dict[str, Any], ove
         )
     positional = df.select(*[F.col(f"`{c}`").alias(n) for c, n in zip(df.columns, names, strict=True)])
     mode = "overwrite" if overwrite or (overwrite is None and _mode(st) == "overwrite") else "append"
-    return save(positional, location, {**st, "mode": mode, "partitionBy": None})
+    return save(positional, location, {**st, "mode": mode, "partitionBy": None},
+                replace_source=df if _replacing(st) else None, api=f"insertInto({name!r})")  # fmt: skip
+
+
+def _replacing(st: dict[str, Any]) -> bool:
+    return _option(st, "replaceUsing") is not None or _option(st, "replaceOn") is not None
 
 
 def write_to(df: DataFrame, name: str, st: dict[str, Any], kind: str, *args: Any) -> int | None:
     """``df.writeTo(name).using("delta")`` then ``create`` / ``replace`` / ``createOrReplace`` /
     ``append`` / ``overwrite(condition)`` / ``overwritePartitions``."""
+    spark = df.sparkSession
+    check_write_options(spark, st["options"], api=f"df.writeTo({name!r})")
+    replace = _replace_options(spark, st)
+    replacing = replace["replaceUsing"] is not None or replace["replaceOn"] is not None
     registered = catalog.lookup(name)
     given = _option(st, "path") or _option(st, "location")
     location = _location(name, registered, given)
     exists = DeltaLog.for_table(location).table_exists()
     props = dict(st["properties"]) or None
-    common: dict[str, Any] = {"properties": props, "userMetadata": _option(st, "userMetadata")}
+    opts = _write_options(spark, st, "append")
+    common: dict[str, Any] = {
+        "properties": props,
+        **{k: opts[k] for k in ("userMetadata", "txnAppId", "txnVersion", "maxRecordsPerFile")},
+    }
     if kind in ("create", "replace", "createOrReplace"):
         if kind == "create" and exists and registered is not None:
             raise DeltaAnalysisException(f"[TABLE_OR_VIEW_ALREADY_EXISTS] Table {name} already exists (at {location})")
         if kind == "replace" and not (exists and registered is not None):
             raise DeltaTableNotFoundError(f"Cannot replace table {name}: it does not exist")
+        if replacing:
+            raise DeltaAnalysisException(
+                "[DELTA_DFV2_CREATE_REPLACE_INCOMPATIBLE_REPLACE_ON_OR_USING] DataFrame Writer V2 "
+                "create()/replace()/createOrReplace() cannot be used with the `replaceOn` or `replaceUsing` option "
+                "for Delta tables."
+            )
         operation = {"create": "CREATE TABLE AS SELECT", "replace": "REPLACE TABLE AS SELECT",
                      "createOrReplace": "CREATE OR REPLACE TABLE AS SELECT"}[kind]  # fmt: skip
         version = write(df, location, mode="overwrite" if exists else "error", partitionBy=st["partitionBy"],
                         clusterBy=st["clusterBy"] or None, overwriteSchema=exists, table_operation=operation,
-                        **common)  # fmt: skip
+                        new_table_properties=_table_properties(st) or None, **common)  # fmt: skip
         if registered is None:
-            catalog.register(name, location)
+            catalog.register(name, location, managed=False if given is not None else None)
     else:
         if registered is None or not exists:
             raise DeltaTableNotFoundError(f"[TABLE_OR_VIEW_NOT_FOUND] The table {name} cannot be found")
+        common["mergeSchema"] = opts["mergeSchema"]
         if kind == "append":
-            version = write(df, location, mode="append", mergeSchema=_flag(_option(st, "mergeSchema")), **common)
+            version = write(df, location, mode="append", **replace, **common)
         elif kind == "overwrite":
             condition = args[0] if args else None
             if condition is None:
                 raise DeltaIllegalArgumentException("overwrite(condition) needs a condition")
+            if _option(st, "replaceWhere") is not None:
+                raise DeltaIllegalArgumentException(
+                    "[DELTA_REPLACE_WHERE_IN_OVERWRITE] You can't use replaceWhere in conjunction with an overwrite "
+                    "by filter"
+                )
+            if replacing:
+                raise DeltaIllegalArgumentException(
+                    "[DELTA_OVERWRITE_BY_FILTER_INCOMPATIBLE_REPLACE_ON_OR_USING] Overwrite by filter is incompatible "
+                    "with the `replaceOn`/`replaceUsing` option."
+                )
             text = condition if isinstance(condition, str) else _column_sql(df, condition)
             version = write(df, location, mode="overwrite", replaceWhere=text, **common)
         else:  # overwritePartitions
+            if replacing:
+                raise DeltaIllegalArgumentException(
+                    "[DELTA_DYNAMIC_PARTITION_OVERWRITE_INCOMPATIBLE_REPLACE_ON_OR_USING] Dynamic partition overwrite "
+                    "is incompatible with the `replaceOn`/`replaceUsing` option."
+                )
             version = write(df, location, mode="overwrite", partitionOverwriteMode="dynamic", **common)
     isolation.note_write(df.sparkSession, location)
     return version

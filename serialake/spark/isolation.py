@@ -127,7 +127,8 @@ def read_cut(spark: SparkSession, tables: Sequence[tuple[str, str | None]]) -> d
         if (
             len(served) == len(logs)
             and len({e[1] for e in entries if e is not None}) == 1
-            and all(served[p].version >= log.known_version() for p, (log, _) in logs.items())
+            # (-1: the process forgot the table, e.g. it was dropped: read it afresh)
+            and all(0 <= log.known_version() <= served[p].version for p, (log, _) in logs.items())
         ):
             return served
     snaps = derived.read_cut(

@@ -18,19 +18,32 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from serialake.core import DeltaLog, clustering, constraints, features
+from serialake.core import cdf as core_cdf
 from serialake.core import expressions as P
 from serialake.core import properties as props
-from serialake.core.actions import Action, AddFile, Metadata, RemoveFile, SetTransaction, now_ms
+from serialake.core.actions import Action, AddCDCFile, AddFile, Metadata, RemoveFile, SetTransaction, now_ms
+from serialake.core.dv_policy import uses_deletion_vectors
 from serialake.core.schema import ArrayType, DataType, MapType, StructField, StructType, merge_schemas
 from serialake.core.transaction import OptimisticTransaction
 from serialake.core.written import commit_or_clean_up, remove_written
 from serialake.exceptions import (
     DeltaAnalysisException,
     DeltaIllegalArgumentException,
+    DeltaTableNotFoundError,
     SchemaMismatchError,
+    UnsupportedFeatureError,
 )
-from serialake.spark import invariants, io, scans
+from serialake.spark import invariants, io, scans, write_settings
 from serialake.spark.invariants import check_rows
+from serialake.spark.replace_rows import (
+    Matched,
+    ReplaceRows,
+    check_combination,
+    match_rows,
+    resolve_replace,
+    write_changes,
+)
+from serialake.spark.replace_rows import metrics as replace_metrics
 from serialake.spark.streaming import batch_txn
 
 __all__ = [
@@ -61,9 +74,15 @@ def write(
     maxRecordsPerFile: int | None = None,
     partitionOverwriteMode: str | None = None,
     clusterBy: str | Sequence[str] | None = None,
+    replaceUsing: str | None = None,
+    replaceOn: str | None = None,
+    targetAlias: str | None = None,
     *,
     table_operation: str | None = None,
     streaming_update: Mapping[str, str] | None = None,
+    replace_source: DataFrame | None = None,
+    replace_by_position: bool = False,
+    new_table_properties: Mapping[str, Any] | None = None,
 ) -> int | None:
     """Write ``df`` to the Delta table at ``path``; returns the committed version (None: skipped).
 
@@ -85,7 +104,85 @@ def write(
     ``outputMode``, ``queryId``, ``epochId``) records the commit as ``STREAMING UPDATE``.
     Inside ``serialake.streaming.idempotent`` a write without ``txnAppId`` commits with the
     micro-batch's txn (``streaming.batch_txn``).
+    ``replaceUsing`` (columns, comma-separated) or ``replaceOn`` (a condition; ``targetAlias``
+    names the table in it) with ``overwrite`` replace the table's rows that some written row
+    matches, as delta-spark's options do (``spark.replace_rows``); ``replace_source`` is the
+    DataFrame the rows are matched from when ``df`` was derived from it (``insertInto``,
+    whose columns go by position: ``replace_by_position``). ``targetAlias`` also names the
+    table in a ``replaceWhere`` condition. ``new_table_properties`` (the ``delta.*`` options
+    of ``df.write``) apply only when this write creates the table, as delta-spark's do.
+
+    The session's Delta settings apply as delta-spark reads them when it writes
+    (``spark.write_settings``): those not implemented are refused; without ``txnAppId`` and
+    ``txnVersion``, ``spark.databricks.delta.write.txnAppId`` / ``write.txnVersion`` make the
+    write idempotent (``write.txnVersion.autoReset.enabled`` unsets the version after it).
     """
+    spark = df.sparkSession
+    write_settings.check_session_settings(spark, table=path)
+    app_id, app_version = txnAppId, txnVersion
+    from_session = False
+    if app_id is None and app_version is None and streaming_update is None:
+        app_id, app_version = write_settings.session_txn(spark)
+        from_session = app_id is not None
+    replace = ReplaceRows.of(
+        replaceUsing, replaceOn, targetAlias, source=replace_source, by_position=replace_by_position
+    )
+    # A source that is not deterministic is read once (delta-spark materializes it too): the
+    # rows matched are the rows written.
+    source = replace.source if replace is not None and replace.source is not None else df
+    replacing = replace is not None and mode.lower() == "overwrite"
+    cached = source.persist() if replacing and not _deterministic(source) else None
+    try:
+        version = _write(
+            df, path, mode, partitionBy, replaceWhere, mergeSchema, overwriteSchema, properties, userMetadata,
+            app_id, app_version, maxRecordsPerFile, partitionOverwriteMode, clusterBy, targetAlias, replace,
+            table_operation=table_operation, streaming_update=streaming_update,
+            new_table_properties=new_table_properties,
+        )  # fmt: skip
+    finally:
+        if cached is not None:
+            cached.unpersist()
+    if from_session and write_settings.session_flag(spark, "write.txnVersion.autoReset.enabled", False):
+        spark.conf.unset(write_settings.SETTINGS_PREFIX + "write.txnVersion")
+    return version
+
+
+def _deterministic(df: DataFrame) -> bool:
+    """Whether Spark computes the same rows each time it runs ``df``'s plan (as far as its analysis knows)."""
+    try:
+        return bool(df._jdf.queryExecution().analyzed().deterministic())
+    except Exception:  # noqa: BLE001 - no JVM plan (Spark Connect): assume so, as a DML does
+        return True
+
+
+def _write(
+    df: DataFrame,
+    path: str,
+    mode: str,
+    partitionBy: str | Sequence[str] | None,
+    replaceWhere: str | None,
+    mergeSchema: bool,
+    overwriteSchema: bool,
+    properties: Mapping[str, Any] | None,
+    userMetadata: str | None,
+    txnAppId: str | None,
+    txnVersion: int | None,
+    maxRecordsPerFile: int | None,
+    partitionOverwriteMode: str | None,
+    clusterBy: str | Sequence[str] | None,
+    targetAlias: str | None,
+    replace: ReplaceRows | None,
+    *,
+    table_operation: str | None,
+    streaming_update: Mapping[str, str] | None,
+    new_table_properties: Mapping[str, Any] | None,
+) -> int | None:
+    """``write`` once the session's settings are applied (see there)."""
+    if replace is not None:
+        check_combination(
+            replace, overwrite=mode.lower() == "overwrite", replace_where=replaceWhere,
+            partition_overwrite_mode=partitionOverwriteMode, overwrite_schema=overwriteSchema,
+        )  # fmt: skip
     mode_key = _check_arguments(mode, replaceWhere, overwriteSchema, txnAppId, txnVersion)
     dynamic = _dynamic_overwrite(mode_key, partitionOverwriteMode, replaceWhere, overwriteSchema)
     parts = [partitionBy] if isinstance(partitionBy, str) else list(partitionBy or [])
@@ -95,6 +192,9 @@ def write(
     txn = log.start_transaction()
     snap = txn.snapshot
     table = log.table_path
+    replacing = replace is not None and mode_key == "overwrite"
+    if replacing and snap is None:
+        raise DeltaTableNotFoundError(f"[DELTA_PATH_DOES_NOT_EXIST] {table} doesn't exist, or is not a Delta table.")
     if snap is not None:
         if mode_key in ("error", "errorifexists"):
             raise DeltaAnalysisException(
@@ -118,6 +218,8 @@ def write(
         # overwriteSchema keeps the partitioning unless told otherwise (or told to cluster).
         if not parts and snap is not None and not clusterBy:
             parts = [c for c in snap.partition_columns if c.lower() in {n.lower() for n in df.columns}]
+        if snap is None and new_table_properties:
+            properties = {**new_table_properties, **(properties or {})}
         data, metadata = _new_table(df, table, parts, properties, snap.metadata if snap else None)
         # The schema is the data's: only CHECK constraints (kept by overwriteSchema) can apply.
         data = invariants.enforce(
@@ -138,28 +240,57 @@ def write(
     schema = StructType.from_json(final_meta.schema_string)
     part_cols = list(final_meta.partition_columns)
 
-    removes: list[RemoveFile] = []
+    removes: list[Action] = []
     params: dict[str, Any] = {"mode": MODES[mode_key], "partitionBy": _json_list(part_cols)}
     if replaceWhere is not None:
         params["predicate"] = _json_list([replaceWhere])
     if dynamic:
         params["dynamicPartitionOverwrite"] = "true"
-    if mode_key == "overwrite" and not dynamic:
+    if replace is not None:
+        params.update(replace.parameters)
+    matched: Matched | None = None
+    new_rows = data
+    if replacing:
+        assert snap is not None and replace is not None
+        matched, data = _replace_matching(txn, snap, replace, df, data)
+        removes = list(matched.actions)
+    elif mode_key == "overwrite" and not dynamic:
         if replaceWhere is None:
             removed = txn.read_whole_table()
         else:
-            removed, data = _replace_where(txn, data, replaceWhere, schema, part_cols)
+            removed, data = _replace_where(txn, data, replaceWhere, schema, part_cols, targetAlias)
         stamp = now_ms()
         removes = [f.remove(timestamp=stamp) for f in removed]
 
-    adds = write_checked_files(
-        data,
-        table,
-        part_cols,
-        max_records_per_file=maxRecordsPerFile,
-        configuration=final_meta.configuration,
-        schema=schema,
-    )
+    written_dvs = matched.written_dvs if matched is not None else []
+    try:
+        adds = write_checked_files(
+            data,
+            table,
+            part_cols,
+            max_records_per_file=maxRecordsPerFile,
+            configuration=final_meta.configuration,
+            schema=schema,
+        )
+    except DeltaAnalysisException as e:
+        remove_written(table, [], written_dvs)
+        if matched is None or replace is None:
+            raise
+        raise DeltaAnalysisException(
+            "[DELTA_REPLACE_ON_OR_USING_TABLE_CONSTRAINT_VIOLATION] Written data violates a table constraint during "
+            f"REPLACE ON/USING '{replace.text}'.\n{e}"
+        ) from None
+    except BaseException:
+        remove_written(table, [], written_dvs)
+        raise
+    changes: list[AddCDCFile] = []
+    if matched is not None and matched.record_changes:
+        assert snap is not None
+        try:
+            changes = write_changes(snap, matched.deleted, new_rows)
+        except BaseException:
+            remove_written(table, adds, written_dvs)
+            raise
     if identity_values is not None:
         identity_values.record(txn)
     if dynamic and snap is not None:
@@ -170,14 +301,43 @@ def write(
             raise
         stamp = now_ms()
         removes = [f.remove(timestamp=stamp) for f in removed]
-    actions: list[Action] = [*removes, *adds, *domains]
+    actions: list[Action] = [*removes, *adds, *changes, *domains]
     if txnAppId is not None:
         actions.append(SetTransaction(app_id=txnAppId, version=int(txnVersion), last_updated=now_ms()))  # type: ignore[arg-type]
-    metrics = _metrics(adds, removes)
+    if matched is not None:
+        metrics = replace_metrics(adds, matched, changes)
+    else:
+        metrics = _metrics(adds, [r for r in removes if isinstance(r, RemoveFile)])
     operation = table_operation or "WRITE"
     if streaming_update is not None:
         operation, params = "STREAMING UPDATE", dict(streaming_update)
-    return commit_or_clean_up(txn, actions, operation, params, metrics, new_files=adds, user_metadata=userMetadata)
+    return commit_or_clean_up(
+        txn, actions, operation, params, metrics, new_files=[*adds, *changes], new_dvs=written_dvs,
+        user_metadata=userMetadata,
+    )  # fmt: skip
+
+
+def _replace_matching(
+    txn: OptimisticTransaction, snap: Any, replace: ReplaceRows, df: DataFrame, data: DataFrame
+) -> tuple[Matched, DataFrame]:
+    """replaceUsing / replaceOn in overwrite: the rows replaced (``replace_rows.match_rows``) and the
+    data to write (the new rows, and with copy-on-write the other rows of the files they leave)."""
+    source = replace.source if replace.source is not None else df
+    spark = df.sparkSession
+    cond = resolve_replace(spark, replace, snap, source)
+    if core_cdf.enabled(snap.metadata) and not uses_deletion_vectors(snap) and len(data.columns) != len(
+        snap.schema.fields
+    ):
+        raise UnsupportedFeatureError(
+            f"Table {snap.table_path} records change data: a {replace.option} write that adds columns "
+            "(mergeSchema) is not supported on it without deletion vectors. Add the columns first "
+            "(ALTER TABLE ... ADD COLUMNS), or enable delta.enableDeletionVectors."
+        )
+    matched = match_rows(spark, txn, snap, replace, source, cond)
+    if matched.kept is None:
+        return matched, data
+    names = [_q(c) for c in data.columns]
+    return matched, data.unionByName(matched.kept, allowMissingColumns=True).select(*names)
 
 
 def _dynamic_overwrite(mode_key: str, setting: str | None, replace_where: str | None, overwrite_schema: bool) -> bool:
@@ -558,14 +718,29 @@ def _replace_where(
     condition: str,
     schema: StructType,
     part_cols: Sequence[str],
+    target_alias: str | None = None,
 ) -> tuple[list[AddFile], DataFrame]:
     """Files replaceWhere removes, and the data to write: new rows plus the kept old ones.
 
     Files are chosen by partition values and stats. When the condition reads data
-    columns, the rows of those files that do not satisfy it are written back.
+    columns, the rows of those files that do not satisfy it are written back. Every
+    written row must satisfy the condition, unless the session's
+    ``spark.databricks.delta.replaceWhere.constraintCheck.enabled`` is false; with
+    ``replaceWhere.dataColumns.enabled`` false the condition may name partition columns
+    only (delta-spark's settings). ``target_alias`` (the ``targetAlias`` option) may qualify
+    the table's columns in the condition.
     """
     table = txn.table_path
-    expr = P.parse_predicate(condition)
+    spark = data.sparkSession
+    expr: P.Expr | None = P.parse_predicate(condition)
+    if target_alias:
+        expr = P.strip_qualifier(expr, target_alias)  # type: ignore[arg-type]
+        if expr is None:
+            raise DeltaAnalysisException(
+                f"replaceWhere '{condition}' on table {table} qualifies a column by another name than the "
+                f"targetAlias '{target_alias}'"
+            )
+    assert expr is not None
     refs = {name for _, name in P.column_refs(expr)}
     unknown = sorted(n for n in refs if schema.field(n) is None)
     if unknown:
@@ -573,22 +748,35 @@ def _replace_where(
             f"replaceWhere '{condition}' on table {table} refers to unknown column(s) "
             f"{', '.join(unknown)} (columns: {', '.join(schema.field_names)})"
         )
+    parts = {c.lower() for c in part_cols}
+    on_data_columns = write_settings.session_flag(spark, "replaceWhere.dataColumns.enabled", True)
+    if not on_data_columns:
+        outside = sorted(n for n in refs if n.lower() not in parts)
+        if outside:
+            raise DeltaAnalysisException(
+                f"[DELTA_NON_PARTITION_COLUMN_REFERENCE] Predicate references non-partition column '{outside[0]}'. "
+                f"Only the partition columns may be referenced: [{', '.join(part_cols)}]"
+            )
+    # Without the data-columns mode, delta-spark checks the written files' partitions whatever the setting.
+    check = not on_data_columns or write_settings.session_flag(spark, "replaceWhere.constraintCheck.enabled", True)
     spark_cond = F.expr(condition)
+    framed = data.alias(target_alias) if target_alias else data
     checked = check_rows(
-        data,
+        framed,
         [spark_cond],
-        [f"Data written to table {table} does not match replaceWhere '{condition}'; every written row must satisfy it"],
-    )
+        [f"[DELTA_REPLACE_WHERE_MISMATCH] Data written to table {table} does not match replaceWhere '{condition}'; "
+         "every written row must satisfy it"],
+    ) if check else data  # fmt: skip
     snap = txn.snapshot
     if snap is None:  # creating the table: nothing to replace
         return [], checked
-    files = txn.filter_files([condition])
-    parts = {c.lower() for c in part_cols}
+    files = txn.filter_files([expr])
     if all(n.lower() in parts for n in refs) or not files:
         return files, checked
-    kept = io.read_files_df(data.sparkSession, snap, files).filter(~F.coalesce(spark_cond, F.lit(False)))
+    old = io.read_files_df(spark, snap, files)
+    kept = (old.alias(target_alias) if target_alias else old).filter(~F.coalesce(spark_cond, F.lit(False)))
     names = [_q(f.name) for f in schema.fields]
-    combined = checked.select(*names).unionByName(kept, allowMissingColumns=True).select(*names)
+    combined = checked.select(*names).unionByName(kept.select(*names), allowMissingColumns=True).select(*names)
     return files, combined
 
 

@@ -137,7 +137,7 @@ def _create_table(spark: SparkSession, st: CreateTable) -> DataFrame:
     exists = log.table_exists()
     if exists and st.mode == "create":
         if st.if_not_exists:
-            _register(name, location)
+            _register(name, location, st.location)
             return empty(spark)
         if name is not None and catalog.lookup(name) is not None:
             raise DeltaAnalysisException(
@@ -148,7 +148,7 @@ def _create_table(spark: SparkSession, st: CreateTable) -> DataFrame:
             raise DeltaAnalysisException(f"Table {st.table.text} already exists at {log.table_path}.")
         if st.columns:
             _check_same_schema(log, st)
-        _register(name, location)
+        _register(name, location, st.location)
         return empty(spark)
     if not exists and st.mode == "replace":
         raise DeltaTableNotFoundError(f"Cannot REPLACE table {st.table.text}: there is no table at {log.table_path}.")
@@ -165,7 +165,7 @@ def _create_table(spark: SparkSession, st: CreateTable) -> DataFrame:
             clusterBy=list(st.cluster_by) or None,
             table_operation=f"{operation} TABLE AS SELECT",
         )
-        _register(name, location)
+        _register(name, location, st.location)
     elif st.columns:
         builder = {
             "create": DeltaTable.createIfNotExists if st.if_not_exists else DeltaTable.create,
@@ -227,9 +227,10 @@ def _check_same_schema(log: DeltaLog, st: CreateTable) -> None:
         )
 
 
-def _register(name: str | None, location: str) -> None:
+def _register(name: str | None, location: str, given: str | None = None) -> None:
+    """Register ``name`` (when given) at ``location``; a table created with a LOCATION is external."""
     if name is not None:
-        catalog.register(name, location)
+        catalog.register(name, location, managed=False if given is not None else None)
 
 
 def _drop_table(spark: SparkSession, st: DropTable) -> DataFrame:
@@ -239,7 +240,8 @@ def _drop_table(spark: SparkSession, st: DropTable) -> DataFrame:
             statement=st.text,
             hint="Path tables have no catalog entry; delete the directory to remove the data.",
         )
-    if not catalog.unregister(st.table.name):
+    # A managed table's files go with it (as with delta-spark); an external table keeps them.
+    if not catalog.drop_table(st.table.name):
         if spark.catalog.tableExists(st.table.name):
             return spark.sql(st.text)
         if not st.if_exists:

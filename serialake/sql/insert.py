@@ -42,6 +42,12 @@ def run_insert(spark: SparkSession, st: Insert) -> DataFrame:
     log = DeltaLog.for_table(path)
     if not log.table_exists():
         raise DeltaTableNotFoundError(f"Cannot INSERT INTO {st.table.text}: {log.table_path} is not a Delta table.")
+    if st.replace_on_using:
+        raise DeltaAnalysisException(
+            f"[UNSUPPORTED_FEATURE.TABLE_OPERATION] The feature is not supported: Table {st.table.text} does not "
+            "support INSERT INTO ... REPLACE ON/USING. delta-spark 4.4 runs neither: use the DataFrame options "
+            "(df.write.option('replaceUsing', ...) / option('replaceOn', ...)) instead."
+        )
     self_read = any(p == log.table_path for _, _, p in delta_tables_in(st.query))
     replace_where = st.replace_where
     if st.static_partition and st.overwrite and replace_where is None:

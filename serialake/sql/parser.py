@@ -117,6 +117,13 @@ def _from_sqlglot(statement: str, body: str, head: int) -> Statement:
         # sqlglot has no bare REPLACE TABLE: parse it as CREATE (same length keeps positions).
         text = body[:head] + "CREATE " + body[head + len("REPLACE") :]
         mode = "replace"
+    replace_on_using = _INSERT_REPLACE_ON_USING.match(body, head)
+    if replace_on_using:
+        # Spark 4's INSERT INTO t REPLACE ON cond / REPLACE USING (cols): delta-spark 4.4 refuses it
+        # when it runs (sqlglot parses USING only, as if it were a plain INSERT).
+        target = exp.to_table(replace_on_using.group("table"), dialect=DIALECT)
+        return Insert(table=table_ref_of(target, statement), query=exp.select("1"), replace_on_using=True,
+                      text=statement)  # fmt: skip
     evolution = _MERGE_WITH_EVOLUTION.match(body, head)
     if evolution:
         # sqlglot has no MERGE WITH SCHEMA EVOLUTION: blank the clause out (positions kept).
@@ -370,6 +377,11 @@ def _update(statement: str, tree: exp.Update) -> Statement:
 
 
 _MERGE_WITH_EVOLUTION = re.compile(r"MERGE\s+(WITH\s+SCHEMA\s+EVOLUTION)\s+INTO\b", re.I)
+_INSERT_REPLACE_ON_USING = re.compile(
+    r"INSERT\s+INTO\s+(?:TABLE\s+)?(?P<table>(?:`[^`]*`|[\w$]+)(?:\s*\.\s*(?:`[^`]*`|[\w$]+))*)"
+    r"(?:\s+(?:AS\s+)?(?!REPLACE\b)\w+)?\s+REPLACE\s+(?:ON|USING)\b",
+    re.I,
+)
 
 
 def _merge(statement: str, tree: exp.Merge, *, schema_evolution: bool = False) -> Statement:

@@ -114,6 +114,7 @@ class Insert(Statement):
     replace_where: str | None = None
     static_partition: dict[str, exp.Expr] = field(default_factory=dict)
     by_name: bool = False
+    replace_on_using: bool = False  # INSERT INTO t REPLACE ON / USING: refused, as delta-spark does
 
 
 @dataclass(frozen=True)

@@ -93,7 +93,7 @@ def clone(
         )
     conf = {**snap.metadata.configuration, **props.validate_properties(dict(properties or {}), table=shown)}
     metadata = replace(snap.metadata, id=str(uuid.uuid4()), configuration=conf, created_time=now_ms())
-    txn.update_metadata(metadata, replace_table=True)
+    txn.update_metadata(metadata, replace_table=True, ignore_defaults=True)  # an exact copy: no session defaults
     txn.update_protocol(snap.protocol)
     if shallow:
         txn.allow_external_files()
@@ -131,7 +131,7 @@ def _uri(path: str) -> str:
     if is_remote(path):
         scheme, rest = path.split("://", 1)
         return f"{scheme}://{quote(rest, safe='/')}"
-    return "file://" + quote(path, safe="/")
+    return "file:" + quote(path, safe="/")  # Hadoop's form, as delta-spark writes (and matches) them
 
 
 def _shallow(source: str, f: AddFile) -> AddFile:

@@ -89,6 +89,9 @@ _LEGACY_WRITER = {
     ),
 }
 
+# Reader features reader version 2 implies (``reader_features``).
+_LEGACY_READER = frozenset({"columnMapping"})
+
 # Table property that turns a feature on, when the table has it.
 FEATURE_PROPERTY = {
     "deletionVectors": props.ENABLE_DELETION_VECTORS,
@@ -103,7 +106,7 @@ def reader_features(protocol: Protocol) -> frozenset[str]:
     """Reader features a protocol requires (legacy reader 2 means columnMapping)."""
     if protocol.min_reader_version >= 3:
         return frozenset(protocol.reader_features or ())
-    return frozenset({"columnMapping"}) if protocol.min_reader_version == 2 else frozenset()
+    return _LEGACY_READER if protocol.min_reader_version == 2 else frozenset()
 
 
 def writer_features(protocol: Protocol) -> frozenset[str]:
@@ -183,7 +186,9 @@ def required_protocol(
     """The smallest protocol that supports ``base`` plus the features the properties turn on.
 
     Without features beyond the legacy set the protocol stays at (1, 2); any named
-    feature moves the table to (3, 7) with explicit feature lists.
+    feature moves the table to writer version 7 with an explicit writer feature list, and to
+    reader version 3 with a reader feature list, or to 2 (none) when column mapping is the
+    only reader feature, as delta-spark does.
     """
     wanted: set[str] = set(features)
     conf_lower = {k.lower(): v for k, v in configuration.items()}
@@ -197,6 +202,8 @@ def required_protocol(
         wanted.add("checkConstraints")
     if conf_lower.get(props.COLUMN_MAPPING_MODE.lower(), "none").lower() != "none":
         wanted.add("columnMapping")
+    if conf_lower.get(props.CHECKPOINT_POLICY.lower(), "classic").lower() == "v2":
+        wanted.add("v2Checkpoint")  # readers must know v2 (UUID-named) checkpoints may be there
 
     base = base or Protocol(1, 2)
     base_readers = reader_features(base)
@@ -205,6 +212,15 @@ def required_protocol(
         return base
     all_writers = sorted(base_writers | wanted)
     rw = sorted(base_readers | {f for f in wanted if f in READER_WRITER_FEATURES})
+    if base.min_reader_version < 3 and set(rw) <= _LEGACY_READER:
+        # Reader features that reader version 2 implies need no list, as delta-spark writes them:
+        # readers without table features can still read the table.
+        return Protocol(
+            min_reader_version=max(base.min_reader_version, 2 if rw else 1),
+            min_writer_version=7,
+            reader_features=None,
+            writer_features=tuple(all_writers),
+        )
     needs_reader_features = bool(rw)
     return Protocol(
         min_reader_version=3 if needs_reader_features else max(1, base.min_reader_version),

@@ -458,7 +458,8 @@ class DeltaTable:
         if features.has_feature(snap.protocol, name):
             return
         txn.update_protocol(features.required_protocol({}, [name], base=snap.protocol))
-        txn.commit([], "SET TBLPROPERTIES", {"properties": json.dumps({props.FEATURE_PREFIX + name: "supported"})})
+        supported = json.dumps({props.FEATURE_PREFIX + name: "supported"}, separators=(",", ":"))
+        txn.commit([], "SET TBLPROPERTIES", {"properties": supported})
 
     def dropFeatureSupport(self, featureName: str, truncateHistory: bool | None = None) -> None:  # noqa: N802, N803
         """Remove table feature ``featureName`` (``ALTER TABLE ... DROP FEATURE``)."""
@@ -486,7 +487,7 @@ class DeltaTable:
             base = txn.protocol or snap.protocol
             reader, writer = versions.get(props.MIN_READER_VERSION, 0), versions.get(props.MIN_WRITER_VERSION, 0)
             txn.update_protocol(_upgraded_protocol(base, reader, writer, self.path))
-        return txn.commit([], "SET TBLPROPERTIES", {"properties": json.dumps(conf)})
+        return txn.commit([], "SET TBLPROPERTIES", {"properties": json.dumps(conf, separators=(",", ":"))})
 
     def unsetTableProperties(self, keys: Sequence[str], ifExists: bool = False) -> int:  # noqa: N802, N803
         """Remove table properties in one metadata commit (``UNSET TBLPROPERTIES``)."""
@@ -686,7 +687,8 @@ class DeltaTableBuilder:
             "isManaged": "true" if self._location is None else "false",
             "partitionBy": json.dumps(list(metadata.partition_columns), separators=(",", ":")),
             "clusterBy": json.dumps(cluster_by, separators=(",", ":")),
-            "properties": json.dumps(dict(metadata.configuration)),
+            # The properties the table gets (column mapping's maxColumnId too), as delta-spark records them.
+            "properties": json.dumps(dict((txn.metadata or metadata).configuration), separators=(",", ":")),
         }
         if self._comment is not None:
             params["description"] = self._comment

@@ -72,7 +72,9 @@ def test_created_table_writes_physical_names_ids_and_stats(spark: SparkSession, 
     assert sorted(ids.values()) == [1, 2, 3, 6]  # info's fields took 4 and 5
     assert all(p.startswith("col-") for p in physical.values())
     assert snap.configuration["delta.columnMapping.maxColumnId"] == "6"
-    assert "columnMapping" in (snap.protocol.reader_features or ()) and snap.protocol.min_writer_version == 7
+    # Reader version 2 implies column mapping (no reader feature list), as delta-spark writes it.
+    assert (snap.protocol.min_reader_version, snap.protocol.reader_features) == (2, None)
+    assert "columnMapping" in (snap.protocol.writer_features or ()) and snap.protocol.min_writer_version == 7
 
     spark.sql(f"INSERT INTO delta.`{tmp_table}` VALUES (1, 'a', named_struct('city', 'Oslo', 'zip', 1), 'x'), "
               f"(2, 'b', NULL, 'y')")

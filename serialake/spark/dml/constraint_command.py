@@ -11,7 +11,6 @@ the constraint can slip in between. From then on every write checks it
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import replace
 
@@ -83,5 +82,5 @@ def drop_constraint(table_path: str, name: str, *, if_exists: bool = False) -> i
     expression = snap.configuration[found[0]]
     conf = {k: v for k, v in snap.configuration.items() if k != found[0]}
     txn.update_metadata(replace(snap.metadata, configuration=conf))
-    params = {"name": name, "expr": expression, "ifExists": json.dumps(if_exists)}
+    params = {"name": name, "expr": expression, "existed": "true"}  # delta-spark's DropConstraint
     return txn.commit([], "DROP CONSTRAINT", params)

@@ -130,7 +130,7 @@ class MergeClause:
     star: bool = False  # updateAll / insertAll
 
     def describe(self) -> dict[str, str]:
-        out = {"actionType": self.action + ("*" if self.star else "")}
+        out = {"actionType": self.action}  # as delta-spark: INSERT * is "insert" too
         if self.condition is not None:
             out["predicate"] = condition_text(self.condition) or ""
         return out

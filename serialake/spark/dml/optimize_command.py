@@ -316,9 +316,9 @@ class DeltaOptimizeBuilder:
             "predicate": json_list([self._as_catalyst(w) for w in self._where]),
             "zOrderBy": json_list(zorder),
             "auto": "false",
+            "clusterBy": json_list(cluster_by or []),  # delta-spark records it on every table
         }
         if cluster_by:
-            params["clusterBy"] = json_list(cluster_by)
             params["isFull"] = json.dumps(full)
         metrics = _metrics(snap, inputs, adds, considered, bins, zorder, start, cluster_by)
         commit_metrics = {k: v for k, v in metrics.items() if k not in _DETAIL_KEYS}

@@ -215,7 +215,15 @@ class DeltaSparkPeer:
         """
         directory = Path(gate)
         directory.mkdir(parents=True, exist_ok=True)
-        arm = f"commit_gate({os.path.abspath(table)!r}, {str(directory)!r})\n"
+        # delta-spark holds the table's DeltaLog lock while it puts a commit file (its local
+        # log store may show partial writes): held at the gate, it would keep another
+        # delta-spark request from committing the winner. The gated request runs in a session
+        # of its own without that lock; it puts only after the winner has committed.
+        arm = (
+            f"commit_gate({os.path.abspath(table)!r}, {str(directory)!r})\n"
+            "spark = spark.newSession()\n"
+            "spark.conf.set('spark.databricks.delta.commitLock.enabled', 'false')\n"
+        )
         future = self.submit(arm + code, **args)
         return self._wait_reached(future, directory, timeout, "commit")
 

@@ -158,13 +158,31 @@ def _below_predicate(bound: str) -> Expr:
     return parse_predicate(f"k < '{bound}'")
 
 
+def row_keys(table: str, path: str) -> dict[int, str]:
+    """``row index -> key`` of every row of a data file (deleted or not; for audits)."""
+    return {i: k for k, found in _file_rows(table, path).items() for i, _, _ in found}
+
+
+def deleted_rows(table: str, dv: DeletionVectorDescriptor | None) -> frozenset[int]:
+    """The row indexes a deletion vector deletes (none for None; for audits)."""
+    return _deleted(table, dv)
+
+
 def file_lists(table: str, f: AddFile) -> list[str]:
     """Every ``list`` value in a data file (for auditing which transaction wrote it)."""
     return pq.ParquetFile(os.path.join(table, f.path)).read(columns=["list"]).column("list").to_pylist()
 
 
-def execute_txn(log: DeltaLog, mops: Sequence[Mop], retired: Callable[[int], int] | None = None) -> TxnResult:
-    """Run ``mops`` as one transaction over rows; same outcomes (and ``retired``) as the file-level workload."""
+def execute_txn(
+    log: DeltaLog,
+    mops: Sequence[Mop],
+    retired: Callable[[int], int] | None = None,
+    hold: Callable[[], None] | None = None,
+) -> TxnResult:
+    """Run ``mops`` as one transaction over rows; same outcomes (and ``retired``) as the file-level workload.
+
+    ``hold()`` runs between the reads and the commit (a long transaction: others commit meanwhile).
+    """
     table = log.table_path
     try:
         txn = log.start_transaction()
@@ -194,6 +212,8 @@ def execute_txn(log: DeltaLog, mops: Sequence[Mop], retired: Callable[[int], int
                 done.append((f, key, value))
     except Exception as e:  # noqa: BLE001 - nothing was written: a definite failure
         return TxnResult("fail", tuple(mops), error_text(e))
+    if hold is not None:
+        hold()
     if not appended:
         return TxnResult("ok", tuple(done), commit_version=txn.read_version)
     # Mark the keys' current rows deleted, file by file; write the new rows in one new file.

@@ -8,6 +8,9 @@ every commit belongs to exactly one transaction. With ``dataframes`` the Spark w
 runs per level too, in threads sharing one SparkSession. Optional SIGKILL crash trials
 follow. With ``s3`` the tables (and the crash trials' tables) are on S3 instead: at
 ``s3_uri``, or on a moto server this run starts on 127.0.0.1 and stops by its pid.
+With ``delta_spark`` (``--delta-spark-python``) the list-append sections are mixed ones
+instead (:mod:`serialake.verify.mixed`): serialake's row-level workers and delta-spark
+writer processes on one table, checked as one history.
 The report is text for people or JSON (``--json``); the exit code is 1 when anything is
 invalid.
 """
@@ -53,6 +56,7 @@ from serialake.verify.workload import (
 
 if TYPE_CHECKING:
     from serialake.verify.dataframes import DataFrameConfig
+    from serialake.verify.mixed import DeltaSparkConfig
     from serialake.verify.multitable import MultiTableResult
 
 __all__ = ["LevelReport", "VerifyReport", "main", "run_verify"]
@@ -106,6 +110,8 @@ class LevelReport:
     workers: str = "processes"  # what ran concurrently: "processes", or "threads" of one process
     store: str = "local"  # where the log is: "local", or the S3 location and server
     rounds: int = 1  # negative control runs until one was caught (at most DATAFRAME_CONTROL_ROUNDS)
+    delta_spark_processes: int = 0  # a mixed run's delta-spark writers (workers == "mixed")
+    delta_spark: dict[str, Any] = field(default_factory=dict)  # what they did (mixed.delta_spark_summary)
 
     @property
     def checker_valid(self) -> bool:
@@ -163,6 +169,12 @@ class LevelReport:
         if self.workers == "multitable":
             who = f"{self.processes} processes (writers, readers, a maintainer) x {self.txns_per_process} txns"
             who += f" (round {self.rounds})" if self.rounds > 1 else ""
+        elif self.workers == "mixed":
+            who = (
+                f"{self.processes} serialake processes x {self.txns_per_process} txns ({self.faulty_processes} on a "
+                f"fault-injecting store; paced) + {self.delta_spark_processes} delta-spark processes"
+            )
+            who += f" (round {self.rounds})" if self.rounds > 1 else ""
         elif self.workers == "threads":
             who = f"{self.processes} threads sharing one SparkSession x {self.txns_per_process} txns"
             who += f" (round {self.rounds})" if self.rounds > 1 else ""
@@ -191,10 +203,26 @@ class LevelReport:
         ]
         if self.workers == "multitable":  # no per-commit stats or log audit: say only what was measured
             lines = [lines[0], lines[1], lines[2], f"  commit retries {self.retries}", lines[-1]]
+        if self.workers == "mixed":
+            lines.insert(3, "  " + _render_delta_spark(self.delta_spark))
         lines += [f"    {p}" for p in self.log_problems[:10]]
         lines += [f"  worker: {p}" for p in self.worker_problems[:5]]
         lines += ["  " + line for line in self.checker_summary.splitlines()]
         return "\n".join(lines)
+
+
+def _render_delta_spark(d: dict[str, Any]) -> str:
+    aborted = ", ".join(f"{k} {v}" for k, v in sorted(d.get("aborted", {}).items(), key=lambda kv: -kv[1])) or "-"
+    unknown = ", ".join(f"{k} {v}" for k, v in sorted(d.get("unknown", {}).items())) or "-"
+    mean = d.get("mean_commit_s")
+    commits = d.get("log_commits")
+    in_log = f"; log: {', '.join(f'{k} {v}' for k, v in sorted(commits.items()))} commits" if commits else ""
+    return (
+        f"of which delta-spark {d.get('txns', 0)} txns: committed {d.get('committed', 0)} appends "
+        f"(mean {'-' if mean is None else f'{mean:.1f} s'}) + {d.get('read_only', 0)} read-only; aborted "
+        f"{sum(d.get('aborted', {}).values())} ({aborted}); unknown {sum(d.get('unknown', {}).values())} ({unknown}); "
+        f"serialake txns aborted by a delta-spark commit: {d.get('serialake_aborted_by_delta_spark', 0)}{in_log}"
+    )
 
 
 def _render_cost(c: dict[str, float | None]) -> str:
@@ -373,6 +401,7 @@ def run_verify(
     multi_table: bool = False,
     s3: bool = False,
     s3_uri: str | None = None,
+    delta_spark: DeltaSparkConfig | None = None,
 ) -> VerifyReport:
     """Run the whole verification; progress lines go to ``out`` (None: silent).
 
@@ -397,6 +426,13 @@ def run_verify(
     commit PUTs (lost responses, 500, 503, 409, delays). The row-level sections, the Spark
     workload and the multi-table workload write data files locally: they do not run on S3
     (``row_level`` is ignored there; ``dataframes`` or ``multi_table`` raise ``ValueError``).
+
+    ``delta_spark`` makes the list-append sections mixed ones (:mod:`serialake.verify.mixed`):
+    per level, the row-level workload of ``processes`` serialake workers (paced) with
+    ``delta_spark.processes`` delta-spark writer processes beside them on the same table,
+    their histories checked as one and the log audited for both engines' commits; with
+    ``control``, the mixed negative control instead of the serialake one (delta-spark's
+    appends as a read followed by a blind overwrite). Not on S3.
     """
     s3 = s3 or s3_uri is not None
     if s3 and (dataframes or multi_table):
@@ -404,15 +440,17 @@ def run_verify(
             "the Spark DataFrame and multi-table workloads do not run on S3 (their data files are local): "
             "run them without --s3"
         )
+    if s3 and delta_spark is not None:
+        raise ValueError("the runs with delta-spark writers write their data files locally: run them without --s3")
     t0 = time.monotonic()
     base = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="serialake-verify-"))
     faulty = processes // 2 if faulty_processes is None else faulty_processes
     spec = faults or default_faults()
     levels = _normalize_levels(isolation_levels)
-    runs = [(lv, False, False) for lv in levels]
-    if row_level and not s3:  # the same workload on rows of shared files, through deletion vectors
+    runs = [(lv, False, False) for lv in levels] if delta_spark is None else []
+    if row_level and not s3 and delta_spark is None:  # the same workload on rows of shared files (DVs)
         runs += [(lv, False, True) for lv in levels]
-    if control:
+    if control and delta_spark is None:
         runs.append(("Serializable", True, False))
     reports: list[LevelReport] = []
     control_report: LevelReport | None = None
@@ -444,6 +482,18 @@ def run_verify(
                 control_report = rep
             else:
                 reports.append(rep)
+        if delta_spark is not None:
+            mixed = [(lv, False) for lv in levels] + ([("Serializable", True)] if control else [])
+            for i, (level, negative) in enumerate(mixed):
+                cfg = WorkloadConfig(  # the control's txns are not capped: serialake's conflict checks stay on
+                    processes=processes, txns=txns, isolation_level=level, key_count=key_count,
+                    faulty_processes=0 if negative else faulty, faults=spec, seed=seed + 400 + i,
+                )  # fmt: skip
+                rep = _run_mixed(base, cfg, replace(delta_spark, control=negative), out)
+                if negative:
+                    control_report = rep
+                else:
+                    reports.append(rep)
         if multi_table:
             mt_txns = max(20, txns // 5)
             sections = [(True, False), (False, False)] + ([(True, True), (False, True)] if control else [])
@@ -583,6 +633,37 @@ def _run_s3_level(target: S3Target, name: str, cfg: WorkloadConfig, history: Pat
     return rep
 
 
+def _run_mixed(base: Path, cfg: WorkloadConfig, ds: DeltaSparkConfig, out: TextIO | None) -> LevelReport:
+    """The row-level workload with delta-spark writers at ``cfg``'s level, checked and audited.
+
+    The negative control (``ds.control``) runs up to ``DATAFRAME_CONTROL_ROUNDS`` rounds (new
+    seeds) until the checker finds an anomaly; the report is of the last round.
+    """
+    from serialake.verify.mixed import MixedAudit, delta_spark_summary, run_mixed
+
+    level, negative = cfg.isolation_level, ds.control
+    name = "mixed-control" if negative else f"{level}-mixed"
+    _say(out, f"running {name}: {cfg.processes} serialake processes x {cfg.txns} txns + {ds.processes} delta-spark "
+              "processes ...")  # fmt: skip
+    rep: LevelReport | None = None
+    for r in range(DATAFRAME_CONTROL_ROUNDS if negative else 1):
+        where = base / (name if r == 0 else f"{name}-{r}")
+        result = run_mixed(str(where / "table"), replace(cfg, seed=cfg.seed + r), ds, where / "history")
+        audit = MixedAudit(cfg.processes)
+        rep = _level_report(result, LEVELS[level], negative, audit=audit)
+        rep.workers, rep.rounds, rep.delta_spark_processes = "mixed", r + 1, ds.processes
+        rep.delta_spark = delta_spark_summary(result.history, cfg.processes, audit.commits if not negative else None)
+        if not negative or rep.violations:
+            break
+    assert rep is not None
+    if negative:
+        rep.title = "negative control (delta-spark writers read, then overwrite blindly)"
+    else:
+        rep.level = f"{level} (row-level, serialake + delta-spark writers)"
+    _say(out, "\n".join(line for line in rep.render().splitlines() if line.startswith(("==", "  of which"))))
+    return rep
+
+
 def _dataframe_config(threads: int, txns: int, level: str, keys: int, seed: int) -> DataFrameConfig:
     from serialake.verify.dataframes import DataFrameConfig
 
@@ -713,10 +794,32 @@ def build_parser(prog: str = "serialake verify") -> argparse.ArgumentParser:
         "--s3-uri", default=None, metavar="s3://BUCKET/PREFIX",
         help="with --s3 (implies it): tables under this URI, endpoint and credentials from the AWS_* variables",
     )  # fmt: skip
+    ap.add_argument(
+        "--delta-spark-python", default=None, metavar="PATH",
+        help="run the row-level workload with delta-spark writer processes among serialake's, started with this "
+        "Python (delta-spark's environment, e.g. .venv-delta/bin/python); replaces the list-append sections",
+    )  # fmt: skip
+    ap.add_argument(
+        "--delta-spark-jars", default=None, metavar="DIR", help="delta-spark's jars (e.g. .venv-delta/jars)"
+    )
+    ap.add_argument("--delta-spark-processes", type=int, default=2, help="delta-spark writer processes (default 2)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--workdir", default=None, help="keep tables and histories here")
     ap.add_argument("--json", action="store_true", help="print the report as JSON")
     return ap
+
+
+def _delta_spark_problem(python: str | None, jars: str | None, s3: bool) -> str | None:
+    """Why ``--delta-spark-python`` / ``--delta-spark-jars`` cannot be used as given, or None."""
+    if python is None or jars is None:
+        return "--delta-spark-python and --delta-spark-jars go together"
+    if s3:
+        return "the runs with delta-spark writers do not run on S3 (--s3)"
+    if not (os.path.isfile(python) and os.access(python, os.X_OK)):
+        return f"--delta-spark-python {python}: not an executable file (set up delta-spark's environment: make peer)"
+    if not any(name.endswith(".jar") for name in (os.listdir(jars) if os.path.isdir(jars) else [])):
+        return f"--delta-spark-jars {jars}: no jars there (make peer)"
+    return None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -731,6 +834,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     if s3 and (args.dataframes or args.multi_table):
         print("serialake verify: --dataframes and --multi-table do not run on S3 (--s3)", file=sys.stderr)
         return 2
+    delta_spark = None
+    if args.delta_spark_python is not None or args.delta_spark_jars is not None:
+        problem = _delta_spark_problem(args.delta_spark_python, args.delta_spark_jars, s3)
+        if problem:
+            print(f"serialake verify: {problem}", file=sys.stderr)
+            return 2
+        from serialake.verify.mixed import DeltaSparkConfig
+
+        delta_spark = DeltaSparkConfig(
+            args.delta_spark_python, args.delta_spark_jars, processes=max(1, args.delta_spark_processes)
+        )
     if args.s3_uri is not None:
         from serialake.exceptions import DeltaIllegalArgumentException
         from serialake.storage.s3 import split_s3_uri
@@ -754,6 +868,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         out=None if args.json else sys.stderr, row_level=not args.no_row_level,
         dataframes=args.dataframes, dataframe_threads=args.df_threads, dataframe_txns=args.df_txns,
         dataframe_keys=args.df_keys, multi_table=args.multi_table, s3=s3, s3_uri=args.s3_uri,
+        delta_spark=delta_spark,
     )  # fmt: skip
     print(json.dumps(report.to_dict(), indent=2) if args.json else report.render())
     return 0 if report.valid else 1

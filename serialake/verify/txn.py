@@ -26,6 +26,7 @@ __all__ = [
     "error_text",
     "key_index",
     "key_name",
+    "winning_version",
 ]
 
 RETIRE_WORKLOAD = "retire-keys"  # operationParameters.workload of the commits that retire keys
@@ -71,7 +72,8 @@ def commit_txn(txn: Any, actions: list[Any], mops: Sequence[Mop], done: list[Mop
     try:
         txn.commit(actions, operation="UPDATE", operation_parameters={"workload": workload})
     except DeltaConcurrentModificationException as e:
-        return TxnResult("fail", tuple(mops), error_text(e))
+        winner = f" [winning version {e.winning_version}]" if e.winning_version is not None else ""
+        return TxnResult("fail", tuple(mops), error_text(e) + winner)
     except CommitFailedError as e:  # gave up retrying: a lost response may still have landed
         return TxnResult("info", tuple(mops), error_text(e))
     except Exception as e:  # noqa: BLE001 - e.g. an I/O error: the commit may or may not exist
@@ -90,3 +92,11 @@ def error_text(e: BaseException) -> str:
 def error_class(error: str | None) -> str:
     """The exception class name of a recorded error string."""
     return (error or "unknown").split(":", 1)[0]
+
+
+def winning_version(error: str | None) -> int | None:
+    """The version of the commit a conflict was with, as :func:`commit_txn` records it (None: not said)."""
+    head, sep, tail = (error or "").rpartition("[winning version ")
+    if not sep or not tail.endswith("]") or not tail[:-1].isdigit():
+        return None
+    return int(tail[:-1])

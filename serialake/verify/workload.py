@@ -38,9 +38,9 @@ import traceback
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
-from functools import lru_cache
+from functools import lru_cache, partial
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from serialake.core.actions import AddFile, CommitInfo, Metadata, RemoveFile
 from serialake.core.expressions import Expr, parse_predicate
@@ -64,6 +64,7 @@ from serialake.verify.txn import (
 )
 
 __all__ = [
+    "Alongside",
     "FaultSpec",
     "StaleKeyWindow",
     "TxnResult",
@@ -79,6 +80,7 @@ __all__ = [
     "execute_txn",
     "fork_server",
     "generate_txn",
+    "is_quiet",
     "key_index",
     "key_name",
     "read_key",
@@ -101,6 +103,7 @@ SCHEMA = json.dumps(
 )
 TOMBSTONE_RETENTION = "interval 1 second"
 VALUE_BASE = 10**6  # values are process * VALUE_BASE + counter: unique across processes and retries
+ALONGSIDE_STOP_S = 180.0  # other writers finish their transaction in flight and stop within this
 
 
 #: The former name of the fault plan (one type now: the store's ``FaultPlan``).
@@ -135,6 +138,15 @@ class WorkloadConfig:
     seed: int = 0
     timeout_s: float = 900.0
     row_level: bool = False  # keys as rows of shared Parquet files, updated through deletion vectors
+    # Pacing, for slow writers beside the workers (serialake.verify.mixed): each process pauses
+    # uniform(0, 2 * pause_s) after a txn, and in the last quiet_s seconds of every quiet_every_s
+    # seconds of the run it commits nothing, so that a writer that conflicts with any concurrent
+    # commit gets windows in which it can commit. There, every other process (alternating per
+    # cycle) runs one long txn that reads as the quiet part starts and commits as it ends
+    # (row-level only), across the slow writer's commits; the others only read.
+    pause_s: float = 0.0
+    quiet_every_s: float = 0.0
+    quiet_s: float = 0.0
     env: Mapping[str, str] = field(default_factory=dict)  # set in every worker first (S3 endpoint, credentials)
     faulty_env: Mapping[str, str] = field(default_factory=dict)  # then in faulty ones (e.g. a fault proxy's endpoint)
 
@@ -400,22 +412,35 @@ def _worker(table: str, cfg: WorkloadConfig, process: int, workdir: str, start: 
         return retired_below(cfg, version)
 
     start.wait()
+    started = time.monotonic()
+    quiet_cfg = replace(cfg, read_only_fraction=1.0)
     try:
         log = DeltaLog(table, store=store)
         with Recorder(Path(workdir) / f"history-{process}.jsonl", process=process) as rec:
             retired_up_to = 0
+            held_cycle = -1
             for _ in range(cfg.txns):
+                elapsed = time.monotonic() - started
+                quiet, cycle = is_quiet(cfg, elapsed), int(elapsed // cfg.quiet_every_s) if cfg.quiet_every_s else 0
+                hold = quiet and cfg.row_level and held_cycle != cycle and (cycle + process) % 2 == 0
                 position = _position(log)
-                mops = generate_txn(rng, cfg, position, next_value)
+                mops = generate_txn(rng, quiet_cfg if quiet and not hold else cfg, position, next_value)
                 handle = rec.invoke(mops)
-                res = (rows.execute_txn if cfg.row_level else execute_txn)(log, mops, window)
+                if hold:
+                    held_cycle = cycle
+                    quiet_end = started + (cycle + 1) * cfg.quiet_every_s
+                    res = rows.execute_txn(log, mops, window, partial(_sleep_until, quiet_end))
+                else:
+                    res = (rows.execute_txn if cfg.row_level else execute_txn)(log, mops, window)
                 rec.complete(handle, res.outcome, res.mops, res.error, res.commit_version, res.attempts)  # type: ignore[arg-type]
                 _tally(stats, errors, res)
                 # Each step of the retirement bound is one process's job, taken in turn.
                 bound = window(position)
-                if bound > retired_up_to and bound % cfg.processes == process:
+                if bound > retired_up_to and bound % cfg.processes == process and not quiet:
                     retired_up_to = bound
                     _retire(log, cfg, stats, errors)
+                if cfg.pause_s > 0:
+                    time.sleep(rng.uniform(0, 2 * cfg.pause_s))
         log.wait_for_checkpoints()
     except BaseException:  # noqa: BLE001 - report it to the parent; the history stays usable
         stats.crashed = traceback.format_exc()
@@ -425,6 +450,17 @@ def _worker(table: str, cfg: WorkloadConfig, process: int, workdir: str, start: 
     ru = resource.getrusage(resource.RUSAGE_SELF)
     stats.cpu_s = ru.ru_utime + ru.ru_stime
     stats_path.write_text(json.dumps(asdict(stats)))
+
+
+def _sleep_until(t: float) -> None:
+    time.sleep(max(0.0, t - time.monotonic()))
+
+
+def is_quiet(cfg: WorkloadConfig, elapsed_s: float) -> bool:
+    """Whether ``elapsed_s`` into the run falls in a quiet part of the pacing cycle (the workers commit nothing)."""
+    if cfg.quiet_every_s <= 0 or cfg.quiet_s <= 0:
+        return False
+    return elapsed_s % cfg.quiet_every_s >= cfg.quiet_every_s - cfg.quiet_s
 
 
 def _retire(log: DeltaLog, cfg: WorkloadConfig, stats: WorkerStats, errors: Counter[str]) -> None:
@@ -462,8 +498,32 @@ def _tally(stats: WorkerStats, errors: Counter[str], res: TxnResult) -> None:
         stats.slowest_commit_attempts = res.attempts
 
 
-def run_workload(table: str, cfg: WorkloadConfig, workdir: str | os.PathLike[str]) -> WorkloadResult:
-    """Create the table, run ``cfg.processes`` workers on it at once, merge their histories."""
+class Alongside(Protocol):
+    """Other writer processes run beside the workers on the same table (:mod:`serialake.verify.mixed`).
+
+    They take process ids from ``cfg.processes`` on, write ``history-<id>.jsonl`` and
+    ``stats-<id>.json`` into the run's work directory, and are stopped by process id.
+    """
+
+    processes: int
+
+    def start(self, table: str, cfg: WorkloadConfig, workdir: Path) -> None:
+        """Start them on the created table; return when they are ready to run (not yet running)."""
+
+    def go(self) -> None:
+        """Let them run (called as the workers are released)."""
+
+    def finish(self, deadline: float) -> list[int | None]:
+        """After the workers ended (or on error): stop them, by ``deadline`` at the latest; their exit codes."""
+
+
+def run_workload(
+    table: str, cfg: WorkloadConfig, workdir: str | os.PathLike[str], alongside: Alongside | None = None
+) -> WorkloadResult:
+    """Create the table, run ``cfg.processes`` workers on it at once, merge their histories.
+
+    ``alongside``: other writers started before the workers and released with them.
+    """
     work = Path(workdir)
     work.mkdir(parents=True, exist_ok=True)
     DeltaLog.clear_cache()
@@ -483,25 +543,34 @@ def run_workload(table: str, cfg: WorkloadConfig, workdir: str | os.PathLike[str
         ctx.Process(target=_worker, args=(table, cfg, p, str(work), start), name=f"list-append-{p}")
         for p in range(cfg.processes)
     ]
-    cpu0 = _children_cpu()
-    for p in procs:
-        p.start()
-    t0 = time.monotonic()
-    start.set()
-    deadline = t0 + cfg.timeout_s
-    for p in procs:
-        p.join(max(0.0, deadline - time.monotonic()))
-    for p in procs:
-        if p.is_alive():  # hung: kill it; its in-flight txn is recorded as info
-            p.kill()
-            p.join()
+    others: list[int | None] = []
+    try:
+        if alongside is not None:
+            alongside.start(table, cfg, work)
+        cpu0 = _children_cpu()
+        for p in procs:
+            p.start()
+        t0 = time.monotonic()
+        start.set()
+        if alongside is not None:
+            alongside.go()
+        deadline = t0 + cfg.timeout_s
+        for p in procs:
+            p.join(max(0.0, deadline - time.monotonic()))
+    finally:
+        for p in procs:
+            if p.is_alive():  # hung: kill it; its in-flight txn is recorded as info
+                p.kill()
+                p.join()
+        if alongside is not None:
+            others = alongside.finish(time.monotonic() + ALONGSIDE_STOP_S)
     wall = time.monotonic() - t0
     cpu: float | None = _children_cpu() - cpu0
     history = History.merge(sorted(work.glob("history-*.jsonl")))
-    stats = _load_stats(work, cfg.processes)
+    stats = _load_stats(work, cfg.processes + (alongside.processes if alongside is not None else 0))
     if not local:  # the fork server's children are not ours: each worker measured its own
         cpu = sum(s.cpu_s for s in stats if s.cpu_s is not None) or None
-    return WorkloadResult(cfg, table, history, stats, wall, [p.exitcode for p in procs], cpu)
+    return WorkloadResult(cfg, table, history, stats, wall, [p.exitcode for p in procs] + others, cpu)
 
 
 def fork_server() -> Any:
@@ -560,6 +629,7 @@ def audit_log(
     history: History,
     *,
     commit_lists: Callable[[str, Sequence[Any]], list[list[int]]] | None = None,
+    check_commit: Callable[[int, Sequence[Any], int | None], list[str]] | None = None,
 ) -> list[str]:
     """Check the log against the history: every commit after version 0 is exactly one txn's.
 
@@ -567,7 +637,9 @@ def audit_log(
     lists. An ``ok`` txn must own exactly the commit at its reported version (not lost,
     not duplicated); ``fail`` txns own none; ``info`` txns at most one. ``commit_lists``
     (table, actions) gives the lists a commit wrote (default: this workload's file tags
-    or row-level files).
+    or row-level files). ``check_commit(version, actions, owner)`` adds checks of each
+    commit, given the index in ``history`` of the txn it was attributed to (None for a
+    retirement).
     """
     lists_of = _commit_lists if commit_lists is None else commit_lists
     DeltaLog.clear_cache()
@@ -590,11 +662,16 @@ def audit_log(
         txn_ids.add(tid or "")
         owners = {writer.get(lst[-1], -1) for lst in lists_of(table, entry.actions) if lst}
         if not owners and _is_retirement(entry.actions):
+            if check_commit is not None:
+                problems += check_commit(version, entry.actions, None)
             continue  # retired old keys: wrote no list, belongs to no txn
         if len(owners) != 1 or -1 in owners:
             problems.append(f"version {version}: cannot attribute the commit to one txn (owners {sorted(owners)})")
             continue
-        owned.setdefault(owners.pop(), []).append(version)
+        owner = owners.pop()
+        owned.setdefault(owner, []).append(version)
+        if check_commit is not None:
+            problems += check_commit(version, entry.actions, owner)
     for i, t in enumerate(history):
         versions = owned.get(i, [])
         writes = any(f == "append" for f, _, _ in t.mops)

@@ -35,6 +35,7 @@ from __future__ import annotations
 import os
 import posixpath
 import re
+import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -171,16 +172,70 @@ def write_direct(
     options = {"maxRecordsPerFile": str(int(max_records_per_file))} if max_records_per_file else {}
     sink = _file_sink(spark, hadoop_uri(out_dir), partition_columns, options)
     _make_active(spark)
+    sc = spark.sparkContext
+    tag = f"serialake-write-{prefix}"
+    sc.addJobTag(tag)
     try:
         sink.addBatch(0, df._jdf)  # a failed job raises as ``df.write`` would (pyspark converts it)
     except BaseException:
-        _remove_job_metadata(Access.here(table_path), out_dir)  # its tasks' files were removed by Spark
+        _settle_failed_job(spark, tag)
+        _delete_job_directory(spark, table_path, out_dir)
         _remove_record_directory(spark, out_dir)
         raise
+    finally:
+        sc.removeJobTag(tag)
     try:
         return finish_job(table_path, prefix, indexed, data_change=data_change, describe=describe, stats_of=stats_of)
     finally:
         _remove_record_directory(spark, out_dir)
+
+
+def _settle_failed_job(spark: SparkSession, tag: str, timeout_s: float = 120.0) -> None:
+    """Cancel what is left of a failed write job and wait until none of its tasks runs.
+
+    Spark reports a job failed while its other tasks may still run: a task that finishes
+    after that commits its file where the job's clean-up no longer looks. Once the job shows
+    as ended in Spark's status store, every task it started is known there (the listener bus
+    is ordered); waiting for each stage's active tasks to reach 0 waits for their own
+    clean-up too. Bounded: past ``timeout_s`` the caller deletes what is there by then.
+    """
+    sc = spark.sparkContext
+    try:
+        sc.cancelJobsWithTag(tag)
+        tracker = sc._jsc.sc().statusTracker()
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if not _job_tasks_running(tracker, tag):
+                return
+            time.sleep(0.05)
+    except Exception:  # noqa: BLE001 - best effort: the job's files are deleted whatever happens here
+        return
+
+
+def _job_tasks_running(tracker: Any, tag: str) -> bool:
+    for job_id in tracker.getJobIdsForTag(tag):
+        job = tracker.getJobInfo(job_id)
+        if job.isEmpty():
+            continue
+        info = job.get()
+        if str(info.status()) in ("RUNNING", "UNKNOWN"):
+            return True
+        for stage_id in info.stageIds():
+            stage = tracker.getStageInfo(stage_id)
+            if not stage.isEmpty() and stage.get().numActiveTasks() > 0:
+                return True
+    return False
+
+
+def _delete_job_directory(spark: SparkSession, table_path: str, out_dir: str) -> None:
+    """Delete everything a failed job wrote: ``out_dir`` is fresh, the job's alone."""
+    if is_local_path(out_dir):
+        import shutil
+
+        shutil.rmtree(out_dir, ignore_errors=True)
+        return
+    files = Access.here(table_path)
+    _delete_quietly(files, [posixpath.join(out_dir, entry.path) for entry in list(files.walk(out_dir))])
 
 
 def _remove_record_directory(spark: SparkSession, out_dir: str) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -205,6 +206,27 @@ def test_failed_job_commits_nothing_and_leaves_no_file(direct_io: SparkSession, 
     )
     with pytest.raises(Exception, match="row 900 refused"):
         bad.select("id").where(F.col("check").isNull()).write.format("delta").mode("append").save(tmp_table)
+    assert DeltaLog.for_table(tmp_table).update().version == 0
+    assert table_files(tmp_table) == before
+
+
+def test_a_failed_job_s_late_tasks_leave_no_file(direct_io: SparkSession, tmp_table: str) -> None:
+    """Spark reports the job failed while its other tasks still run: what they write after that is
+    deleted too (the write waits until none of the job's tasks runs)."""
+    spark = direct_io
+    spark.range(0, 10).write.format("delta").save(tmp_table)
+    before = table_files(tmp_table)
+
+    # A JVM-side pause (not a Python UDF, whose tasks Spark's kill interrupts) on the first row of
+    # each partition but the failing one's: those tasks finish and commit after the job failed.
+    pause = F.expr("reflect('java.lang.Thread', 'sleep', CAST(2000 AS BIGINT))")
+    slow = F.when(F.col("id").isin(0, 250, 500), F.length(pause) * 0 + F.col("id")).otherwise(F.col("id"))
+    bad = spark.range(0, 1000, numPartitions=4).select(
+        slow.alias("id"), F.assert_true(F.col("id") < 900, "row 900 refused").alias("check")
+    )
+    with pytest.raises(Exception, match="row 900 refused"):
+        bad.select("id").where(F.col("check").isNull()).write.format("delta").mode("append").save(tmp_table)
+    time.sleep(3.0)  # any task still running would have written its file by now
     assert DeltaLog.for_table(tmp_table).update().version == 0
     assert table_files(tmp_table) == before
 

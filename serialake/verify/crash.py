@@ -683,8 +683,9 @@ def _one_trial(table: str, acks: Path, trial: int, rng: random.Random, max_delay
         if point == "random":
             time.sleep(rng.uniform(0.0, max_delay_s))
         else:
-            ready, _, _ = select.select([r], [], [], 5.0)
-            reached = bool(ready) and os.read(r, 1) == b"!"
+            poller = select.poll()  # not select(): the descriptor may be above FD_SETSIZE in a busy process
+            poller.register(r, select.POLLIN)
+            reached = bool(poller.poll(5000)) and os.read(r, 1) == b"!"
     finally:
         _kill(procs)
         os.close(r)

@@ -308,6 +308,13 @@ def _write(
         metrics = replace_metrics(adds, matched, changes)
     else:
         metrics = _metrics(adds, [r for r in removes if isinstance(r, RemoveFile)])
+    if matched is not None and not actions and snap is not None and (txn.metadata, txn.protocol) == (
+        snap.metadata,
+        snap.protocol,
+    ):
+        # As delta-spark: a replaceOn / replaceUsing overwrite that replaces no row and writes none
+        # commits nothing.
+        return int(snap.version)
     operation = table_operation or "WRITE"
     if streaming_update is not None:
         operation, params = "STREAMING UPDATE", dict(streaming_update)

@@ -111,6 +111,8 @@ def _optional(name: str, title: str, module: str) -> None:
 
 _optional("dml", "Copy-on-write DML and OPTIMIZE (Spark start-up excluded)", "bench.dml")
 _optional("dv", "Deletion-vector DELETE and false-conflict rate", "bench.dv")
+_optional("row_level_partitioned", "Row-level concurrency on a partitioned table: false conflicts and the check's cost",
+          "bench.row_level_partitioned")
 _optional("cut", "Consistent multi-table reads under concurrent commits", "bench.consistent_reads")
 _optional("queries", "Queries over several tables at STRICT SERIALIZABLE and SERIALIZABLE", "bench.multi_table_queries")
 _optional("scale", "Planning at scale: big checkpointed tables", "bench.scale")

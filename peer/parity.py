@@ -253,11 +253,11 @@ DV_COMPACTION = (
     "the compaction's new file (ConcurrentAppendException). serialake moves the DELETE's marks "
     "to the compacted file and both commit, as the matrix says."
 )
-PARTITIONED_DV_CLASSES = (
-    "Both fail, as the matrix says (partitioned tables keep file-level rules); delta-spark counts "
-    "the file the winner re-added with a new vector as an append matching the read "
-    "(ConcurrentAppendException), serialake counts it as no new rows and fails the read of the "
-    "file removed (ConcurrentDeleteReadException)."
+PARTITIONED_ROW_LEVEL = (
+    "serialake resolves partitioned tables with deletion vectors by rows too (issue #41: the "
+    "matrix's closing paragraph kept them at file level; `delta.enableRowLevelConcurrency = false` "
+    "still does), so both commit as in R1; delta-spark (OSS) has no row-level concurrency: the file "
+    "the winner re-added with a new vector matches the loser's read (ConcurrentAppendException)."
 )
 ZORDER_CLASSES = (
     "Both conflict, which the matrix allows; the classes differ as for OPTIMIZE without deletion "
@@ -379,9 +379,10 @@ CELLS: tuple[Cell, ...] = (
          merge_rows([Row(2, 3, "a", 20), Row(3, 1, "b", 30)], "t.id = s.id", lambda t, s: t.id == s.id, insert=False),
          update("x = -1", lambda r: r._replace(x=-1), "id = 4", lambda r: r.id == 4), _levels(COMMITS),
          _levels(COMMITS), why=NO_ROW_LEVEL),
-    # the section's last paragraph: partitioned tables keep file-level rules, except OPTIMIZE
+    # the section's last paragraph said partitioned tables keep file-level rules; since issue #41
+    # they get row-level resolution by default (derived: R1's outcome), OPTIMIZE as before
     Cell("4", "R1 (partitioned)", PDV, delete("id = 0", lambda r: r.id == 0), delete("id = 3", lambda r: r.id == 3),
-         _levels(FAILS, derived=S_WS), why=PARTITIONED_DV_CLASSES),
+         _levels(COMMITS, derived=S_WS), why=PARTITIONED_ROW_LEVEL),
     Cell("4", "R4 (partitioned)", PDV, OPTIMIZE_P1, delete("id = 3", lambda r: r.id == 3), _levels(COMMITS),
          _levels(COMMITS), why=DV_COMPACTION),
 )  # fmt: skip

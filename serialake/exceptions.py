@@ -1,15 +1,18 @@
 """Exceptions, named as in delta-spark's ``delta.exceptions``, under one root.
 
-Every concurrent-modification exception carries the facts as attributes (table,
-read version, winning version and operation, partition or file) and its message
-ends with a ``Help:`` line saying what to do next.
+Every concurrent-modification exception carries the facts as attributes (why, as a
+``ConflictReason``; table, read version, winning version and operation, partition or
+file), names its error class in Spark's style (``[DELTA_CONCURRENT_APPEND.ROW_LEVEL_CHANGES]``)
+and its message ends with a ``Help:`` line saying what to do next.
 """
 
 from __future__ import annotations
 
+from enum import StrEnum
 from typing import Any
 
 __all__ = [
+    "ConflictReason",
     "ConcurrentAppendException",
     "ConcurrentDeleteDeleteException",
     "ConcurrentDeleteReadException",
@@ -302,10 +305,71 @@ class ConcurrentModificationException(DeltaError, RuntimeError):
     """Python-side stand-in for ``java.util.ConcurrentModificationException``."""
 
 
+class ConflictReason(StrEnum):
+    """Why a commit conflicted: the rule that decided, one member per cause (``e.conflict_reason``).
+
+    The sub-class of the exception's error class, in Databricks' style:
+    ``ConcurrentAppendException`` with ``ROW_LEVEL_CHANGES`` has error class
+    ``DELTA_CONCURRENT_APPEND.ROW_LEVEL_CHANGES`` (``e.getErrorClass()``). ``retryable``
+    says whether running the same operation again, on the table as it now is, can succeed
+    (docs/concurrency.md, "Why a commit conflicted: the reason field").
+    """
+
+    #: ProtocolChangedException: another writer created the table first (this one read no table).
+    CONCURRENT_CREATE = "CONCURRENT_CREATE"
+    #: ProtocolChangedException: both created or replaced the whole table (CREATE/REPLACE TABLE).
+    CONCURRENT_REPLACE = "CONCURRENT_REPLACE"
+    #: ProtocolChangedException: the winner changed the protocol, and this transaction changes it too.
+    PROTOCOL_CHANGE = "PROTOCOL_CHANGE"
+    #: ProtocolChangedException: the winner dropped a table feature the table had when this one read it.
+    FEATURE_DROPPED = "FEATURE_DROPPED"
+    #: ProtocolChangedException: the winner upgraded the table to a protocol this library cannot write.
+    UNSUPPORTED_PROTOCOL = "UNSUPPORTED_PROTOCOL"
+    #: MetadataChangedException: the winner changed the schema, partitioning, properties or table id.
+    METADATA_CHANGE = "METADATA_CHANGE"
+    #: MetadataChangedException: the winner's metadata change alone would have been adopted (a feature
+    #: enabled, identity values allocated), but this transaction writes metadata too.
+    BOTH_CHANGE_METADATA = "BOTH_CHANGE_METADATA"
+    #: ConcurrentTransactionException: the winner committed an application id (``txn``) this one read or writes.
+    SAME_APP_ID = "SAME_APP_ID"
+    #: ConcurrentTransactionException: the winner wrote a metadata domain this transaction writes too.
+    SAME_DOMAIN = "SAME_DOMAIN"
+    #: ConcurrentAppendException: this transaction read the whole table; any new file would have been read.
+    EMPTY_READ_PREDICATES = "EMPTY_READ_PREDICATES"
+    #: ConcurrentAppendException: a new file lies in a partition this transaction's predicates read
+    #: (decided on the file's partition values, no row looked at).
+    FILE_LEVEL_CHANGES = "FILE_LEVEL_CHANGES"
+    #: ConcurrentAppendException / ConcurrentDeleteReadException: rows were checked one by one (deletion
+    #: vectors, row-level concurrency) and a row added, or deleted, by the winner matches this one's read.
+    ROW_LEVEL_CHANGES = "ROW_LEVEL_CHANGES"
+    #: ConcurrentDeleteReadException / ConcurrentDeleteDeleteException: the winner removed a file this
+    #: transaction read, or removes too (file level: the rows could not be told apart).
+    FILE_REMOVED = "FILE_REMOVED"
+    #: ConcurrentDeleteDeleteException: both deleted or updated the same row(s) of one file.
+    SAME_ROWS_DELETED = "SAME_ROWS_DELETED"
+
+    @property
+    def retryable(self) -> bool:
+        """Whether the same operation, run again on the table as it now is, can succeed."""
+        return self not in _NOT_RETRYABLE
+
+
+#: Reasons a plain retry cannot fix: create as an append instead, upgrade serialake, or stop the
+#: other writer of the application id (its batch is in the table already).
+_NOT_RETRYABLE = frozenset(
+    {ConflictReason.CONCURRENT_CREATE, ConflictReason.UNSUPPORTED_PROTOCOL, ConflictReason.SAME_APP_ID}
+)
+
+#: delta-spark's SQL state of every conflict error class.
+_CONFLICT_SQL_STATE = "2D521"
+
+
 class DeltaConcurrentModificationException(ConcurrentModificationException):
     """A concurrent commit conflicts with this transaction; nothing of it was committed.
 
     Attributes:
+        conflict_reason: why, as a :class:`ConflictReason` (the sub-class of the error class).
+        reason: why, in words.
         table: table path.
         read_version: the version this transaction read.
         winning_version: the conflicting commit's version.
@@ -317,11 +381,16 @@ class DeltaConcurrentModificationException(ConcurrentModificationException):
     """
 
     default_help = "Retry the operation; it read data that changed while it ran."
+    #: delta-spark's error class (``DELTA_CONCURRENT_APPEND``, ...); None on this root class.
+    error_class: str | None = None
+    #: The reason when the raiser gives none (serialake's rules always give one).
+    default_conflict_reason: ConflictReason | None = None
 
     def __init__(
         self,
         reason: str,
         *,
+        conflict_reason: ConflictReason | str | None = None,
         table: str | None = None,
         read_version: int | None = None,
         winning_version: int | None = None,
@@ -333,6 +402,9 @@ class DeltaConcurrentModificationException(ConcurrentModificationException):
         help: str | None = None,  # noqa: A002 - public keyword (as the .help attribute); pickling passes it
     ) -> None:
         self.reason = reason
+        self.conflict_reason: ConflictReason | None = (
+            ConflictReason(conflict_reason) if conflict_reason is not None else self.default_conflict_reason
+        )
         self.table = table
         self.read_version = read_version
         self.winning_version = winning_version
@@ -344,8 +416,40 @@ class DeltaConcurrentModificationException(ConcurrentModificationException):
         self.help = help or self.default_help
         super().__init__(self._message())
 
+    def getErrorClass(self) -> str | None:  # noqa: N802 - PySpark's name
+        """The error class, as PySpark's errors give it: ``DELTA_CONCURRENT_APPEND.ROW_LEVEL_CHANGES``."""
+        parts = [p for p in (self.error_class, self.conflict_reason and self.conflict_reason.value) if p]
+        return ".".join(parts) or None
+
+    def getCondition(self) -> str | None:  # noqa: N802 - PySpark's name
+        """The error condition (PySpark 4's name for the error class)."""
+        return self.getErrorClass()
+
+    def getSqlState(self) -> str:  # noqa: N802 - PySpark's name
+        """delta-spark's SQL state of concurrent-modification errors."""
+        return _CONFLICT_SQL_STATE
+
+    def getMessageParameters(self) -> dict[str, str]:  # noqa: N802 - PySpark's name
+        """The message's parameters, under delta-spark's names (only those known)."""
+        params = {
+            "tableName": self.table,
+            "operation": self.winning_operation,
+            "version": None if self.winning_version is None else str(self.winning_version),
+            "readVersion": None if self.read_version is None else str(self.read_version),
+            "reason": self.conflict_reason.value if self.conflict_reason else None,
+            "partitionValues": (
+                ", ".join(f"{k}={v if v is not None else 'NULL'}" for k, v in self.partition.items())
+                if self.partition
+                else None
+            ),
+            "file": self.file,
+        }
+        return {k: v for k, v in params.items() if v is not None}
+
     def _message(self) -> str:
-        lines = [f"{type(self).__name__}: {self.reason}"]
+        error_class = self.getErrorClass()
+        bracket = f"[{error_class}] " if error_class else ""
+        lines = [f"{type(self).__name__}: {bracket}{self.reason}"]
         if self.table is not None:
             lines.append(f"  Table: {self.table}")
         if self.winning_version is not None:
@@ -371,6 +475,7 @@ class DeltaConcurrentModificationException(ConcurrentModificationException):
                 type(self),
                 self.reason,
                 dict(
+                    conflict_reason=self.conflict_reason,
                     table=self.table,
                     read_version=self.read_version,
                     winning_version=self.winning_version,
@@ -392,6 +497,9 @@ def _rebuild(cls: type, reason: str, kwargs: dict[str, Any]) -> Any:
 class ProtocolChangedException(DeltaConcurrentModificationException):
     """The protocol changed concurrently (upgrade, feature added or dropped, concurrent create)."""
 
+    error_class = "DELTA_PROTOCOL_CHANGED"
+    default_conflict_reason = ConflictReason.PROTOCOL_CHANGE
+
     default_help = (
         "The table was upgraded, created or replaced concurrently. Reload the table and retry; "
         "if the new protocol needs a feature this library lacks, upgrade serialake."
@@ -400,6 +508,9 @@ class ProtocolChangedException(DeltaConcurrentModificationException):
 
 class MetadataChangedException(DeltaConcurrentModificationException):
     """The metadata (schema, properties, partitioning) changed concurrently."""
+
+    error_class = "DELTA_METADATA_CHANGED"
+    default_conflict_reason = ConflictReason.METADATA_CHANGE
 
     default_help = (
         "A concurrent ALTER TABLE or schema change committed first. Reload the table and retry "
@@ -410,6 +521,9 @@ class MetadataChangedException(DeltaConcurrentModificationException):
 class ConcurrentTransactionException(DeltaConcurrentModificationException):
     """Another writer committed the same application transaction id or domain."""
 
+    error_class = "DELTA_CONCURRENT_TRANSACTION"
+    default_conflict_reason = ConflictReason.SAME_APP_ID
+
     default_help = (
         "Two writers use the same application id (e.g. two streaming queries with one checkpoint "
         "location). Never run them at the same time; give each writer its own app id."
@@ -419,9 +533,14 @@ class ConcurrentTransactionException(DeltaConcurrentModificationException):
 class ConcurrentWriteException(DeltaConcurrentModificationException):
     """A concurrent commit made this one-shot commit (restore, clone) impossible."""
 
+    error_class = "DELTA_CONCURRENT_WRITE"
+
 
 class ConcurrentAppendException(DeltaConcurrentModificationException):
     """Files were added concurrently to data this transaction read."""
+
+    error_class = "DELTA_CONCURRENT_APPEND"
+    default_conflict_reason = ConflictReason.FILE_LEVEL_CHANGES
 
     default_help = (
         "Make the separation explicit in the condition: add the partition values to it "
@@ -434,6 +553,9 @@ class ConcurrentAppendException(DeltaConcurrentModificationException):
 class ConcurrentDeleteReadException(DeltaConcurrentModificationException):
     """A file this transaction read was removed concurrently."""
 
+    error_class = "DELTA_CONCURRENT_DELETE_READ"
+    default_conflict_reason = ConflictReason.FILE_REMOVED
+
     default_help = (
         "A concurrent DELETE, UPDATE or MERGE rewrote a file this operation read. Retry it; "
         "to avoid this, partition the table by the columns of both operations' conditions "
@@ -443,6 +565,9 @@ class ConcurrentDeleteReadException(DeltaConcurrentModificationException):
 
 class ConcurrentDeleteDeleteException(DeltaConcurrentModificationException):
     """A file this transaction removes was removed concurrently."""
+
+    error_class = "DELTA_CONCURRENT_DELETE_DELETE"
+    default_conflict_reason = ConflictReason.FILE_REMOVED
 
     default_help = (
         "Another operation (often a concurrent OPTIMIZE or DELETE) removed the same file. Retry; "

@@ -19,6 +19,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from serialake.core import features
+from serialake.core import properties as props
 from serialake.core.actions import DomainMetadata
 from serialake.core.schema import (
     DecimalType,
@@ -40,6 +41,7 @@ from serialake.exceptions import CorruptLogError, DeltaAnalysisException
 __all__ = [
     "DOMAIN",
     "FEATURES",
+    "NEW_TABLE_DEFAULTS",
     "PROVIDER",
     "cluster_table",
     "clustering_columns",
@@ -51,6 +53,8 @@ __all__ = [
 DOMAIN = "delta.clustering"
 FEATURES = ("clustering", "domainMetadata")
 PROVIDER = "liquid"
+#: What a table created clustered gets unless it sets them: deletion vectors (row-level concurrency).
+NEW_TABLE_DEFAULTS = {props.ENABLE_DELETION_VECTORS: "true"}
 
 _UNCOMPARABLE = frozenset({"binary", "boolean", "variant"})
 
@@ -84,10 +88,21 @@ def clustering_domain(schema: StructType, columns: Sequence[str]) -> DomainMetad
 def cluster_table(txn: OptimisticTransaction, columns: Sequence[str], table: str) -> tuple[list[str], DomainMetadata]:
     """Make the table ``txn`` commits clustered by ``columns`` (checked against the schema, partitioning
     and properties it will commit): the protocol gains the clustering features if it lacks them;
-    returns the column names and the domain action to commit."""
+    returns the column names and the domain action to commit.
+
+    Every path that makes a table clustered comes here (SQL ``CLUSTER BY``, ``DeltaTable.create()
+    .clusterBy``, the writers' ``clusterBy``, ``ALTER TABLE ... CLUSTER BY``). A table created (or
+    replaced) clustered gets deletion vectors (``NEW_TABLE_DEFAULTS``) unless its properties, or the
+    session's defaults for new tables, set ``delta.enableDeletionVectors``: so DML on it marks rows
+    and concurrent writers are resolved by rows (``row_level.enabled``), as on Databricks.
+    """
     meta = txn.metadata
     assert meta is not None, "the table's metadata is set before its clustering"
     names = validate_clustering_columns(meta.schema, columns, meta.partition_columns, meta.configuration, table)
+    if txn.creates_table:
+        txn.set_new_table_defaults(NEW_TABLE_DEFAULTS)
+        meta = txn.metadata
+        assert meta is not None
     protocol = features.required_protocol(meta.configuration, FEATURES, base=txn.protocol)
     if protocol != txn.protocol:
         txn.update_protocol(protocol)

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
 
-from serialake.core import features, row_eval
+from serialake.core import features, identity_rebase, row_eval
 from serialake.core import properties as props
 from serialake.core import row_level as RL
 from serialake.core.actions import (
@@ -46,6 +46,7 @@ from serialake.exceptions import (
     ConcurrentDeleteDeleteException,
     ConcurrentDeleteReadException,
     ConcurrentTransactionException,
+    ConflictReason,
     DeltaConcurrentModificationException,
     MetadataChangedException,
     ProtocolChangedException,
@@ -214,6 +215,10 @@ class TransactionInfo:
     rebased_away: bool = False  # a rebase dropped actions whose work a winner had already done
     # Vectors rebasing wrote: deleted when dropped, or when the commit fails (``discard_rebase_dvs``).
     rebase_dvs: list[Any] = field(default_factory=list)
+    # Identity values stored past the marks read, per column (lower-case name -> identity.Allocation),
+    # and the data files re-basing them wrote (``core.identity_rebase``).
+    identity_allocations: dict[str, Any] = field(default_factory=dict)
+    rebase_files: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         for a in self.actions:
@@ -241,13 +246,17 @@ class TransactionInfo:
 
 def _fail(
     exc: type[DeltaConcurrentModificationException],
+    conflict_reason: ConflictReason,
     reason: str,
     info: TransactionInfo,
     winner: WinnerSummary,
     **kw: Any,
 ) -> DeltaConcurrentModificationException:
+    """The exception ``exc`` for a conflict with ``winner``: why (the rule's ``ConflictReason`` and in
+    words), with the winner's version and operation."""
     return exc(
         reason,
+        conflict_reason=conflict_reason,
         table=info.table,
         read_version=info.read_version,
         winning_version=winner.version,
@@ -275,6 +284,7 @@ def _check_protocol(info: TransactionInfo, w: WinnerSummary) -> TransactionInfo:
         return _raise(
             _fail(
                 ProtocolChangedException,
+                ConflictReason.CONCURRENT_CREATE,
                 "The table was created concurrently: another writer committed the first version "
                 "of this path first.",
                 info,
@@ -289,6 +299,7 @@ def _check_protocol(info: TransactionInfo, w: WinnerSummary) -> TransactionInfo:
         return _raise(
             _fail(
                 ProtocolChangedException,
+                ConflictReason.PROTOCOL_CHANGE,
                 "The protocol was changed concurrently, and this transaction changes it too.",
                 info,
                 w,
@@ -300,6 +311,7 @@ def _check_protocol(info: TransactionInfo, w: WinnerSummary) -> TransactionInfo:
         return _raise(
             _fail(
                 ProtocolChangedException,
+                ConflictReason.FEATURE_DROPPED,
                 f"A concurrent commit dropped table feature(s) {', '.join(sorted(dropped))}.",
                 info,
                 w,
@@ -308,7 +320,15 @@ def _check_protocol(info: TransactionInfo, w: WinnerSummary) -> TransactionInfo:
     try:
         features.check_writable(w.protocol, None, info.table)
     except UnsupportedFeatureError as e:
-        return _raise(_fail(ProtocolChangedException, f"The table was upgraded concurrently: {e}", info, w))
+        return _raise(
+            _fail(
+                ProtocolChangedException,
+                ConflictReason.UNSUPPORTED_PROTOCOL,
+                f"The table was upgraded concurrently: {e}",
+                info,
+                w,
+            )
+        )
     return replace(info, read_protocol=w.protocol)
 
 
@@ -326,6 +346,7 @@ def _own_operation(info: TransactionInfo) -> str | None:
 def _replaced_concurrently(info: TransactionInfo, w: WinnerSummary) -> DeltaConcurrentModificationException:
     return _fail(
         ProtocolChangedException,
+        ConflictReason.CONCURRENT_REPLACE,
         f"The table was created or replaced concurrently by a {w.operation} commit while this "
         f"{_own_operation(info)} was running.",
         info,
@@ -361,12 +382,19 @@ def _check_metadata(info: TransactionInfo, w: WinnerSummary) -> TransactionInfo:
         _raise(_replaced_concurrently(info, w))  # e.g. a winner that wrote no protocol action
     if info.metadata is None and _allowed_metadata_change(info.read_metadata, w.metadata):
         return replace(info, read_metadata=w.metadata)
+    rebased, why = identity_rebase.rebase(info, w)  # a concurrent identity allocation: move ours past it
+    if rebased is not None:
+        return rebased
     what = _describe_metadata_change(info.read_metadata, w.metadata)
+    # The winner's change alone would have been adopted (``why``: an identity allocation only) but ours
+    # writes metadata too; otherwise the winner's change itself fails this transaction.
+    both = info.metadata is not None and (why is not None or _allowed_metadata_change(info.read_metadata, w.metadata))
     return _raise(
         _fail(
             MetadataChangedException,
+            ConflictReason.BOTH_CHANGE_METADATA if both else ConflictReason.METADATA_CHANGE,
             f"The table metadata was changed by a concurrent commit ({what})."
-            + (" This transaction changes the metadata too." if info.metadata is not None else ""),
+            + (f" {why}" if why else " This transaction changes the metadata too." if info.metadata else ""),
             info,
             w,
         )
@@ -399,6 +427,7 @@ def _check_domains(info: TransactionInfo, w: WinnerSummary) -> None:
             _raise(
                 _fail(
                     ConcurrentTransactionException,
+                    ConflictReason.SAME_DOMAIN,
                     f"Domain metadata '{d.domain}' was written concurrently.",
                     info,
                     w,
@@ -414,6 +443,7 @@ def _check_app_ids(info: TransactionInfo, w: WinnerSummary) -> None:
             _raise(
                 _fail(
                     ConcurrentTransactionException,
+                    ConflictReason.SAME_APP_ID,
                     f"Application '{t.app_id}' committed version {t.version} concurrently.",
                     info,
                     w,
@@ -430,7 +460,12 @@ def _append_rows(info: TransactionInfo, w: WinnerSummary) -> list[tuple[int, str
     level = info.isolation_level
     if level == props.SNAPSHOT_ISOLATION:
         return []
-    if level == props.WRITE_SERIALIZABLE and w.is_blind_append and info.metadata is None:
+    # (A transaction that only raises identity marks changes no schema: it counts as changing none.)
+    if (
+        level == props.WRITE_SERIALIZABLE
+        and w.is_blind_append
+        and identity_rebase.changes_only_marks(info.read_metadata, info.metadata)
+    ):
         return []
     removed = w.removed_paths
     return [(i, path, pv) for i, path, pv, data_change in w.add_fields() if data_change and path not in removed]
@@ -454,7 +489,8 @@ def _check_appends(info: TransactionInfo, w: WinnerSummary) -> None:
                 hit = seen.get(key)  # type: ignore[assignment]
                 if hit is None:
                     hit = seen[key] = pred.matches(pv)
-            if hit and info.row_level and not _rows_may_match(info, pred, w.add_at(i)):
+            row_checked = info.row_level and pred.expr is not None and info.reader is not None
+            if hit and row_checked and not _rows_may_match(info, pred, w.add_at(i)):
                 continue
             if hit:
                 partition = dict(pv) if pv else None
@@ -462,6 +498,11 @@ def _check_appends(info: TransactionInfo, w: WinnerSummary) -> None:
                 _raise(
                     _fail(
                         ConcurrentAppendException,
+                        ConflictReason.ROW_LEVEL_CHANGES
+                        if row_checked
+                        else ConflictReason.EMPTY_READ_PREDICATES
+                        if pred.whole_table
+                        else ConflictReason.FILE_LEVEL_CHANGES,
                         f"Files were added to {_where(partition)} by a concurrent "
                         f"{w.operation or 'commit'}, and this transaction read {read}.",
                         info,
@@ -583,6 +624,12 @@ def _row_level_read_ok(info: TransactionInfo, w: WinnerSummary, r: RemoveFile) -
         return False
 
 
+def _row_level_read_checked(info: TransactionInfo, w: WinnerSummary, r: RemoveFile) -> bool:
+    """Whether ``_row_level_read_ok`` compared rows for the winner's remove ``r`` (rather than refusing
+    at file level): row-level on, a reader, a read of less than the whole table, a vector update of ``r``."""
+    return info.row_level and info.reader is not None and not info.read_whole_table and r.path in w.dv_updates
+
+
 def _same_base(a: RemoveFile, b: RemoveFile) -> bool:
     return RL.same_dv(a.deletion_vector, b.deletion_vector)
 
@@ -596,6 +643,9 @@ def _check_delete_read(info: TransactionInfo, w: WinnerSummary) -> None:
             _raise(
                 _fail(
                     ConcurrentDeleteReadException,
+                    ConflictReason.ROW_LEVEL_CHANGES
+                    if _row_level_read_checked(info, w, r)
+                    else ConflictReason.FILE_REMOVED,
                     f"A file this transaction read was removed by a concurrent {w.operation or 'commit'}.",
                     info,
                     w,
@@ -615,6 +665,7 @@ def _check_delete_delete(info: TransactionInfo, w: WinnerSummary) -> Transaction
         _raise(
             _fail(
                 ConcurrentDeleteDeleteException,
+                ConflictReason.FILE_REMOVED,
                 f"A file this transaction removes was also removed by a concurrent {w.operation or 'commit'}.",
                 info,
                 w,
@@ -670,6 +721,7 @@ def _merge_vectors(
         _raise(
             _fail(
                 ConcurrentDeleteDeleteException,
+                ConflictReason.SAME_ROWS_DELETED,
                 f"A concurrent {w.operation or 'commit'} deleted or updated the same row(s) of a file "
                 f"this transaction changes (row indexes {rows}{'...' if len(overlap) > 5 else ''}).",
                 info,
@@ -871,6 +923,8 @@ def discard_rebase_dvs(info: TransactionInfo, keep: Iterable[Action] = ()) -> No
     (its caller's to clean up). ``OptimisticTransaction.commit`` calls this when the commit fails
     (``keep`` empty) and after it commits (``keep``: the actions committed).
     """
+    keep = list(keep)
+    identity_rebase.discard_rebase_files(info, keep)  # data files re-basing identity values wrote
     if not info.rebase_dvs:  # (every commit comes here; almost none rebased a vector)
         return
     import os

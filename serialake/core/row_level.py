@@ -34,16 +34,15 @@ COMPACTED_FROM_TAG = "serialake.compactedFrom"
 
 
 def enabled(metadata: Metadata | None) -> bool:
-    """Row-level resolution applies: deletion vectors on, and the table unpartitioned or opted in."""
+    """Row-level resolution applies: deletion vectors on (partitioned or not, clustered or not)
+    and ``delta.enableRowLevelConcurrency`` not set to false (the explicit off switch)."""
     if metadata is None:
         return False
     conf = metadata.configuration
     if not props.is_true(conf, props.ENABLE_DELETION_VECTORS):
         return False
     explicit = props.raw(conf, props.ROW_LEVEL_CONCURRENCY)
-    if explicit is not None:
-        return explicit.lower() == "true"
-    return not metadata.partition_columns
+    return explicit is None or explicit.lower() == "true"
 
 
 def compaction_enabled(metadata: Metadata | None) -> bool:

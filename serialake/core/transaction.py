@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
-from serialake.core import cdf, column_mapping, features, row_eval, row_level, uniform
+from serialake.core import cdf, column_mapping, features, identity_rebase, row_eval, row_level, uniform
 from serialake.core import properties as props
 from serialake.core.actions import (
     Action,
@@ -192,12 +192,14 @@ class OptimisticTransaction:
         self._isolation_override = _parse_level(isolation_level) if isolation_level else None
         self._new_metadata: Metadata | None = None
         self._new_protocol: Protocol | None = None
+        self._replaces_table = False  # update_metadata(replace_table=True): CREATE OR REPLACE / REPLACE
         self.read_predicates: list[ReadPredicate] = []
         self.read_files: dict[str, AddFile] = {}
         self.read_whole = False
         self._external_adds = False  # allow_external_files(): a shallow clone's commit
         self._live_paths: set[str] | None = None
         self.read_app_ids: set[str] = set()
+        self.identity_allocations: dict[str, Any] = {}  # see record_identity_allocation
         self.matched_rows: dict[str, MatchedRows] = {}  # see record_matched_rows
         # Reads of this table made at earlier versions (a DataFrame read before the transaction
         # started): checked against every commit after their own version, not only after ours.
@@ -226,6 +228,28 @@ class OptimisticTransaction:
     @property
     def is_new_table(self) -> bool:
         return self.snapshot is None
+
+    @property
+    def creates_table(self) -> bool:
+        """This commit creates the table or replaces it whole (its metadata is the table's first)."""
+        return self.snapshot is None or self._replaces_table
+
+    def set_new_table_defaults(self, defaults: Mapping[str, str]) -> None:
+        """Properties a table being created gets unless its metadata sets them (explicitly, or by a
+        session default): added to this commit's metadata, the protocol raised to what they need.
+        Used where a layout implies a default (``clustering.cluster_table``: deletion vectors)."""
+        meta = self._new_metadata
+        if meta is None or not self.creates_table:
+            return
+        given = {k.lower() for k in meta.configuration}
+        missing = {k: v for k, v in defaults.items() if k.lower() not in given}
+        if not missing:
+            return
+        conf = props.validate_properties({**meta.configuration, **missing}, table=self.table_path)
+        self._new_metadata = replace(meta, configuration=conf)
+        needed = features.required_protocol(conf, base=self.protocol)
+        if needed != self.protocol:
+            self._new_protocol = needed
 
     def update_metadata(
         self,
@@ -276,6 +300,7 @@ class OptimisticTransaction:
                     f"(columns: {', '.join(f.name for f in schema.fields)})"
                 )
         self._new_metadata = metadata
+        self._replaces_table = self._replaces_table or replace_table
         base = self.protocol
         needed = features.required_protocol(metadata.configuration, base=base)
         if base is None or needed != base or replace_table:
@@ -390,6 +415,15 @@ class OptimisticTransaction:
             prev = self.matched_rows.get(path)
             self.matched_rows[path] = MatchedRows(base, prev.rows | found if prev is not None else found)
 
+    def record_identity_allocation(self, allocation: Any) -> None:
+        """Declare what this write stored in an identity column past the mark it read (``identity.Allocation``).
+
+        A write raising an identity column's high-water mark declares it, so that a concurrent
+        allocation from the same mark re-bases its generated values instead of conflicting
+        (``core.identity_rebase``); a raised mark not declared conflicts, as with Delta.
+        """
+        self.identity_allocations[allocation.column.lower()] = allocation
+
     def txn_version(self, app_id: str) -> int | None:
         """Last version committed by ``app_id`` (None if never); recorded as read."""
         self.read_app_ids.add(app_id)
@@ -496,11 +530,13 @@ class OptimisticTransaction:
         ):
             level = props.SNAPSHOT_ISOLATION
         has_reads = bool(self.read_predicates or self.read_files or self.read_whole)
+        snap0 = self.snapshot
         blind = (
             not has_reads
             and all(isinstance(a, (AddFile, SetTransaction)) for a in body)
             and any(isinstance(a, AddFile) for a in body)
-            and self._new_metadata is None
+            # Raising identity marks only is still a blind append (as Delta counts it).
+            and identity_rebase.changes_only_marks(snap0.metadata if snap0 else None, self._new_metadata)
         )
         ci_values: dict[str, Any] = {
             "timestamp": now_ms(),
@@ -561,6 +597,7 @@ class OptimisticTransaction:
             compaction_carry=snap.metadata.derived(row_level.compaction_enabled) if snap else False,
             reader=row_eval.RowReader(table, snap) if snap else None,
             matched_rows=dict(self.matched_rows),
+            identity_allocations=dict(self.identity_allocations),
         )
 
     def _check_history_reads(self, info: TransactionInfo) -> None:

@@ -78,7 +78,9 @@ class IdentityValues:
     (``given``) keeps its values: from a user's data that is an error for GENERATED ALWAYS.
     A ``generate_flag`` column limits generation to the rows it marks (MERGE's inserts).
     The values generated are observed while the write runs (no extra pass), and ``record``
-    raises the high-water marks in the writing transaction.
+    raises the high-water marks in the writing transaction and declares what it stored past
+    them (``identity.Allocation``: the generated range, and whether a value not generated lies
+    there too), so a concurrent allocation re-bases it instead of conflicting.
     """
 
     def __init__(self, schema: StructType, table: str, *, given: Collection[str], from_user: bool) -> None:
@@ -87,6 +89,7 @@ class IdentityValues:
         self.given = {g.lower() for g in given}
         self.from_user = from_user
         self._observed: list[identity.IdentityColumn] = []  # the columns whose values the write observes
+        self._generated: list[identity.IdentityColumn] = []  # the columns it generates values for
         self._observation: Observation | None = None
 
     def fill(self, df: DataFrame) -> DataFrame:
@@ -119,10 +122,24 @@ class IdentityValues:
         # Every value stored counts: generated ones, those a MERGE insert assigned, and those a
         # user's data gives a BY DEFAULT column (later generated values then never repeat them).
         self._observed = [c for c in self.columns if c in generated or self.from_user]
+        self._generated = generated
         if self._observed:
             self._observation = Observation()
             aggs = [agg(F.col(_q(c.name))).alias(f"{kind}{i}") for i, c in enumerate(self._observed)
                     for kind, agg in (("lo", F.min), ("hi", F.max))]  # fmt: skip
+            for i, c in enumerate(generated):
+                flag = generate_flag(c.name)
+                generated_row = F.coalesce(F.col(flag), F.lit(False)) if flag in flags else F.lit(True)
+                value = F.col(_q(c.name))
+                aggs += [F.min(F.when(generated_row, value)).alias(f"glo{i}"),
+                         F.max(F.when(generated_row, value)).alias(f"ghi{i}")]  # fmt: skip
+                if flag in flags:  # the rows not generated: a value past the mark read?
+                    mark = c.high_water_mark
+                    if mark is None:
+                        past = value >= F.lit(c.start) if c.step > 0 else value <= F.lit(c.start)
+                    else:
+                        past = value > F.lit(mark) if c.step > 0 else value < F.lit(mark)
+                    aggs.append(F.count(F.when(~generated_row & past, F.lit(1))).alias(f"xp{i}"))
             out = out.observe(self._observation, *aggs)
         return out.drop(*flags) if flags else out
 
@@ -138,14 +155,37 @@ class IdentityValues:
                 marks[c.name] = mark
         return marks
 
+    def allocations(self) -> list[identity.Allocation]:
+        """What the write stored past the read marks, for each column whose mark it raises."""
+        marks = self.high_water_marks()
+        if not marks or self._observation is None:
+            return []
+        got = self._observation.get
+        out = []
+        for c in self.columns:
+            if c.name not in marks:
+                continue
+            if c not in self._generated:  # every value stored came from the data: given explicitly
+                out.append(identity.Allocation(c.name, None, None, explicit_past=True))
+                continue
+            i = self._generated.index(c)
+            lo, hi = got.get(f"glo{i}"), got.get(f"ghi{i}")
+            first, last = (lo, hi) if c.step > 0 else (hi, lo)
+            explicit = bool(got.get(f"xp{i}") or 0)
+            out.append(identity.Allocation(c.name, first, last, explicit_past=explicit))
+        return out
+
     def record(self, txn: Any) -> None:
-        """Commit the new high-water marks with ``txn`` (a metadata change, as Delta makes it)."""
+        """Commit the new high-water marks with ``txn`` (a metadata change, as Delta makes it),
+        declaring what was stored past them (``OptimisticTransaction.record_identity_allocation``)."""
         marks = self.high_water_marks()
         if not marks:
             return
         meta = txn.metadata
         schema = identity.with_high_water_marks(StructType.from_json(meta.schema_string), marks)
         txn.update_metadata(replace(meta, schema_string=schema.to_json()))
+        for allocation in self.allocations():
+            txn.record_identity_allocation(allocation)
 
 
 def check_rows(df: DataFrame, conditions: Sequence[Column], messages: Sequence[str | Column]) -> DataFrame:

@@ -44,12 +44,17 @@ def _write(table: str, ids: list[int], p: int | None = None) -> AddFile:
                    modification_time=0, data_change=True, stats=json.dumps(stats))
 
 
-def _table(tmp_path, level: str = "WriteSerializable", partitioned: bool = False) -> tuple[DeltaLog, AddFile]:
+def _table(
+    tmp_path, level: str = "WriteSerializable", partitioned: bool = False, row_level: bool | None = None
+) -> tuple[DeltaLog, AddFile]:
     path = str(tmp_path / "t")
     log = DeltaLog(path)
     t = log.start_transaction()
+    conf = {"delta.enableDeletionVectors": "true", "delta.isolationLevel": level}
+    if row_level is not None:
+        conf["delta.enableRowLevelConcurrency"] = str(row_level).lower()
     t.update_metadata(Metadata(schema_string=SCHEMA, partition_columns=("p",) if partitioned else (),
-                               configuration={"delta.enableDeletionVectors": "true", "delta.isolationLevel": level}))
+                               configuration=conf))
     f = _write(path, list(range(10)), 1 if partitioned else None)
     t.commit([f], operation="CREATE TABLE")
     return log, f
@@ -91,14 +96,29 @@ def test_r1_disjoint_deletes_in_one_file_both_commit(tmp_path):
     assert DeltaLog(log.table_path).update().num_files == 1
 
 
-def test_r1_on_partitioned_table_keeps_file_level_rules(tmp_path):
-    log, _ = _table(tmp_path, partitioned=True)
+@pytest.mark.parametrize("level", ["WriteSerializable", "Serializable"])
+def test_r1_on_partitioned_table_both_commit(tmp_path, level):
+    """Partitioned tables with deletion vectors get row-level resolution by default (issue #41)."""
+    log, _ = _table(tmp_path, level=level, partitioned=True)
+    t = log.start_transaction()
+    t_actions = _delete(t, log, [5])
+    w = log.start_transaction()
+    w.commit(_delete(w, log, [9]), operation="DELETE")
+    assert t.commit(t_actions, operation="DELETE") == 2
+    assert _live_ids(log) == [0, 1, 2, 3, 4, 6, 7, 8]
+
+
+@pytest.mark.parametrize("partitioned", [True, False], ids=["partitioned", "unpartitioned"])
+def test_r1_row_level_off_switch_keeps_file_level_rules(tmp_path, partitioned):
+    """``delta.enableRowLevelConcurrency=false`` is the explicit off switch, on any table."""
+    log, _ = _table(tmp_path, partitioned=partitioned, row_level=False)
     t = log.start_transaction()
     t_actions = _delete(t, log, [5])
     w = log.start_transaction()
     w.commit(_delete(w, log, [9]), operation="DELETE")
     with pytest.raises((ConcurrentDeleteReadException, ConcurrentDeleteDeleteException)):
         t.commit(t_actions, operation="DELETE")
+    assert _live_ids(log) == [0, 1, 2, 3, 4, 5, 6, 7, 8]
 
 
 def test_r2_same_row_fails(tmp_path):

@@ -413,8 +413,11 @@ GENERATED = Scenario(
 
 CLUSTERING = Scenario(
     name="liquid clustering (domain metadata): CLUSTER BY, OPTIMIZE, ALTER TABLE CLUSTER BY",
+    # Deletion vectors set explicitly: serialake turns them on for a table created clustered
+    # (clustering.cluster_table), delta-spark does not; so both engines build the same table.
     statements=(
-        "CREATE TABLE {t} (id BIGINT, k STRING, n INT) USING delta CLUSTER BY (k)",
+        "CREATE TABLE {t} (id BIGINT, k STRING, n INT) USING delta CLUSTER BY (k) "
+        "TBLPROPERTIES ('delta.enableDeletionVectors' = 'true')",
         "INSERT INTO {t} VALUES (1, 'b', 1), (2, 'a', 2)",
         "INSERT INTO {t} VALUES (3, 'c', 3)",
         "OPTIMIZE {t}",
@@ -424,17 +427,22 @@ CLUSTERING = Scenario(
     old={1: [[1, "b", 1], [2, "a", 2]]},
     operations=("CREATE TABLE", "WRITE", "WRITE", "OPTIMIZE", "CLUSTER BY"),
     parameters={
-        0: {"partitionBy": "[]", "clusterBy": '["k"]', "isManaged": "false", "properties": "{}"},
+        0: {
+            "partitionBy": "[]",
+            "clusterBy": '["k"]',
+            "isManaged": "false",
+            "properties": '{"delta.enableDeletionVectors":"true"}',
+        },
         3: {"predicate": "[]", "zOrderBy": "[]", "clusterBy": '["k"]', "isFull": "false", "auto": "false"},
         4: {"oldClusteringColumns": "k", "newClusteringColumns": "n,id"},
     },  # fmt: skip
     detail={
         "partitionColumns": [],
         "clusteringColumns": ["n", "id"],
-        "properties": {},
-        "minReaderVersion": 1,
+        "properties": {"delta.enableDeletionVectors": "true"},
+        "minReaderVersion": 3,
         "minWriterVersion": 7,
-        "tableFeatures": ["appendOnly", "clustering", "domainMetadata", "invariants"],
+        "tableFeatures": ["appendOnly", "clustering", "deletionVectors", "domainMetadata", "invariants"],
     },  # fmt: skip
     then=("INSERT INTO {t} VALUES (4, 'd', 0)", "DELETE FROM {t} WHERE id = 1", "OPTIMIZE {t}"),
     then_rows=[[2, "a", 2], [3, "c", 3], [4, "d", 0]],

@@ -16,6 +16,7 @@ from pyspark.sql import SparkSession
 from peer.client import DeltaSparkPeer, PeerError
 from serialake.core import DeltaLog
 from tests.peer.features import (
+    CLUSTERING,
     SCENARIOS,
     Scenario,
     assert_reading,
@@ -75,6 +76,26 @@ def test_delta_spark_reads_and_writes_what_serialake_writes(
         stripped = str(tmp_path / "stripped-again")
         strip_log(tmp_table, stripped)
         assert rows_here(spark, stripped) == delta_spark.rows(stripped) == scenario.then_rows
+
+
+def test_a_clustered_table_gets_deletion_vectors_by_default_and_delta_spark_writes_through_them(
+    spark: SparkSession, delta_spark: DeltaSparkPeer, tmp_table: str
+) -> None:
+    """serialake turns deletion vectors on for a table created clustered (delta-spark does not, the
+    ``clustering`` scenario sets them explicitly): the same statements without the property build
+    the table that scenario describes, and delta-spark reads it and deletes through its vectors."""
+    create, *rest = CLUSTERING.statements
+    statements = (create.split(" TBLPROPERTIES")[0], *rest)
+    assert "enableDeletionVectors" not in statements[0]
+    run_here(spark, statements, tmp_table)
+    ours = read_here(spark, tmp_table, CLUSTERING.versions)
+    same_reading(ours, read_there(delta_spark, tmp_table, CLUSTERING.versions))
+    assert_reading(CLUSTERING, ours, tmp_table)  # deletion vectors: property, reader 3, the feature
+    run_there(delta_spark, ("INSERT INTO {t} VALUES (4, 'd', 0)", "DELETE FROM {t} WHERE id = 1"), tmp_table)
+    snap = DeltaLog.for_table(tmp_table).update()
+    assert any(f.deletion_vector is not None for f in snap.all_files)  # delta-spark marked the row
+    run_here(spark, ("DELETE FROM {t} WHERE id = 3",), tmp_table)
+    assert delta_spark.rows(tmp_table) == rows_here(spark, tmp_table) == [[2, "a", 2], [4, "d", 0]]
 
 
 def test_shallow_and_deep_clones_of_a_serialake_table(

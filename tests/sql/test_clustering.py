@@ -73,7 +73,11 @@ def test_optimize_clusters_new_files_incrementally(spark: SparkSession) -> None:
     full = spark.sql("OPTIMIZE events FULL").collect()[0].metrics
     assert full.numFilesRemoved == 2 and full.clusteringStats.inputZCubeFiles.numFiles == 2
     assert spark.table("events").count() == 310
-    assert deltalake.DeltaTable(path).to_pyarrow_table().num_rows == 310  # an independent reader agrees
+    # An independent reader agrees. The table has deletion vectors (a clustered table's default): delta-rs's
+    # pyarrow path refuses that reader feature, its DataFusion scan applies them.
+    import pyarrow as pa
+
+    assert pa.RecordBatchReader.from_stream(deltalake.DeltaTable(path).scan()).read_all().num_rows == 310
     with pytest.raises(DeltaAnalysisException, match="clustered by"):
         spark.sql("OPTIMIZE events ZORDER BY (value)")
     with pytest.raises(DeltaAnalysisException, match="no WHERE"):

@@ -80,14 +80,27 @@ def test_sql_declarations_and_negative_steps(spark: SparkSession) -> None:
 
 
 def test_concurrent_generating_writes_never_share_values(spark: SparkSession) -> None:
-    """Both writes would generate from the same mark: the second fails, as with Delta."""
+    """Both writes generate from the same mark: the second re-bases its values past the first's (Delta
+    fails it with MetadataChangedException; tests/spark/test_identity_concurrency.py has the races)."""
     dt = table(spark, "racing_ids")
 
     def other() -> None:
         spark.sql("INSERT INTO racing_ids (v) VALUES ('first')")
 
+    dml.run_insert(spark, dt.path, spark.createDataFrame([("second",)], "v string"), before_commit=other)
+    got = {r["v"]: (r["id"], r["ref"]) for r in dt.toDF().collect()}
+    assert got["first"] == (1, 100)
+    assert got["second"][0] > 1 and got["second"][1] > 100 and (got["second"][1] - 100) % 10 == 0
+    assert marks(dt.path) == {"id": got["second"][0], "ref": got["second"][1]}
+
+
+def test_concurrent_schema_change_fails_a_generating_write(spark: SparkSession) -> None:
+    """A winner that changed more than identity marks is a real metadata conflict."""
+    dt = table(spark, "altered_ids")
+
+    def other() -> None:
+        spark.sql("ALTER TABLE altered_ids ADD COLUMNS (extra STRING)")
+
     with pytest.raises(MetadataChangedException):
-        dml.run_insert(
-            spark, dt.path, spark.createDataFrame([("second",)], "v string"), before_commit=other
-        )
-    assert [r["id"] for r in dt.toDF().collect()] == [1]
+        dml.run_insert(spark, dt.path, spark.createDataFrame([("second",)], "v string"), before_commit=other)
+    assert dt.toDF().count() == 0

@@ -173,6 +173,9 @@ class ReadPredicate:
     may_match_stats: Callable[[Mapping[str, str | None], Any], bool] | None = None
     # The operation's own condition on rows the driver leaves undecided (see row_eval.RowEvaluator).
     row_evaluator: row_eval.RowEvaluator | None = None
+    # ``expr`` is only a necessary condition of the read (MERGE: its target side): rows the driver
+    # finds TRUE are confirmed by ``row_evaluator`` too; the driver only rules rows out.
+    confirm_rows: bool = False
 
 
 @dataclass(frozen=True)
@@ -560,7 +563,8 @@ def _any_row_true(info: TransactionInfo, pred: ReadPredicate, add: AddFile, rows
     """
     evaluator = _guarded(pred.row_evaluator) if pred.row_evaluator is not None else None
     try:
-        return len(row_eval.resolve_rows(info.reader, add, pred.expr, rows, evaluator)) > 0
+        confirm = pred.confirm_rows and evaluator is not None
+        return len(row_eval.resolve_rows(info.reader, add, pred.expr, rows, evaluator, confirm=confirm)) > 0
     except (row_eval.CannotEvaluate, OSError, ValueError):
         return True
 

@@ -465,14 +465,22 @@ def _bits(value: Any, n: int) -> Any:
 
 
 def resolve_rows(
-    reader: RowReader, add: AddFile, expr: Any, rows: Any = None, evaluator: RowEvaluator | None = None
+    reader: RowReader,
+    add: AddFile,
+    expr: Any,
+    rows: Any = None,
+    evaluator: RowEvaluator | None = None,
+    *,
+    confirm: bool = False,
 ) -> Any:
     """Live rows of ``add`` (within ``rows``) where ``expr`` is TRUE: decided on the driver, else by ``evaluator``.
 
     ``evaluator`` gets only the rows the driver left undecided (all of ``rows`` when the file
     cannot be read here) and evaluates the operation's own condition, which may be narrower
     than ``expr`` (TRUE only where ``expr`` is). Without one, undecided rows raise
-    ``CannotEvaluate``; the evaluator's errors propagate.
+    ``CannotEvaluate``; the evaluator's errors propagate. ``confirm``: ``expr`` is only a
+    necessary condition, so the rows where it is TRUE go to ``evaluator`` as well (the driver
+    only rules rows out).
     """
     import pyarrow as pa
 
@@ -483,6 +491,9 @@ def resolve_rows(
             raise
         found = evaluator(add, rows)
         return found & rows if rows is not None else found
+    if confirm and evaluator is not None:
+        maybe = verdict.true | verdict.undecided
+        return evaluator(add, maybe) & maybe if len(maybe) else maybe
     if not len(verdict.undecided):
         return verdict.true
     if evaluator is None:

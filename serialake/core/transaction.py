@@ -320,7 +320,11 @@ class OptimisticTransaction:
 
     # -- reads ------------------------------------------------------------------
     def filter_files(
-        self, predicates: Sequence[Any] | None = None, *, row_evaluator: RowEvaluator | None = None
+        self,
+        predicates: Sequence[Any] | None = None,
+        *,
+        row_evaluator: RowEvaluator | None = None,
+        confirm_rows: bool = False,
     ) -> list[AddFile]:
         """Files that may hold rows matching ``predicates`` (SQL strings or parsed expressions).
 
@@ -328,12 +332,16 @@ class OptimisticTransaction:
         as Delta does) and the returned files as read. ``[]`` or None reads everything.
         ``row_evaluator`` computes the operation's actual condition on rows of a file where
         row-level conflict checks cannot decide ``predicates`` exactly (e.g. with Spark, for
-        a UDF); it must be TRUE only where ``predicates`` may be.
+        a UDF); it must be TRUE only where ``predicates`` may be. ``confirm_rows``: ``predicates``
+        are only a necessary condition of the read (a MERGE's target side), so ``row_evaluator``
+        confirms the rows they match as well.
         """
         if self.snapshot is None:
             self.read_predicates.append(ReadPredicate("TRUE", lambda pv: True, whole_table=True))
             return []
         pred, files = _planned_read(self.snapshot, predicates, row_evaluator)
+        if confirm_rows and row_evaluator is not None:
+            pred = replace(pred, confirm_rows=True)
         self.read_predicates.append(pred)
         for f in files:
             self.read_files[f.path] = f

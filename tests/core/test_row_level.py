@@ -444,3 +444,46 @@ def test_appended_rows_decided_false_on_the_driver_need_no_evaluator(tmp_path):
     t_actions = _udf_delete(t, log, "id = 5 AND my_udf(x)", [5])
     log.start_transaction().commit([_write(log.table_path, [1, 7])], operation="WRITE")
     assert t.commit(t_actions, operation="DELETE") == 2
+
+
+@pytest.mark.parametrize("answer", ["none", "row"])
+def test_confirm_rows_hands_rows_the_driver_finds_true_to_the_evaluator(tmp_path, answer):
+    """A MERGE's read predicate is only a necessary condition of its read (``confirm_rows``): the
+    driver rules rows out, and the evaluator confirms the rows where the predicate is TRUE."""
+    log, _ = _table(tmp_path, level="Serializable")
+    calls: list[list[int]] = []
+
+    def evaluator(add: AddFile, rows: RowIndexSet | None) -> RowIndexSet:
+        assert rows is not None
+        calls.append(sorted(rows))
+        return RowIndexSet.from_iter(list(rows) if answer == "row" else [])
+
+    t = log.start_transaction()
+    (f,) = t.filter_files(["id IN (5, 8)"], row_evaluator=evaluator, confirm_rows=True)
+    t.record_matched_rows({f.path: RowIndexSet.from_iter([5])})
+    t_actions = _mark(log, f, [5])
+    log.start_transaction().commit([_write(log.table_path, [1, 8, 7])], operation="WRITE")  # 8: TRUE on the driver
+    if answer == "none":
+        assert t.commit(t_actions, operation="MERGE") == 2
+    else:
+        with pytest.raises(ConcurrentAppendException):
+            t.commit(t_actions, operation="MERGE")
+    assert calls == [[1]]  # only the new file's row of id 8
+
+
+def test_without_confirm_rows_the_driver_decides_true_rows(tmp_path):
+    log, _ = _table(tmp_path, level="Serializable")
+
+    calls: list[object] = []
+
+    def evaluator(add: AddFile, rows: RowIndexSet | None) -> RowIndexSet:
+        calls.append(rows)
+        return RowIndexSet.from_iter([])
+
+    t = log.start_transaction()
+    (f,) = t.filter_files(["id IN (5, 8)"], row_evaluator=evaluator)
+    t_actions = _mark(log, f, [5])
+    log.start_transaction().commit([_write(log.table_path, [1, 8, 7])], operation="WRITE")
+    with pytest.raises(ConcurrentAppendException):
+        t.commit(t_actions, operation="MERGE")
+    assert calls == []  # the exact predicate decided on the driver

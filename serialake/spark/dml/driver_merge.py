@@ -80,6 +80,8 @@ class MergeOutcome:
     touched: dict[str, tuple[AddFile, RowIndexSet]]  # path -> (file, changed physical rows)
     counts: dict[str, int]  # matched_update, matched_delete, by_source_update, by_source_delete, insert
     adds: list[AddFile]
+    # path -> the physical rows some source row matched under the ON condition (files with any)
+    matched: dict[str, RowIndexSet] = field(default_factory=dict)
 
 
 def plan(
@@ -347,8 +349,11 @@ def execute(
     bounds = np.searchsorted(pf, np.arange(len(files) + 1))
     counts = {"matched_update": 0, "matched_delete": 0, "by_source_update": 0, "by_source_delete": 0, "insert": 0}
     jobs: list[tuple[AddFile, tuple[Any, Any]]] = []
+    matched: dict[str, RowIndexSet] = {}
     for i, add in enumerate(files):
         lo, hi = bounds[i], bounds[i + 1]
+        if hi > lo:
+            matched[add.path] = RowIndexSet.from_iter(np.unique(pp[lo:hi]).astype(np.uint64))
         changes = (hi - lo if mp.matched else 0) + (live[i] - (hi - lo) if mp.by_source else 0)
         if changes:
             jobs.append((add, (pp[lo:hi], ps[lo:hi])))
@@ -418,7 +423,7 @@ def execute(
     for c in tally:
         for name, v in c.items():
             counts[name] += v
-    return MergeOutcome(touched, counts, written)
+    return MergeOutcome(touched, counts, written, matched)
 
 
 def _flat(col: Any) -> Any:

@@ -83,6 +83,7 @@ __all__ = [
     "evaluate_condition_rows",
     "explicit_flags",
     "file_bytes",
+    "file_rows_df",
     "find_touched",
     "is_true",
     "json_list",
@@ -338,6 +339,14 @@ def evaluate_condition_rows(
     """Live rows of ``add`` (among ``rows``; all when None) where ``cond`` is TRUE: one Spark job."""
     if rows is not None and not len(rows):
         return RowIndexSet.from_iter([])
+    hits = file_rows_df(spark, snap, alias, add, rows).filter(is_true(cond)).select(ROW_COL).collect()
+    return RowIndexSet.from_iter(sorted(int(r[0]) for r in hits))
+
+
+def file_rows_df(
+    spark: SparkSession, snap: Snapshot, alias: str, add: AddFile, rows: RowIndexSet | None
+) -> DataFrame:
+    """The live rows of ``add`` (among ``rows``; all when None) under ``alias``, with ``ROW_COL``."""
     df = read_target(spark, snap, [add], alias)
     if rows is not None:
         wanted = [int(i) for i in rows.to_numpy()]
@@ -348,8 +357,7 @@ def evaluate_condition_rows(
                 [(i,) for i in wanted], T.StructType([T.StructField(ROW_COL, T.LongType(), False)])
             )
             df = df.join(F.broadcast(keys), ROW_COL, "left_semi").alias(alias)
-    hits = df.filter(is_true(cond)).select(ROW_COL).collect()
-    return RowIndexSet.from_iter(sorted(int(r[0]) for r in hits))
+    return df
 
 
 def table_columns(snap: Snapshot, df: DataFrame, alias: str | None = None) -> list[Column]:

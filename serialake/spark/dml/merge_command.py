@@ -15,6 +15,15 @@ exactly; it is not added for partition columns, so a condition that only says
 ``s.date = t.date`` still reads every partition (Delta's documented behaviour: spell the
 partitions out to make concurrent MERGEs into different partitions commit).
 
+With row-level concurrency (deletion vectors) the read is judged by rows: the MERGE declares
+per candidate file the rows some source row matched and the rows a clause changed
+(``txn.record_matched_rows``, the same on the driver and on Spark), and rows a concurrent
+winner adds are checked against the ON condition itself: the read predicate above rules rows
+out on the driver, and Spark joins the rest with the source (``_read_rows``; the predicate is
+only a necessary condition for a UDF, a non-equi or a multi-key condition, so Spark confirms
+its TRUE rows too). A new target row some source row matches conflicts: it could have changed
+a matched clause's outcome or a NOT MATCHED insert.
+
 Execution: one aggregate job finds the target rows each clause changes (and fails on
 multiple matches), then one write job produces the new files: updated rows, inserted
 rows, and (copy-on-write) the unchanged rows of touched files. With deletion vectors the
@@ -32,7 +41,7 @@ from __future__ import annotations
 
 import datetime as dt
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from decimal import Decimal
 from typing import Any
@@ -45,7 +54,7 @@ from pyspark.sql import types as T
 
 from serialake.core import cdf as core_cdf
 from serialake.core import expressions as P
-from serialake.core import identity
+from serialake.core import identity, row_level
 from serialake.core.actions import Action, AddCDCFile, AddFile, now_ms
 from serialake.core.deletion_vectors import RowIndexSet
 from serialake.core.dv_policy import uses_deletion_vectors
@@ -70,6 +79,7 @@ from serialake.spark.dml.kernel import (
     elapsed_ms,
     explicit_flags,
     file_bytes,
+    file_rows_df,
     is_true,
     json_list,
     open_transaction,
@@ -260,7 +270,9 @@ class _MergeRun:
         self.start = time.monotonic()
         self.txn, self.snap = open_transaction(builder._path, "MERGE")
         # A source that reads the target (or other tables) is part of the transaction's reads.
-        scans.record_scans(self.txn, self.source)
+        found = scans.record_scans(self.txn, self.source)
+        # Then the rows MERGE matched are not all it read of the target: it declares none.
+        self.source_reads_target = any(sc.table == self.txn.table_path and not sc.time_travel for sc in found)
         self.table = self.snap.table_path
         self.alias = builder._alias or TARGET_ALIAS
         self.cond = to_column(builder._condition, "MERGE condition")
@@ -319,7 +331,7 @@ class _MergeRun:
             if not self.source.is_cached:
                 cached.append(self.source.persist(StorageLevel.MEMORY_AND_DISK))
             if self.files is None:
-                self.files = self.txn.filter_files([self._read_predicate(empty)])
+                self.files = self._record_read(empty)
             files = self.files
             self.target = read_target(self.spark, snap, files, self.alias).persist(StorageLevel.MEMORY_AND_DISK)
             cached.append(self.target)
@@ -327,6 +339,7 @@ class _MergeRun:
             changes = self._changes().persist(StorageLevel.MEMORY_AND_DISK)
             cached.append(changes)
             touched, counts = self._find_touched(changes)
+            self._declare_matched(touched, self._matched_on_spark)
             self.scan_ms = elapsed_ms(self.start)
             return self._write_and_commit(changes, touched, counts)
         except AnalysisException as e:
@@ -343,7 +356,7 @@ class _MergeRun:
         source_schema = io.to_delta_schema(self.source.schema)
         mp = driver_merge.plan(self.snap, self.on_parsed, self.alias, source_schema, self.b._clauses)
         self.local_source = driver_merge.source_table(self.source, source_schema, budget.max_bytes)
-        self.files = self.txn.filter_files([self._read_predicate(empty_target)])
+        self.files = self._record_read(empty_target)
         if not budget.fits(self.files):
             raise NotExact(f"candidate files over {engine.DML_MAX_BYTES_CONF}")
         outcome = driver_merge.execute(
@@ -351,6 +364,7 @@ class _MergeRun:
         )
         self.scan_ms = elapsed_ms(self.start)
         touched = {p: Touched(add, len(rows), rows) for p, (add, rows) in outcome.touched.items()}
+        self._declare_matched(touched, lambda: outcome.matched)
         c = outcome.counts
         counts = {_MATCHED_UPDATE: c["matched_update"], _MATCHED_DELETE: c["matched_delete"],
                   _NMBS_UPDATE: c["by_source_update"], _NMBS_DELETE: c["by_source_delete"], _INSERT: c["insert"]}
@@ -368,24 +382,100 @@ class _MergeRun:
         # Spark's resolution qualified every target column with the target alias.
         return expr, lambda name: False
 
-    def _read_predicate(self, empty_target: DataFrame) -> P.Expr:
-        """What this MERGE reads of the target (see module docstring)."""
+    def _record_read(self, empty_target: DataFrame) -> list[AddFile]:
+        """Record this MERGE's read of the target (``txn.filter_files``); the candidate files.
+
+        The read predicate (``_read_predicate``) is what the driver evaluates on rows in conflict
+        checks; the read itself (the target rows some source row matches under the ON condition,
+        and the rows NOT MATCHED BY SOURCE clauses read) is computed by Spark on the rows the
+        driver leaves undecided (``_read_rows``), and on the rows it finds TRUE as well when the
+        predicate is only a necessary condition (a UDF, a non-equi or multi-key ON condition).
+        """
+        pred, exact = self._read_predicate(empty_target)
+        return self.txn.filter_files([pred], row_evaluator=self._read_rows, confirm_rows=not exact)
+
+    def _read_rows(self, add: AddFile, rows: RowIndexSet | None) -> RowIndexSet:
+        """Live rows of ``add`` (among ``rows``; all when None) this MERGE reads: one Spark job.
+
+        A row is read when some source row matches it under the ON condition, or a NOT MATCHED
+        BY SOURCE clause's condition holds for it.
+        """
+        if rows is not None and not len(rows):
+            return RowIndexSet.from_iter([])
+        df = file_rows_df(self.spark, self.snap, self.alias, add, rows)
+        if any(c.condition is None for c in self.by_source):
+            hits = df.select(ROW_COL)
+        else:
+            # An inner join, not a semi join: Spark refuses Python UDFs in semi join conditions.
+            hits = df.join(self.source, self.cond, "inner").select(ROW_COL)
+            for clause in self.by_source:
+                assert clause.condition is not None
+                cond = to_column(clause.condition, "NOT MATCHED BY SOURCE condition")
+                hits = hits.union(df.filter(is_true(cond)).select(ROW_COL))
+        return RowIndexSet.from_iter(sorted({int(r[0]) for r in hits.collect()}))
+
+    def _matched_on_spark(self) -> dict[str, RowIndexSet]:
+        """Per candidate file, the target rows some source row matches (one aggregate job)."""
+        # An inner join (Spark refuses Python UDFs in semi join conditions): each row once per file.
+        found = self.target.join(self.source, self.cond, "inner").groupBy(FILE_COL).agg(
+            F.collect_set(ROW_COL).alias("rows")
+        )
+        return {r[FILE_COL]: RowIndexSet.from_iter(sorted({int(i) for i in r["rows"]})) for r in found.collect()}
+
+    def _declare_matched(
+        self, touched: Mapping[str, Touched], matched: Callable[[], Mapping[str, RowIndexSet]]
+    ) -> None:
+        """Declare per candidate file the rows this MERGE read: those some source row matched, and
+        those a clause changed (``txn.record_matched_rows``; with row-level concurrency only).
+
+        A concurrent deletion of any other row changes nothing this MERGE did: not a clause's
+        outcome, not which source rows went unmatched (inserted). ``matched`` is only asked
+        when the changed rows may not include every matched row (a MATCHED clause does not fire
+        for every matched row). Nothing is declared when the source reads the target itself.
+        """
+        if self.source_reads_target or not self.files or not row_level.enabled(self.snap.metadata):
+            return
+        every_match_changes = bool(self.matched) and self.matched[-1].condition is None
+        found: Mapping[str, RowIndexSet] = {} if every_match_changes else matched()
+        empty = RowIndexSet.from_iter([])
+        rows: dict[str, RowIndexSet] = {}
+        for f in self.files:
+            r = found.get(f.path, empty)
+            t = touched.get(f.path)
+            if t is not None:
+                if t.rows is None:
+                    return
+                r = r | t.rows
+            rows[f.path] = r
+        self.txn.record_matched_rows(rows)
+
+    def _read_predicate(self, empty_target: DataFrame) -> tuple[P.Expr, bool]:
+        """What this MERGE reads of the target (see module docstring), and whether exactly.
+
+        Exact: the ON condition is target-only conjuncts and at most one equality key read as
+        an IN list of source values; otherwise the predicate is only a necessary condition.
+        """
         expr, is_target = self._on_expr()
         conjuncts = target_conjuncts(expr, self.alias, is_target)
-        conjuncts += self._key_in_lists(expr, is_target)
-        matched_read = P.conjunction(conjuncts)
+        keys = self._key_in_lists(expr, is_target)
+        exact = (
+            len(keys) <= 1
+            and all(isinstance(k, P.In) or k == P.FALSE for k in keys)
+            and len(P.split_conjuncts(expr)) == len(conjuncts) + len(keys)
+        )
+        matched_read = P.conjunction([*conjuncts, *keys])
         if not self.by_source:
-            return matched_read
+            return matched_read, exact
         # A target row no source row matches is read by NOT MATCHED BY SOURCE clauses.
         extra: list[P.Expr] = []
         for clause in self.by_source:
             if clause.condition is None:
-                return P.TRUE
+                return P.TRUE, True
             part = self._target_only(clause.condition, empty_target)
             if part is None:
-                return P.TRUE
+                return P.TRUE, False  # (a condition not understood here: Spark evaluates it)
             extra.append(part)
-        return P.disjunction([matched_read, *extra])
+        return P.disjunction([matched_read, *extra]), exact
 
     def _target_only(self, condition: str | Column, empty_target: DataFrame) -> P.Expr | None:
         """A NOT MATCHED BY SOURCE condition as a target predicate (None if not understood)."""

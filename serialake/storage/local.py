@@ -135,6 +135,75 @@ def _link_proc(fd: int, dir_fd: int, name: bytes) -> int:
     return ctypes.get_errno()
 
 
+class _DirHandle:
+    """An open descriptor of a log directory and how many puts are using it now."""
+
+    __slots__ = ("cached", "fd", "users")
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.users = 0
+        self.cached = True  # still the cache's entry for its directory
+
+
+class _DirHandles:
+    """Descriptors of log directories, one per directory, at most ``limit`` kept open.
+
+    A put names its file through the directory's descriptor and then fsyncs that same
+    descriptor, so a descriptor is held from the link to the fsync (``acquire`` /
+    ``release``). A directory not used lately is dropped from the cache when a new one
+    comes in (least recently used first), and its descriptor is closed once no put holds
+    it: never while a put may still name or sync through it, since a closed number can be
+    reused by any file the process opens next. A process that writes thousands of tables
+    (a long job, a test run) so keeps a bounded number open, far below the limits where
+    ``select()`` (``FD_SETSIZE``, 1024) or ``RLIMIT_NOFILE`` start failing elsewhere.
+    """
+
+    def __init__(self, limit: int = 64) -> None:
+        self.limit = limit
+        self._lock = threading.Lock()
+        self._cache: dict[str, _DirHandle] = {}  # insertion order = use order (moved to the end on use)
+
+    def acquire(self, directory: str, stale: _DirHandle | None = None) -> _DirHandle:
+        """The directory's descriptor, held until ``release``; ``stale``: a handle found to be of a
+        directory no longer at that path (the table deleted and created again) is replaced."""
+        with self._lock:
+            h = self._cache.pop(directory, None)
+            if h is not None and h is stale:
+                h.cached = False
+                self._close_if_unused(h)
+                h = None
+            if h is None:
+                h = _DirHandle(os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC))
+            self._cache[directory] = h  # (re)inserted last: the most recently used
+            h.users += 1
+            while len(self._cache) > self.limit:
+                old = self._cache.pop(next(iter(self._cache)))
+                old.cached = False
+                self._close_if_unused(old)
+            return h
+
+    def release(self, h: _DirHandle) -> None:
+        with self._lock:
+            h.users -= 1
+            self._close_if_unused(h)
+
+    def open_count(self) -> int:
+        """Descriptors open now (cached or still held): for tests and diagnostics."""
+        with self._lock:
+            return len(self._cache)
+
+    @staticmethod
+    def _close_if_unused(h: _DirHandle) -> None:
+        if not h.cached and h.users == 0 and h.fd >= 0:
+            fd, h.fd = h.fd, -1
+            os.close(fd)
+
+
+#: The process's directory descriptors, shared by every ``LocalLogStore`` (a store is made per table).
+_DIRS = _DirHandles()
+
+
 class LocalLogStore(LogStore):
     """Log store for paths on a local (POSIX) file system.
 
@@ -153,9 +222,7 @@ class LocalLogStore(LogStore):
     def __init__(self, fsync: bool = True) -> None:
         self.fsync = fsync
         self.fault_hook: FaultHook | None = None
-        self._dir_fds: dict[str, int] = {}
-        self._stale_dir_fds: list[int] = []
-        self._dir_lock = threading.Lock()
+        self._dirs = _DIRS
         self._tmpfile_ok = _linkat is not None
         # linkat(fd, "", ..., AT_EMPTY_PATH) names an unnamed inode without resolving
         # /proc/self/fd/N (~2 us less per attempt, lost races included). Linux allows it to the
@@ -163,37 +230,22 @@ class LocalLogStore(LogStore):
         self._empty_path_ok = True
         self._read_flags = _READ_FLAGS | _NOATIME
 
-    def _dir_fd(self, directory: str, stale: int | None = None) -> int:
-        """A cached descriptor of ``directory`` (one open per directory, not per commit).
-
-        ``stale``: a descriptor found to be of a directory no longer at that path (the
-        table was deleted and created again): it is replaced.
-        """
-        fd = self._dir_fds.get(directory)  # (a dict read is atomic: the lock is for changing it)
-        if fd is not None and fd != stale:
-            return fd
-        with self._dir_lock:
-            fd = self._dir_fds.get(directory)
-            if fd is None or fd == stale:
-                fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-                self._dir_fds[directory] = fd
-                if stale is not None:
-                    # Kept open: another thread may be naming or syncing through it right now, and a
-                    # closed number could be reused by any file (one descriptor per re-created table).
-                    self._stale_dir_fds.append(stale)
-        return fd
-
-    def _fsync_dir(self, directory: str, fd: int | None = None) -> None:
-        """fsync ``directory``: through ``fd`` when a name was just made through it, else the cached one.
-
-        A cached descriptor of a directory deleted since (and maybe created again) is replaced
-        first: fsyncing it would leave the names made in the directory now at that path unsynced.
-        """
-        if fd is None:
-            fd = self._dir_fd(directory)
-            if self._is_stale(directory, fd):
-                fd = self._dir_fd(directory, stale=fd)
-        os.fsync(fd)
+    def _fsync_dir(self, directory: str, held: _DirHandle | None = None) -> None:
+        """fsync ``directory``: through ``held`` when a name was just made through it, else its cached
+        descriptor, replaced first if the directory was deleted since (maybe created again): fsyncing
+        that one would leave the names made in the directory now at that path unsynced."""
+        if held is not None:
+            os.fsync(held.fd)
+            return
+        h = self._dirs.acquire(directory)
+        try:
+            if self._is_stale(directory, h.fd):
+                fresh = self._dirs.acquire(directory, stale=h)
+                self._dirs.release(h)
+                h = fresh
+            os.fsync(h.fd)
+        finally:
+            self._dirs.release(h)
 
     def _is_stale(self, directory: str, fd: int) -> bool:
         """Whether ``fd`` is not the directory now at ``directory`` (deleted, maybe created again)."""
@@ -258,38 +310,44 @@ class LocalLogStore(LogStore):
             raise
         return fd
 
-    def _link_tmpfile(self, fd: int, path: str) -> int:
+    def _link_tmpfile(self, fd: int, path: str) -> _DirHandle:
         """Name the unnamed inode ``fd`` ``path`` with linkat, which never overwrites.
 
-        The name is made relative to the directory's cached descriptor, which is returned:
-        the one to fsync (``_sync_name``), the directory the name was made in.
+        The name is made relative to the directory's cached descriptor, which is returned held:
+        the one to fsync, the directory the name was made in (``_sync_name`` releases it).
         """
         directory, _, name = path.rpartition(os.sep)
         target = name.encode()
-        dir_fd = self._dir_fd(directory)
+        h = self._dirs.acquire(directory)
 
         def link() -> int:
-            nonlocal dir_fd
-            err = self._link_once(fd, dir_fd, target)
-            if err == errno.ENOENT and self._is_stale(directory, dir_fd):  # the directory was re-created
-                dir_fd = self._dir_fd(directory, stale=dir_fd)
-                err = self._link_once(fd, dir_fd, target)
+            nonlocal h
+            err = self._link_once(fd, h.fd, target)
+            if err == errno.ENOENT and self._is_stale(directory, h.fd):  # the directory was re-created
+                fresh = self._dirs.acquire(directory, stale=h)
+                self._dirs.release(h)
+                h = fresh
+                err = self._link_once(fd, h.fd, target)
             return err
 
-        if self.fault_hook is None:  # ``_name``'s classification without its hooks: a lost race costs little
-            err = link()
-            if err == errno.EEXIST:
-                raise FileAlreadyExistsError(f"{path} already exists")
-            if err:
-                raise naming_error(OSError(err, os.strerror(err), path), path, "name the file (link)")
-            return dir_fd
+        try:
+            if self.fault_hook is None:  # ``_name``'s classification without its hooks: a lost race costs little
+                err = link()
+                if err == errno.EEXIST:
+                    raise FileAlreadyExistsError(f"{path} already exists")
+                if err:
+                    raise naming_error(OSError(err, os.strerror(err), path), path, "name the file (link)")
+                return h
 
-        def link_or_raise() -> None:
-            if err := link():
-                raise OSError(err, os.strerror(err), path)
+            def link_or_raise() -> None:
+                if err := link():
+                    raise OSError(err, os.strerror(err), path)
 
-        self._name(path, "link", link_or_raise)
-        return dir_fd
+            self._name(path, "link", link_or_raise)
+            return h
+        except BaseException:
+            self._dirs.release(h)
+            raise
 
     def _link_once(self, fd: int, dir_fd: int, target: bytes) -> int:
         """One linkat of the unnamed inode ``fd`` as ``target`` in ``dir_fd``: 0 or the errno."""
@@ -394,10 +452,10 @@ class LocalLogStore(LogStore):
         if os.path.exists(path):
             raise FileAlreadyExistsError(f"{path} already exists")
         fd = self._tmpfile(directory, path, data) if self._tmpfile_ok else None
-        dir_fd = None
+        held = None
         if fd is not None:
             try:
-                dir_fd = self._link_tmpfile(fd, path)
+                held = self._link_tmpfile(fd, path)
             finally:
                 os.close(fd)
         else:
@@ -406,7 +464,7 @@ class LocalLogStore(LogStore):
                 self._name(path, "link", lambda: os.link(tmp, path))
             finally:
                 _unlink_quietly(tmp)
-        self._sync_name(directory, path, dir_fd)
+        self._sync_name(directory, path, held)
 
     def write(self, path: str, data: bytes) -> None:
         """Create or replace ``path``; failures are classified as in ``put_if_absent``."""
@@ -427,16 +485,20 @@ class LocalLogStore(LogStore):
         except OSError as e:
             raise WriteNotDoneError(e, path, "create the log directory") from e
 
-    def _sync_name(self, directory: str, path: str, dir_fd: int | None = None) -> None:
-        """fsync ``directory`` (``dir_fd``: the descriptor the name was made through) after ``path``
-        got its name: a failure leaves it visible but maybe not durable."""
-        if not self.fsync:
-            return
+    def _sync_name(self, directory: str, path: str, held: _DirHandle | None = None) -> None:
+        """fsync ``directory`` (``held``: the descriptor the name was made through, released here)
+        after ``path`` got its name: a failure leaves it visible but maybe not durable."""
         try:
-            self._hook("fsync-dir", path)
-            self._fsync_dir(directory, dir_fd)
-        except OSError as e:
-            raise WriteNotDurableError(e, path) from e
+            if not self.fsync:
+                return
+            try:
+                self._hook("fsync-dir", path)
+                self._fsync_dir(directory, held)
+            except OSError as e:
+                raise WriteNotDurableError(e, path) from e
+        finally:
+            if held is not None:
+                self._dirs.release(held)
 
     def exists(self, path: str) -> bool:
         return os.path.exists(path)
@@ -533,14 +595,14 @@ class _PreparedTmpfile(PreparedPut):
             store.put_if_absent(path, self.data)
             return
         try:
-            dir_fd = store._link_tmpfile(fd, path)
+            held = store._link_tmpfile(fd, path)
         except FileAlreadyExistsError:
             raise  # the same durable bytes may take the next name
         except BaseException:
             self.close()
             raise
         self.close()
-        store._sync_name(directory, path, dir_fd)
+        store._sync_name(directory, path, held)
 
     def close(self) -> None:
         fd, self._fd = self._fd, None

@@ -127,7 +127,7 @@ def test_a_log_directory_deleted_and_created_again_gets_the_names_and_the_fsync(
     directory = tmp_path / "_delta_log"
     directory.mkdir()
     store.put_if_absent(str(directory / commit_name(0)), b"{}\n")
-    first = store._dir_fds[str(directory)]
+    first = store._dirs._cache[str(directory)]
     for f in directory.iterdir():
         f.unlink()
     directory.rmdir()
@@ -151,10 +151,83 @@ def test_a_log_directory_deleted_and_created_again_gets_the_names_and_the_fsync(
         store.write(path, b'{"v":1}\n')
     monkeypatch.undo()
     assert (directory / commit_name(0)).read_bytes() == b'{"v":1}\n'
-    held = store._dir_fds[str(directory)]
-    assert _same_directory(held, str(directory))
-    assert synced[-1] == held  # the directory fsynced last is the one at the path now
-    assert first not in store._dir_fds.values()
+    now = store._dirs._cache[str(directory)]
+    assert _same_directory(now.fd, str(directory))
+    assert synced[-1] == now.fd  # the directory fsynced last is the one at the path now
+    assert now is not first and first.fd == -1  # the stale descriptor closed once no put used it
+
+
+def _open_descriptors() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_directory_descriptors_stay_bounded_over_many_tables(tmp_path) -> None:
+    """A process writing thousands of tables keeps at most ``limit`` directory descriptors open
+    (one per table forever once broke py4j's select() past FD_SETSIZE in a long run)."""
+    before = _open_descriptors()
+    for i in range(300):
+        store = LocalLogStore(fsync=False)  # as ``store_for``: a store per table, one descriptor cache
+        d = tmp_path / f"t{i}" / "_delta_log"
+        store.put_if_absent(str(d / commit_name(0)), b"{}\n")
+        put = store.prepare_put(b'{"v":1}\n')
+        put.put(str(d / commit_name(1)))
+        put.close()
+    assert store._dirs.open_count() == store._dirs.limit
+    assert _open_descriptors() - before <= store._dirs.limit
+    for i in range(300):  # every table got its commits, each in its own directory
+        d = tmp_path / f"t{i}" / "_delta_log"
+        assert (d / commit_name(1)).read_bytes() == b'{"v":1}\n'
+
+
+def test_an_evicted_descriptor_stays_open_while_a_put_holds_it(tmp_path) -> None:
+    """Eviction never closes a descriptor between a put's link and its fsync: the number could be
+    reused by another file, and the fsync would then sync the wrong one."""
+    from serialake.storage.local import _DirHandles
+
+    handles = _DirHandles(limit=2)
+    dirs = [tmp_path / f"d{i}" for i in range(4)]
+    for d in dirs:
+        d.mkdir()
+    held = handles.acquire(str(dirs[0]))
+    for d in dirs[1:]:
+        handles.release(handles.acquire(str(d)))
+    assert not held.cached and held.fd >= 0
+    assert _same_directory(held.fd, str(dirs[0]))
+    os.fsync(held.fd)
+    handles.release(held)
+    assert held.fd == -1 and handles.open_count() == 2
+
+
+def test_threads_committing_to_many_tables_share_bounded_descriptors(tmp_path) -> None:
+    """Eight threads race commits into 40 tables through one store with room for 4 descriptors:
+    every version lands exactly once, in its own table, and nothing stays open past the bound."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from serialake.exceptions import FileAlreadyExistsError
+    from serialake.storage.local import _DirHandles
+
+    store = LocalLogStore(fsync=True)
+    store._dirs = _DirHandles(limit=4)
+    won: list[tuple[int, int, int]] = []
+
+    def writer(w: int) -> None:
+        for step in range(60):
+            table = (w * 7 + step) % 40
+            d = tmp_path / f"t{table}" / "_delta_log"
+            version = step // 10
+            try:
+                store.put_if_absent(str(d / commit_name(version)), f"{table} {w}".encode())
+                won.append((table, version, w))
+            except FileAlreadyExistsError:
+                pass
+
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(writer, range(8)))
+    assert len({(t, v) for t, v, _ in won}) == len(won)  # one winner per version
+    for table, version, w in won:
+        assert (tmp_path / f"t{table}" / "_delta_log" / commit_name(version)).read_bytes() == f"{table} {w}".encode()
+    assert store._dirs.open_count() <= 4
+    assert all(h.users == 0 for h in store._dirs._cache.values())
 
 
 def test_linkat_by_descriptor_refused_falls_back_to_proc(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:

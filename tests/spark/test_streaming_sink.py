@@ -47,6 +47,8 @@ from serialake.spark.table import DeltaTable
 from tests.helpers import before_first_commit
 
 pytestmark = pytest.mark.spark
+# A loaded CI machine runs a micro-batch in seconds, not minutes; the bound only stops a hung query.
+STREAM_TIMEOUT = 600
 
 SCHEMA = "id long, grp long, s string"
 PIPELINE = Path(__file__).with_name("stream_pipeline.py")
@@ -139,7 +141,7 @@ def _run(spark: SparkSession, src: Path, target: str, checkpoint: Path, **option
         .trigger(availableNow=True)
         .start(target)
     )
-    q.awaitTermination(120)
+    q.awaitTermination(STREAM_TIMEOUT)
     return q
 
 
@@ -163,8 +165,8 @@ def test_append_stream_commits_each_batch_once_with_its_txn(spark: SparkSession,
         .start(target)
     )
     assert isinstance(q, sink.SinkQuery)
-    assert q.awaitTermination(120) is True
-    assert q.exception() is None and not q.isActive
+    assert q.awaitTermination(STREAM_TIMEOUT) is True, q.lastProgress
+    assert q.exception() is None and not q.isActive, q.exception()
     assert _ids(target) == list(range(15))
     snap = DeltaLog.for_table(target).update()
     assert list(snap.partition_columns) == ["grp"]
@@ -220,7 +222,7 @@ def test_complete_mode_replaces_the_rows_each_batch(spark: SparkSession, tmp_pat
         .trigger(availableNow=True)
         .start(target)
     )
-    q.awaitTermination(120)
+    q.awaitTermination(STREAM_TIMEOUT)
     got = sorted(tuple(r) for r in read(spark, target).collect())
     assert got == [(0, 5), (1, 5), (2, 5)]
     from deltalake import DeltaTable as RsTable
@@ -258,7 +260,7 @@ def test_to_table_creates_registers_and_appends(spark: SparkSession, tmp_path: P
         .trigger(availableNow=True)
         .toTable("events")
     )
-    q.awaitTermination(120)
+    q.awaitTermination(STREAM_TIMEOUT)
     assert DeltaLog.for_table(catalog.lookup("events") or "").table_path == DeltaLog.for_table(location).table_path
     assert sorted(r.id for r in spark.table("events").collect()) == list(range(10))
     # A second query into the registered table (no format: the table's own).
@@ -270,7 +272,7 @@ def test_to_table_creates_registers_and_appends(spark: SparkSession, tmp_path: P
         .trigger(availableNow=True)
         .toTable("events")
     )
-    q2.awaitTermination(120)
+    q2.awaitTermination(STREAM_TIMEOUT)
     assert _ids(location) == list(range(15))
     history = DeltaTable.forName(spark, "events").history().select("operation").collect()
     assert [h.operation for h in history][-1] == "WRITE"  # the table made at start, empty
@@ -287,7 +289,7 @@ def test_to_table_managed(spark: SparkSession, tmp_path: Path) -> None:
         .trigger(availableNow=True)
         .toTable("managed_events")
     )
-    q.awaitTermination(120)
+    q.awaitTermination(STREAM_TIMEOUT)
     location = catalog.lookup("managed_events")
     assert location is not None and location.startswith(str(catalog.warehouse_dir()))
     assert list(DeltaLog.for_table(location).update().partition_columns) == ["grp"]
@@ -342,7 +344,7 @@ def test_same_app_id_committed_concurrently_fails_the_query(
             .start(target)
         )
         with pytest.raises(ConcurrentTransactionException) as failed:
-            q.awaitTermination(120)
+            q.awaitTermination(STREAM_TIMEOUT)
     error = failed.value
     assert isinstance(error, StreamingQueryException)
     assert f"Application '{q.id}' committed version 0 concurrently" in str(error)
@@ -426,7 +428,7 @@ def test_other_formats_run_sparks_own_sink(spark: SparkSession, tmp_path: Path) 
         .start(str(out))
     )
     assert not isinstance(q, sink.SinkQuery)
-    q.awaitTermination(120)
+    q.awaitTermination(STREAM_TIMEOUT)
     assert sorted(p.name for p in out.iterdir() if p.name.startswith("grp=")) == ["grp=0", "grp=1", "grp=2"]
     assert spark.read.parquet(str(out)).count() == 10
     with pytest.raises(AnalysisException, match="does not support partitioning"):
@@ -474,7 +476,7 @@ def test_idempotent_merge_in_foreach_batch_survives_a_replay(spark: SparkSession
         q = _stream(spark, src).writeStream.foreachBatch(fn).option("checkpointLocation", str(ck)).trigger(
             availableNow=True
         ).start()
-        q.awaitTermination(120)
+        q.awaitTermination(STREAM_TIMEOUT)
         assert q.exception() is None
         return q
 

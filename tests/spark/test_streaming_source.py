@@ -28,6 +28,8 @@ from serialake.spark.streaming.source import metadata_changes
 from serialake.spark.table import DeltaTable
 
 pytestmark = pytest.mark.spark
+# A loaded CI machine runs a micro-batch in seconds, not minutes; the bound only stops a hung query.
+STREAM_TIMEOUT = 600
 
 
 class Batches:
@@ -71,7 +73,7 @@ def run(tmp_path: Path) -> Iterator[Any]:
         query = writer.start()
         queries.append(query)
         if available_now:
-            query.awaitTermination(120)
+            query.awaitTermination(STREAM_TIMEOUT)
         else:
             query.processAllAvailable()
         return query

@@ -12,8 +12,11 @@ second committer is rebased instead of failing (docs/concurrency.md, "Compaction
 - a compaction losing to another compaction of F drops its work on F (``yield_to_compaction``).
 
 Rows are located in the outputs through the in-order mapping a bin-packing output records
-(``row_level.COMPACTED_FROM_TAG``); without it (ZORDER, clustering) the conflict stays (the
-functions return False).
+(``row_level.COMPACTED_FROM_TAG``): a contiguous range per input, cheap and exact. An output
+without it (sorted by ZORDER or clustering, or written by another engine) is searched by row
+content (``core.row_matching``): equal rows are interchangeable, so marking any free equal
+copy gives the serial outcome. What cannot be located keeps the conflict (the functions
+return False).
 
 Rebasing writes deletion vectors; each is recorded in ``TransactionInfo.rebase_dvs`` and its
 file deleted once no action of ours uses it (``discard_rebase_dvs``): when a later rebase
@@ -26,9 +29,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from serialake.core import identity_rebase
+from serialake.core import identity_rebase, row_matching
 from serialake.core import row_level as RL
-from serialake.core.actions import Action, AddFile, CommitInfo, RemoveFile
+from serialake.core.actions import Action, AddFile, CommitInfo, FileAction, RemoveFile
 from serialake.core.deletion_vectors import RowIndexSet
 from serialake.core.dv_policy import loose_stats
 
@@ -63,7 +66,7 @@ def carry_into_compaction(
             base = RL.dv_rows(info.table, r.deletion_vector)
             _mark_in_winner_outputs(info, [(g, RL.map_rows(base, mine, src.offset))], {id(own[0]), id(own[1])})
             return True
-    return False
+    return _carry_by_content(info, w, r, mine, {id(own[0]), id(own[1])})
 
 
 def carry_emptied_into_compaction(info: TransactionInfo, w: WinnerSummary, ours: RemoveFile, r: RemoveFile) -> bool:
@@ -77,7 +80,33 @@ def carry_emptied_into_compaction(info: TransactionInfo, w: WinnerSummary, ours:
             return False
         _mark_in_winner_outputs(info, [(g, range(src.offset, src.offset + src.live_rows))], {id(ours)})
         return True
-    return False
+    return _carry_by_content(info, w, r, None, {id(ours)})
+
+
+def _carry_by_content(info: TransactionInfo, w: WinnerSummary, r: RemoveFile, rows: Any, drop: set[int]) -> bool:
+    """``rows`` of F (None: every live row) located by content in the winner's outputs and marked there.
+
+    Only a winner that is a compaction holds F's rows unchanged in its outputs of F's partition;
+    an output we already remove whole is not searched, one we already marked is searched
+    without the rows we marked (``taken``).
+    """
+    if not _winner_is_compaction(w):
+        return False
+    ours = {a.path: a for a in info.adds}
+    outputs: list[AddFile] = []
+    taken: dict[str, Any] = {}
+    for g in row_matching.candidate_outputs(w.adds, r):
+        prior = ours.get(g.path)
+        if prior is None and g.path in info.removes:
+            continue
+        outputs.append(g)
+        taken[g.path] = RL.dv_rows(info.table, (prior or g).deletion_vector)
+    placed = _locate(info, r, rows, outputs, taken)
+    if placed is None:
+        return False
+    by_path = {g.path: g for g in outputs}
+    _mark_in_winner_outputs(info, [(by_path[p], idx) for p, idx in placed.items()], drop)
+    return True
 
 
 def _mark_in_winner_outputs(info: TransactionInfo, marks: Sequence[tuple[AddFile, Any]], drop: set[int]) -> None:
@@ -110,6 +139,8 @@ def _mark_in_winner_outputs(info: TransactionInfo, marks: Sequence[tuple[AddFile
 
 def absorb_into_own_compaction(info: TransactionInfo, theirs: tuple[RemoveFile, AddFile], ours: RemoveFile) -> bool:
     """We compact a file F a winner marked rows of: carry its deletions into our output."""
+    if _own_tagged(info, ours.path) is None:
+        return _absorb_by_content(info, theirs, ours)
     found = _own_output_of(info, ours)
     if found is None:
         return False
@@ -124,6 +155,24 @@ def absorb_into_own_compaction(info: TransactionInfo, theirs: tuple[RemoveFile, 
     return True
 
 
+def _absorb_by_content(info: TransactionInfo, theirs: tuple[RemoveFile, AddFile], ours: RemoveFile) -> bool:
+    """``absorb_into_own_compaction`` for outputs without a row mapping: the rows found by content."""
+    if not is_compaction(info):
+        return False
+    marked = _mark_in_own_outputs(info, ours, newly_deleted(info, theirs))
+    if marked is None:
+        return False
+    drop, new, emptied = marked
+    drop.add(id(ours))
+    new.insert(0, theirs[1].remove(data_change=False))
+    if emptied:
+        rebase_away(info, drop, new)
+    else:
+        info.replace_actions(drop, new)
+        discard_dropped_dvs(info)
+    return True
+
+
 def absorb_emptied_into_own_compaction(info: TransactionInfo, ours: RemoveFile) -> bool:
     """A winner removed our input F with all its rows (no re-add): they are deleted rows of our output.
 
@@ -133,6 +182,8 @@ def absorb_emptied_into_own_compaction(info: TransactionInfo, ours: RemoveFile) 
     """
     if not is_compaction(info):
         return False
+    if _own_tagged(info, ours.path) is None:
+        return _drop_input_by_content(info, ours)
     found = _own_output_of(info, ours)
     if found is None:
         return False
@@ -155,17 +206,65 @@ def yield_to_compaction(info: TransactionInfo, ours: RemoveFile) -> bool:
     """A winning compaction also compacted our input F (same base vector): its rows are in the winner's outputs.
 
     Each of our outputs whose ``compactedFrom`` lists F goes, with our removes of all its
-    inputs: F's rows live in the winner's output, the other inputs stay as they are.
+    inputs: F's rows live in the winner's output, the other inputs stay as they are. Without
+    a mapping (our outputs sorted), F's rows are marked deleted in our outputs, found by
+    content, and our remove of F is dropped, as for an input a DML emptied.
     """
     if not is_compaction(info):
         return False
     outputs = [g for g in info.adds if any(s.path == ours.path for s in RL.compaction_sources(g) or ())]
     if not outputs:
-        return False  # no row mapping (e.g. ZORDER): which output holds F is unknown
+        return _drop_input_by_content(info, ours)
     inputs = {s.path for g in outputs for s in RL.compaction_sources(g) or ()}
     drop = {id(g) for g in outputs} | {id(r) for r in info.removes.values() if r.path in inputs}
     rebase_away(info, drop, [])
     return True
+
+
+def _drop_input_by_content(info: TransactionInfo, ours: RemoveFile) -> bool:
+    """Every live row of our input F left the table through a winner: mark them deleted in our outputs
+    (found by content) and drop our remove of F. An output left without a live row is dropped."""
+    marked = _mark_in_own_outputs(info, ours, None)
+    if marked is None:
+        return False
+    drop, new, _ = marked
+    rebase_away(info, drop | {id(ours)}, new)
+    return True
+
+
+def _mark_in_own_outputs(
+    info: TransactionInfo, source: RemoveFile, rows: Any
+) -> tuple[set[int], list[Action], bool] | None:
+    """``rows`` of our input ``source`` (None: every live row) located by content in our outputs of its
+    partition: ``(outputs replaced, their marked copies, whether one was left without a live row)``,
+    or None when some row cannot be located. Marked outputs' stats become loose."""
+    outputs = row_matching.candidate_outputs(info.adds, source)
+    taken = {g.path: RL.dv_rows(info.table, g.deletion_vector) for g in outputs}
+    placed = _locate(info, source, rows, outputs, taken)
+    if placed is None:
+        return None
+    drop: set[int] = set()
+    new: list[Action] = []
+    emptied = False
+    for g in outputs:
+        if not placed.get(g.path):
+            continue
+        merged = taken[g.path] | RowIndexSet.from_iter(placed[g.path])
+        drop.add(id(g))
+        total = g.num_records
+        if total is not None and len(merged) >= total:
+            emptied = True
+            continue
+        new.append(replace(g, deletion_vector=write_dv(info, merged), stats=loose_stats(g.stats)))
+    return drop, new, emptied
+
+
+def _locate(
+    info: TransactionInfo, source: FileAction, rows: Any, outputs: Sequence[AddFile], taken: dict[str, Any]
+) -> dict[str, list[int]] | None:
+    if info.reader is None:
+        return None
+    return row_matching.locate_rows(info.reader, info.read_protocol, source, rows, outputs, taken)
 
 
 def _own_tagged(info: TransactionInfo, path: str) -> tuple[AddFile, RL.CompactionSource] | None:
@@ -192,6 +291,11 @@ def _own_output_of(info: TransactionInfo, ours: RemoveFile) -> tuple[AddFile, RL
 def is_compaction(info: TransactionInfo) -> bool:
     """Every file action of the transaction leaves the data unchanged (OPTIMIZE, REORG)."""
     return all(not a.data_change for a in info.actions if isinstance(a, (AddFile, RemoveFile)))
+
+
+def _winner_is_compaction(w: WinnerSummary) -> bool:
+    """Every file action of the winner leaves the data unchanged: its outputs hold its inputs' live rows."""
+    return all(not r.data_change for r in w.removes) and not any(dc for _, _, _, dc in w.add_fields())
 
 
 # -- bookkeeping ---------------------------------------------------------------------------------------

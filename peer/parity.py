@@ -260,8 +260,9 @@ PARTITIONED_ROW_LEVEL = (
     "the winner re-added with a new vector matches the loser's read (ConcurrentAppendException)."
 )
 ZORDER_CLASSES = (
-    "Both conflict, which the matrix allows; the classes differ as for OPTIMIZE without deletion "
-    "vectors (delta-spark: a compaction's inputs are reads and its new files appends)."
+    "The matrix allows either. delta-spark conflicts as for OPTIMIZE without deletion vectors (a "
+    "compaction's inputs are reads and its new files appends); serialake finds the DELETE's row by its "
+    "values in the z-ordered file (no row mapping there) and marks it there, so both commit."
 )
 
 S_WS = "S WS"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -58,3 +58,55 @@ def serialake_commits(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[int, lis
         yield made
     finally:
         monkeypatch.setattr(OptimisticTransaction, "commit", original)
+
+
+def unreferenced_files(path: str) -> set[str]:
+    """Parquet and deletion-vector files in the table directory at ``path`` that no commit ever added.
+
+    A rebase that drops an output or a vector it wrote must delete the file: none may be left behind.
+    """
+    import json
+    import os
+
+    from serialake.core.actions import DeletionVectorDescriptor
+    from serialake.core.deletion_vectors import dv_absolute_path
+
+    used: set[str] = set()
+    log_dir = os.path.join(path, "_delta_log")
+    for name in os.listdir(log_dir):
+        if not name.endswith(".json"):
+            continue
+        with open(os.path.join(log_dir, name)) as fh:
+            for line in fh:
+                add = json.loads(line).get("add")
+                if add:
+                    used.add(add["path"])
+                    dv = add.get("deletionVector")
+                    desc = DeletionVectorDescriptor.from_obj(dv) if dv and dv["storageType"] == "u" else None
+                    if desc is not None:
+                        used.add(os.path.basename(dv_absolute_path(path, desc) or ""))
+    found: set[str] = set()
+    for root, _, names in os.walk(path):
+        if root.startswith(log_dir):
+            continue
+        for n in names:
+            rel = os.path.relpath(os.path.join(root, n), path)
+            if (n.endswith(".parquet") and rel not in used) or (n.endswith(".bin") and n not in used):
+                found.add(rel)
+    return found
+
+
+def delta_rs_rows(path: str, columns: Sequence[str]) -> list[dict[str, Any]]:
+    """The live rows of the table at ``path`` as delta-rs reads them (``columns`` only).
+
+    delta-rs's pyarrow path refuses the deletionVectors reader feature; its DataFusion scan applies them.
+    """
+    import pyarrow as pa
+    from deltalake import DeltaTable
+
+    table = DeltaTable(path)
+    if "deletionVectors" in (table.protocol().reader_features or []):
+        arrow = pa.RecordBatchReader.from_stream(table.scan()).read_all()
+    else:
+        arrow = table.to_pyarrow_table()
+    return arrow.select(list(columns)).to_pylist()

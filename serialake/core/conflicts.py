@@ -11,21 +11,24 @@ Where we go further than OSS Delta (by design, see conflict-matrix.md):
 - an add whose path the same winner also removes (a deletion-vector update of a file
   that existed) brings no new rows, so it is not an append candidate;
 - with deletion vectors, a compaction meeting a compaction or a DML on the same file is
-  rebased by rows through the ``serialake.compactedFrom`` mapping (docs/concurrency.md,
-  "Compactions"); a compaction left with nothing to write commits nothing.
+  rebased by rows (``serialake.core.compaction_rebase``): through the ``serialake.compactedFrom``
+  mapping of a bin-packing output, or by row content where a sorting compaction (ZORDER,
+  clustering) wrote none (``serialake.core.row_matching``; docs/concurrency.md, "Compactions");
+  a compaction left with nothing to write commits nothing.
 
 Rebasing by rows writes new deletion vectors; each is recorded (``TransactionInfo.rebase_dvs``)
 and its file deleted once no action of ours uses it: when a later rebase replaces it, and
-when the commit fails (``discard_rebase_dvs``, called by ``OptimisticTransaction.commit``).
+when the commit fails (``compaction_rebase.discard_rebase_dvs``, called by ``OptimisticTransaction.commit``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
 
+from serialake.core import compaction_rebase as CR
 from serialake.core import features, identity_rebase, row_eval
 from serialake.core import properties as props
 from serialake.core import row_level as RL
@@ -40,7 +43,6 @@ from serialake.core.actions import (
     SetTransaction,
 )
 from serialake.core.deletion_vectors import RowIndexSet
-from serialake.core.dv_policy import loose_stats
 from serialake.exceptions import (
     ConcurrentAppendException,
     ConcurrentDeleteDeleteException,
@@ -589,11 +591,6 @@ def _own_dv_update(info: TransactionInfo, path: str) -> tuple[RemoveFile, AddFil
     return RL.dv_update_pairs(info.removes, [a for a in info.adds if a.path == path]).get(path)
 
 
-def _newly_deleted(info: TransactionInfo, pair: tuple[RemoveFile, AddFile]) -> Any:
-    rem, add = pair
-    return RL.dv_rows(info.table, add.deletion_vector) - RL.dv_rows(info.table, rem.deletion_vector)
-
-
 def _row_level_read_ok(info: TransactionInfo, w: WinnerSummary, r: RemoveFile) -> bool:
     """A winner's DV update of a file we read is harmless if no row it deleted was ours to read.
 
@@ -608,12 +605,12 @@ def _row_level_read_ok(info: TransactionInfo, w: WinnerSummary, r: RemoveFile) -
     if pair is None:
         return False
     try:
-        w_deleted = _newly_deleted(info, pair)
+        w_deleted = CR.newly_deleted(info, pair)
         own = _own_dv_update(info, r.path)
         if own is not None and not _same_base(own[0], r):
             return False
         if own is not None:
-            w_deleted = w_deleted - _newly_deleted(info, own)  # same rows: a delete-delete conflict
+            w_deleted = w_deleted - CR.newly_deleted(info, own)  # same rows: a delete-delete conflict
         if not len(w_deleted):
             return True
         declared = info.matched_rows.get(r.path)
@@ -697,17 +694,17 @@ def _resolve_same_file(info: TransactionInfo, w: WinnerSummary, r: RemoveFile, o
         if own is not None and theirs is not None and info.row_level:
             return _merge_vectors(info, w, own, theirs)
         if own is not None and not r.data_change and info.compaction_carry:
-            return _carry_into_compaction(info, w, own, r)
+            return CR.carry_into_compaction(info, w, own, r)
         if theirs is not None and not ours.data_change and info.compaction_carry:
-            return _absorb_into_own_compaction(info, theirs, ours)
+            return CR.absorb_into_own_compaction(info, theirs, ours)
         if not info.compaction_carry or own is not None or theirs is not None:
             return False
         if not r.data_change and not ours.data_change:
-            return _yield_to_compaction(info, ours)
+            return CR.yield_to_compaction(info, ours)
         if not r.data_change and not any(a.path == r.path for a in info.adds):
-            return _carry_emptied_into_compaction(info, w, ours, r)
+            return CR.carry_emptied_into_compaction(info, w, ours, r)
         if r.data_change and not ours.data_change and not any(a.path == r.path for a in w.adds):
-            return _absorb_emptied_into_own_compaction(info, ours)
+            return CR.absorb_emptied_into_own_compaction(info, ours)
     except (row_eval.CannotEvaluate, OSError, ValueError):
         return False
     return False
@@ -717,8 +714,8 @@ def _merge_vectors(
     info: TransactionInfo, w: WinnerSummary, own: tuple[RemoveFile, AddFile], theirs: tuple[RemoveFile, AddFile]
 ) -> bool:
     """Both marked rows of one file deleted: disjoint rows merge into one vector."""
-    mine = _newly_deleted(info, own)
-    their_rows = _newly_deleted(info, theirs)
+    mine = CR.newly_deleted(info, own)
+    their_rows = CR.newly_deleted(info, theirs)
     overlap = mine & their_rows
     if len(overlap):
         rows = sorted(overlap)[:5]
@@ -737,239 +734,7 @@ def _merge_vectors(
             )
         )
     merged = RL.dv_rows(info.table, theirs[1].deletion_vector) | mine
-    new_add = RL.with_dv(own[1], _write_dv(info, merged))
+    new_add = RL.with_dv(own[1], CR.write_dv(info, merged))
     info.replace_actions({id(own[0]), id(own[1])}, [theirs[1].remove(), new_add])
-    _discard_dropped_dvs(info)  # e.g. the vector an earlier rebase of this file wrote
+    CR.discard_dropped_dvs(info)  # e.g. the vector an earlier rebase of this file wrote
     return True
-
-
-def _carry_into_compaction(
-    info: TransactionInfo, w: WinnerSummary, own: tuple[RemoveFile, AddFile], r: RemoveFile
-) -> bool:
-    """A winner compacted our file into G: mark our deleted rows in G instead."""
-    dv_id = r.deletion_vector.unique_id if r.deletion_vector else None
-    for g in w.adds:
-        sources = RL.compaction_sources(g)
-        if not sources:
-            continue
-        src = next((s for s in sources if s.path == r.path and s.dv_id == dv_id), None)
-        if src is None:
-            continue
-        mine = _newly_deleted(info, own)
-        base = RL.dv_rows(info.table, r.deletion_vector)
-        mapped = RL.map_rows(base, mine, src.offset)
-        _mark_in_winner_output(info, g, mapped, {id(own[0]), id(own[1])})
-        return True
-    return False
-
-
-def _absorb_into_own_compaction(info: TransactionInfo, theirs: tuple[RemoveFile, AddFile], ours: RemoveFile) -> bool:
-    """We compact a file a winner marked rows of: carry its deletions into our output."""
-    dv_id = ours.deletion_vector.unique_id if ours.deletion_vector else None
-    for g in info.adds:
-        sources = RL.compaction_sources(g)
-        if not sources:
-            continue
-        src = next((s for s in sources if s.path == ours.path), None)
-        if src is None:
-            continue
-        if ours.path not in info.compaction_bases:
-            if src.dv_id != dv_id:
-                return False
-            info.compaction_bases[ours.path] = RL.dv_rows(info.table, ours.deletion_vector)
-        base = info.compaction_bases[ours.path]
-        their_rows = _newly_deleted(info, theirs)
-        mapped = RL.map_rows(base, their_rows, src.offset)
-        current = RL.dv_rows(info.table, g.deletion_vector)
-        new_g = RL.with_dv(g, _write_dv(info, current | RowIndexSet.from_iter(mapped)))
-        # Remove the file as the winner left it (its new vector), still without changing data.
-        info.replace_actions({id(ours), id(g)}, [theirs[1].remove(data_change=False), new_g])
-        _discard_dropped_dvs(info)
-        return True
-    return False
-
-
-# -- compactions meeting compactions, and files emptied by a DML --------------------------------
-
-
-def _is_compaction(info: TransactionInfo) -> bool:
-    """Every file action of the transaction leaves the data unchanged (OPTIMIZE, REORG)."""
-    return all(not a.data_change for a in info.actions if isinstance(a, (AddFile, RemoveFile)))
-
-
-def _yield_to_compaction(info: TransactionInfo, ours: RemoveFile) -> bool:
-    """A winning compaction also compacted our input F (same base vector): drop our outputs holding F.
-
-    Each of our outputs whose ``compactedFrom`` lists F goes, with our removes of all its
-    inputs: F's rows live in the winner's output, the other inputs stay as they are.
-    """
-    if not _is_compaction(info):
-        return False
-    outputs = [g for g in info.adds if any(s.path == ours.path for s in RL.compaction_sources(g) or ())]
-    if not outputs:
-        return False  # no row mapping (e.g. ZORDER): which output holds F is unknown
-    inputs = {s.path for g in outputs for s in RL.compaction_sources(g) or ()}
-    drop = {id(g) for g in outputs} | {id(r) for r in info.removes.values() if r.path in inputs}
-    _rebase_away(info, drop, [])
-    return True
-
-
-def _own_output_of(info: TransactionInfo, ours: RemoveFile) -> tuple[AddFile, RL.CompactionSource] | None:
-    """Our compaction output holding input ``ours``, if its mapping was made from our base vector."""
-    for g in info.adds:
-        src = next((s for s in RL.compaction_sources(g) or () if s.path == ours.path), None)
-        if src is None:
-            continue
-        if ours.path not in info.compaction_bases:
-            if src.dv_id != ours.dv_id:
-                return None
-            info.compaction_bases[ours.path] = RL.dv_rows(info.table, ours.deletion_vector)
-        return g, src
-    return None
-
-
-def _absorb_emptied_into_own_compaction(info: TransactionInfo, ours: RemoveFile) -> bool:
-    """A winner removed our input F with all its rows (no re-add): they are deleted rows of our output.
-
-    F's rows are marked deleted in the output holding them and our remove of F is dropped
-    (F is gone already). An output left without a live row is dropped; the removes of its
-    other inputs stay, as every row of those was deleted by winners too.
-    """
-    if not _is_compaction(info):
-        return False
-    found = _own_output_of(info, ours)
-    if found is None:
-        return False
-    g, src = found
-    if _live_rows(info, ours, info.compaction_bases[ours.path]) != src.live_rows:
-        return False
-    merged = RL.dv_rows(info.table, g.deletion_vector) | RowIndexSet.from_iter(
-        range(src.offset, src.offset + src.live_rows)
-    )
-    total = g.num_records
-    if total is not None and len(merged) >= total:
-        _rebase_away(info, {id(ours), id(g)}, [])
-    else:
-        new_g = replace(g, deletion_vector=_write_dv(info, merged), stats=loose_stats(g.stats))
-        _rebase_away(info, {id(ours), id(g)}, [new_g])
-    return True
-
-
-def _carry_emptied_into_compaction(info: TransactionInfo, w: WinnerSummary, ours: RemoveFile, r: RemoveFile) -> bool:
-    """We remove F with all its rows; a winner compacted F into G: mark all of F's rows deleted in G."""
-    for g in w.adds:
-        src = next((s for s in RL.compaction_sources(g) or () if s.path == r.path and s.dv_id == r.dv_id), None)
-        if src is None:
-            continue
-        base = RL.dv_rows(info.table, ours.deletion_vector)
-        if _live_rows(info, ours, base) != src.live_rows:
-            return False
-        _mark_in_winner_output(info, g, range(src.offset, src.offset + src.live_rows), {id(ours)})
-        return True
-    return False
-
-
-def _mark_in_winner_output(info: TransactionInfo, g: AddFile, rows: Any, drop: set[int]) -> None:
-    """Replace actions ``drop`` by marking ``rows`` of a winner's output G deleted.
-
-    One ``remove(G)`` + ``add(G, vector)`` however many of our files G holds; a G left
-    without a live row is only removed.
-    """
-    prior = next((a for a in info.adds if a.path == g.path), None)
-    new: list[Action] = []
-    if prior is not None:
-        drop = drop | {id(prior)}
-    elif g.path in info.removes:  # we already remove G whole: its rows are gone
-        info.replace_actions(drop, [])
-        return
-    else:
-        new.append(g.remove())
-    merged = RL.dv_rows(info.table, (prior or g).deletion_vector) | RowIndexSet.from_iter(rows)
-    total = g.num_records
-    if total is None or len(merged) < total:
-        dv = _write_dv(info, merged)
-        new.append(replace(g, deletion_vector=dv, data_change=True, stats=loose_stats(g.stats)))
-    info.replace_actions(drop, new)
-    _discard_dropped_dvs(info)
-
-
-def _live_rows(info: TransactionInfo, f: RemoveFile, base: Any) -> int | None:
-    """Rows of ``f`` not in ``base`` (deleted rows): numRecords from stats, else the Parquet footer."""
-    n = f.num_records
-    if n is None:
-        from serialake.core.paths import absolute_path, parquet_metadata
-
-        try:
-            n = parquet_metadata(absolute_path(info.table, f.path), f.size).num_rows
-        except (OSError, ValueError):
-            return None
-    return n - len(base)
-
-
-def _write_dv(info: TransactionInfo, rows: Any) -> Any:
-    """A new deletion vector of ``rows``, remembered so that it is deleted if rebasing drops it."""
-    dv = RL.write_dv(info.table, rows)
-    info.rebase_dvs.append(dv)
-    return dv
-
-
-def _discard_dropped_dvs(info: TransactionInfo) -> None:
-    """Delete the vectors rebasing wrote that no action of ours references any more (never committed)."""
-    discard_rebase_dvs(info, info.actions)
-
-
-def discard_rebase_dvs(info: TransactionInfo, keep: Iterable[Action] = ()) -> None:
-    """Delete the deletion vector files rebasing wrote (``info.rebase_dvs``) that no add of ``keep`` uses.
-
-    Rebasing writes a new vector each time it merges rows into one of our adds; a later rebase
-    may replace that add again, and a failed commit references none of them. Only vectors in
-    ``info.rebase_dvs`` are ever deleted: never a winner's, nor those the operation wrote itself
-    (its caller's to clean up). ``OptimisticTransaction.commit`` calls this when the commit fails
-    (``keep`` empty) and after it commits (``keep``: the actions committed).
-    """
-    keep = list(keep)
-    identity_rebase.discard_rebase_files(info, keep)  # data files re-basing identity values wrote
-    if not info.rebase_dvs:  # (every commit comes here; almost none rebased a vector)
-        return
-    import os
-
-    from serialake.core.deletion_vectors import dv_absolute_path
-    from serialake.storage.datafiles import Access, is_remote
-
-    used = {a.dv_id for a in keep if isinstance(a, AddFile)}
-    for dv in [d for d in info.rebase_dvs if d.unique_id not in used]:
-        info.rebase_dvs.remove(dv)
-        path = dv_absolute_path(info.table, dv) if dv.storage_type == "u" else None
-        if path:
-            try:
-                if is_remote(path):
-                    Access().delete(path)
-                else:
-                    os.remove(path)
-            except OSError:
-                pass
-
-
-def _rebase_away(info: TransactionInfo, drop: set[int], new: list[Action]) -> None:
-    """Drop our compaction's actions whose work the winners did; recount its file metrics."""
-    info.replace_actions(drop, new)
-    info.rebased_away = True
-    _discard_dropped_dvs(info)
-    ci = info.actions[0] if info.actions else None
-    metrics = ci.values.get("operationMetrics") if isinstance(ci, CommitInfo) else None
-    if not isinstance(ci, CommitInfo) or not isinstance(metrics, dict):
-        return
-    adds = info.adds
-    removes = list(info.removes.values())
-    counts = {
-        "numAddedFiles": len(adds),
-        "numFilesAdded": len(adds),
-        "numRemovedFiles": len(removes),
-        "numFilesRemoved": len(removes),
-        "numAddedBytes": sum(a.size or 0 for a in adds),
-        "numRemovedBytes": sum(r.size or 0 for r in removes),
-        "numDeletionVectorsRemoved": sum(1 for r in removes if r.deletion_vector is not None),
-    }
-    recounted = {k: str(counts[k]) if k in counts else v for k, v in metrics.items()}
-    info.actions[0] = CommitInfo({**ci.values, "operationMetrics": recounted})
-

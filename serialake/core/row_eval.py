@@ -81,19 +81,37 @@ class RowReader:
     def partition_columns(self) -> Sequence[str]:
         return self.snapshot.partition_columns
 
+    def _location(self, add: AddFile) -> tuple[str, bool]:
+        """``(absolute location, remote)`` of ``add``'s data file; ``CannotEvaluate`` if a local one is missing."""
+        path = decode_path(add.path)
+        if is_remote(self.table_path) or is_remote(path):
+            from serialake.core.paths import absolute_path
+
+            return absolute_path(self.table_path, add.path), True
+        full = path if os.path.isabs(path) else os.path.join(self.table_path, path)
+        if not os.path.exists(full):
+            raise CannotEvaluate(f"data file {add.path} is not readable here")
+        return full, False
+
+    def parquet_file(self, add: Any) -> Any:
+        """``add``'s data file (an add or a remove) as a ``pyarrow.parquet.ParquetFile``, local or remote.
+
+        INT96 timestamps are read as microseconds, the precision Spark reads them with. Raises
+        ``CannotEvaluate`` when the file is not readable here.
+        """
+        import pyarrow.parquet as pq
+
+        full, remote = self._location(add)
+        try:
+            source = Access().open_parquet(full) if remote else full
+            return pq.ParquetFile(source, coerce_int96_timestamp_unit="us")
+        except OSError as e:
+            raise CannotEvaluate(f"data file {add.path} is not readable here ({e})") from None
+
     def _table(self, add: AddFile, columns: set[str]) -> Any:
         import pyarrow.parquet as pq
 
-        path = decode_path(add.path)
-        remote = is_remote(self.table_path) or is_remote(path)
-        if remote:
-            from serialake.core.paths import absolute_path
-
-            full = absolute_path(self.table_path, add.path)
-        else:
-            full = path if os.path.isabs(path) else os.path.join(self.table_path, path)
-            if not os.path.exists(full):
-                raise CannotEvaluate(f"data file {add.path} is not readable here")
+        full, remote = self._location(add)
         data_cols = [c for c in columns if c.lower() not in {p.lower() for p in self.partition_columns}]
         names = {f.name.lower(): f.name for f in self.schema.fields}
         wanted: dict[str, str] = {}  # name in the file (physical under column mapping) -> table name

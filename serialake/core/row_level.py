@@ -7,8 +7,10 @@ rebased instead when the rows do not overlap and the winner's changes do not tou
 the transaction read:
 
 - both marked rows of F from the same base vector, disjointly: the vectors are merged;
-- a compaction moved F's rows into G (its ``serialake.compactedFrom`` tag maps rows in
-  order): deletions of F's rows are carried over to the same rows of G;
+- a compaction moved F's rows into G: deletions of F's rows are carried over to the same
+  rows of G, mapped in order by G's ``serialake.compactedFrom`` tag, or, where a sorting
+  compaction (ZORDER, clustering) wrote none, found by their values
+  (``serialake.core.row_matching``);
 - rows a winner deleted or added are checked against the transaction's read predicates,
   by evaluating them on the rows themselves (``serialake.core.row_eval``; what the driver
   cannot decide there keeps the file-level outcome: a conflict).
@@ -17,7 +19,8 @@ This module holds the deletion-vector bookkeeping of those rebases: when row-lev
 resolution applies (``enabled``, ``compaction_enabled``), reading and writing vectors
 (``dv_rows``, ``write_dv``, ``with_dv``, ``same_dv``), the compaction row mapping
 (``COMPACTED_FROM_TAG``, ``compaction_sources``, ``map_rows``) and the DV updates of a commit
-(``dv_update_pairs``). The rules that use them are in ``serialake.core.conflicts``.
+(``dv_update_pairs``). The rules that use them are in ``serialake.core.conflicts`` and
+``serialake.core.compaction_rebase``.
 """
 
 from __future__ import annotations

@@ -35,13 +35,13 @@ from serialake.core.actions import (
     actions_to_jsonl,
     now_ms,
 )
+from serialake.core.compaction_rebase import discard_rebase_dvs
 from serialake.core.conflicts import (
     MatchedRows,
     ReadPredicate,
     TransactionInfo,
     WinnerSummary,
     check_winner,
-    discard_rebase_dvs,
 )
 from serialake.exceptions import (
     CommitFailedError,

@@ -163,7 +163,8 @@ def test_r3_serializable_append_matching_the_read_conflicts(tmp_path):
 
 
 def _compact(log: DeltaLog, files: list[AddFile], with_tag: bool = True) -> list:
-    """OPTIMIZE: live rows of ``files`` in order into one new file (tagged with the mapping)."""
+    """OPTIMIZE: live rows of ``files`` in order into one new file (tagged with the mapping); without
+    the tag, as ZORDER: rows in descending id order."""
     ids: list[int] = []
     sources = []
     for f in files:
@@ -172,7 +173,7 @@ def _compact(log: DeltaLog, files: list[AddFile], with_tag: bool = True) -> list
         live = [v for i, v in enumerate(col) if i not in gone]
         ids += live
         sources.append([f.path, f.dv_id, len(live)])
-    g = replace(_write(log.table_path, ids), data_change=False,
+    g = replace(_write(log.table_path, ids if with_tag else sorted(ids, reverse=True)), data_change=False,
                 tags={COMPACTED_FROM_TAG: json.dumps(sources)} if with_tag else None)
     return [f.remove(data_change=False) for f in files] + [g]
 
@@ -208,14 +209,21 @@ def test_r4_on_partitioned_table_optimize_does_not_conflict(tmp_path):
     assert _live_ids(log) == [0, 1, 2, 3, 5, 6, 7, 8, 9]
 
 
-def test_r5_zorder_without_row_mapping_conflicts(tmp_path):
-    log, _ = _table(tmp_path)
+@pytest.mark.parametrize("order", ["delete_first", "zorder_first"])
+def test_r5_zorder_without_row_mapping_carries_the_delete_by_content(tmp_path, order):
+    """No mapping: the deleted row is found by its values in the reordered output (ids 9..0)."""
+    log, f = _table(tmp_path)
     opt = log.start_transaction()
     opt_actions = _compact(log, opt.snapshot.all_files, with_tag=False)
     dele = log.start_transaction()
-    dele.commit(_delete(dele, log, [7]), operation="DELETE")
-    with pytest.raises(ConcurrentDeleteDeleteException):
-        opt.commit(opt_actions, operation="OPTIMIZE")
+    del_actions = _delete(dele, log, [7])
+    pair = [(dele, del_actions, "DELETE"), (opt, opt_actions, "OPTIMIZE")]
+    (t1, a1, op1), (t2, a2, op2) = pair if order == "delete_first" else pair[::-1]
+    t1.commit(a1, operation=op1)
+    assert t2.commit(a2, operation=op2) == 2
+    assert _live_ids(log) == [0, 1, 2, 3, 4, 5, 6, 8, 9]
+    (g,) = DeltaLog(log.table_path).update().all_files
+    assert g.path != f.path and sorted(read_deletion_vector(log.table_path, g.deletion_vector)) == [2]
 
 
 def test_r6_merge_and_update_on_other_rows_both_commit(tmp_path):

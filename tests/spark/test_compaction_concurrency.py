@@ -11,7 +11,6 @@ dropped output wrote is left behind.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Callable
 from typing import Any
 
@@ -21,9 +20,10 @@ from pyspark.sql import SparkSession
 
 from serialake.core import DeltaLog
 from serialake.core.actions import AddFile, RemoveFile
-from serialake.exceptions import ConcurrentDeleteDeleteException, DeltaConcurrentModificationException
+from serialake.exceptions import ConcurrentDeleteDeleteException
 from serialake.spark import dml, read, write
 from serialake.spark.dml import DmlResult, purge_deletion_vectors
+from tests.helpers import unreferenced_files
 
 pytestmark = pytest.mark.spark
 
@@ -67,44 +67,7 @@ def _check(spark: SparkSession, path: str, want: list[Row]) -> None:
         arrow = table.to_pyarrow_table()
     theirs = sorted((r["id"], int(r["p"]), r["s"]) for r in arrow.select(["id", "p", "s"]).to_pylist())
     assert theirs == want
-    assert _unreferenced(path) == set()
-
-
-def _unreferenced(path: str) -> set[str]:
-    """Parquet and deletion-vector files in the table directory that no commit ever added."""
-    used: set[str] = set()
-    log_dir = os.path.join(path, "_delta_log")
-    for name in os.listdir(log_dir):
-        if not name.endswith(".json"):
-            continue
-        with open(os.path.join(log_dir, name)) as fh:
-            for line in fh:
-                add = json.loads(line).get("add")
-                if add:
-                    used.add(add["path"])
-                    dv = add.get("deletionVector")
-                    if dv and dv["storageType"] == "u":
-                        used.add(os.path.basename(_dv_file(path, dv)))
-    found: set[str] = set()
-    for root, _, names in os.walk(path):
-        if root.startswith(log_dir):
-            continue
-        for n in names:
-            rel = os.path.relpath(os.path.join(root, n), path)
-            if n.endswith(".parquet") and rel not in used:
-                found.add(rel)
-            elif n.endswith(".bin") and n not in used:
-                found.add(rel)
-    return found
-
-
-def _dv_file(path: str, dv: dict[str, Any]) -> str:
-    from serialake.core.actions import DeletionVectorDescriptor
-    from serialake.core.deletion_vectors import dv_absolute_path
-
-    desc = DeletionVectorDescriptor.from_obj(dv)
-    assert desc is not None
-    return dv_absolute_path(path, desc) or ""
+    assert unreferenced_files(path) == set()
 
 
 def _version(path: str) -> int:
@@ -202,12 +165,19 @@ def test_without_deletion_vectors_two_optimizes_conflict(spark: SparkSession, tm
 
 
 def test_zorder_and_optimize(spark: SparkSession, tmp_path: Any) -> None:
-    """ZORDER writes no row mapping: losing to OPTIMIZE it conflicts; OPTIMIZE losing to it yields."""
+    """ZORDER writes no row mapping, yet neither order conflicts: compactions keep every row, so the serial
+    outcome is the rows of the table, unchanged. ZORDER losing to an OPTIMIZE of the same files finds each
+    input's rows in its own output by content, marks them deleted there (they live in OPTIMIZE's output)
+    and drops its removes: every output empties, so it commits nothing (work already done, its files
+    deleted). OPTIMIZE losing to ZORDER drops its tagged output likewise."""
     first, second = str(tmp_path / "zorder_loses"), str(tmp_path / "optimize_loses")
     _make(spark, first, "unpartitioned")
     _make(spark, second, "unpartitioned")
-    with pytest.raises(DeltaConcurrentModificationException):
-        dml.optimize(spark, first).run_zorder(["s"], before_commit=lambda: _optimize(spark, first))
+    won: dict[str, DmlResult] = {}
+    z = dml.optimize(spark, first).run_zorder(["s"], before_commit=lambda: won.setdefault("w", _optimize(spark, first)))
+    assert won["w"].version == _version(first) == 5
+    assert z.version is None and z.work_already_done_in == 5
+    assert (z.metrics["numAddedFiles"], z.metrics["numRemovedFiles"]) == (0, 0)
     _check(spark, first, _expected())
     r = _optimize(spark, second, hook=lambda: dml.optimize(spark, second).run_zorder(["s"]))
     assert r.version is None and r.work_already_done_in == _version(second)

@@ -24,7 +24,6 @@ from serialake.core.deletion_vectors import read_deletion_vector
 from serialake.exceptions import (
     ConcurrentAppendException,
     ConcurrentDeleteDeleteException,
-    DeltaConcurrentModificationException,
     MetadataChangedException,
 )
 from serialake.spark import dml, read, write
@@ -293,13 +292,16 @@ def test_r4_optimize_and_delete_of_a_compacted_row(spark: SparkSession, tmp_path
         assert f.deletion_vector is not None and f.deletion_vector.cardinality == 1
 
 
-def test_r5_zorder_vs_delete_conflicts(spark: SparkSession, tmp_table: str) -> None:
+def test_r5_zorder_and_delete_both_commit(spark: SparkSession, tmp_table: str) -> None:
+    """ZORDER writes no row mapping: the DELETE's row is found by its values in the z-ordered output
+    and marked there (matrix R5: may conflict; here it commits)."""
     _dv_table(spark, tmp_table)
-    with pytest.raises(DeltaConcurrentModificationException):
-        dml.optimize(spark, tmp_table).run_zorder(
-            ["x"], before_commit=lambda: dml.run_delete(spark, tmp_table, "id = 7")
-        )
-    assert 7 not in _ids(spark, tmp_table)
+    v = DeltaLog.for_table(tmp_table).update().version
+    r = dml.optimize(spark, tmp_table).run_zorder(
+        ["x"], before_commit=lambda: dml.run_delete(spark, tmp_table, "id = 7")
+    )
+    assert r.version == v + 2
+    assert _ids(spark, tmp_table) == [i for i in range(12) if i != 7]
 
 
 def test_r6_merge_and_update_of_other_rows_in_one_file(spark: SparkSession, tmp_table: str) -> None:

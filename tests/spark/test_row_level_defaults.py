@@ -230,29 +230,21 @@ def test_clustered_table_without_deletion_vectors_keeps_file_level_rules(spark: 
 @pytest.mark.parametrize("level", LEVELS)
 def test_clustering_optimize_and_delete_of_one_row(spark: SparkSession, tmp_table: str, level: str, order: str) -> None:
     """Clustering OPTIMIZE reorders rows (z-order of the clustering columns), so its outputs carry no
-    in-order row mapping (``serialake.compactedFrom``): a concurrent DELETE of a row it moved cannot
-    be carried over, and the second committer fails with ConcurrentDeleteDeleteException (matrix R5:
-    may conflict), in either order. Never a lost or resurrected row: the DELETE's row is deleted
-    exactly when the DELETE committed."""
+    in-order row mapping (``serialake.compactedFrom``); the DELETE's row is found in them by its values
+    (``core.row_matching``) and both commit, in either order (matrix R5: may conflict). The row is
+    deleted exactly once, every other row stays once, and OPTIMIZE's files stay clustered."""
     _make(spark, tmp_table, "clustered", level)
+    v = DeltaLog.for_table(tmp_table).update().version
     delete = _delete("id = 7")
 
     def optimize(spark: SparkSession, path: str, hook: Any) -> Any:
         return dml.optimize(spark, path).run_compaction(before_commit=hook)
 
     first, second = (optimize, delete) if order == "optimize_first" else (delete, optimize)
-    with pytest.raises(ConcurrentDeleteDeleteException):
-        second(spark, tmp_table, lambda: first(spark, tmp_table, None))
-    deleted = order == "delete_first"
-    _check(spark, tmp_table, _expected({7}) if deleted else _expected())
-    snap = DeltaLog.for_table(tmp_table).update()
-    if deleted:
-        assert all(f.clustering_provider != clustering.PROVIDER for f in snap.all_files)
-    else:
-        assert all(f.clustering_provider == clustering.PROVIDER for f in snap.all_files)
-    # Run again, it goes through: the row stays deleted, OPTIMIZE clusters.
-    if deleted:
-        optimize(spark, tmp_table, None)
-    else:
-        delete(spark, tmp_table, None)
+    result = second(spark, tmp_table, lambda: first(spark, tmp_table, None))
+    assert result.version == v + 2
     _check(spark, tmp_table, _expected({7}))
+    snap = DeltaLog.for_table(tmp_table).update()
+    assert snap.all_files and all(f.clustering_provider == clustering.PROVIDER for f in snap.all_files)
+    marked = [f for f in snap.all_files if f.deletion_vector is not None]
+    assert [f.deletion_vector.cardinality for f in marked if f.deletion_vector] == [1]  # one row, one file

@@ -24,8 +24,11 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+
+import pytest
 
 from peer.plain import plain, plain_rows
 
@@ -535,6 +538,12 @@ def _checkpoints(policy: str) -> Scenario:
         checkpoint=policy,
         id=f"checkpoints-{policy}",
     )
+
+
+def one_direction(scenarios: Sequence[Scenario], soak_here: set[str]) -> list[Any]:
+    """``scenarios`` as parameters, those in ``soak_here`` marked ``soak``: make test runs each scenario
+    in at least one direction (the costlier one left to make verify), make verify runs both."""
+    return [pytest.param(s, id=s.id, marks=pytest.mark.soak if s.id in soak_here else ()) for s in scenarios]
 
 
 SCENARIOS = (

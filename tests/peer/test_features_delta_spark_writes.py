@@ -22,6 +22,7 @@ from tests.peer.features import (
     checkpoint_due,
     checkpoint_shape,
     in_commit_timestamps,
+    one_direction,
     operations,
     read_here,
     read_there,
@@ -46,7 +47,11 @@ def _multi_part(scenario: Scenario) -> Scenario:
     return dataclasses.replace(scenario, statements=statements, checkpoint="multi-part")
 
 
-@pytest.mark.parametrize("scenario", [_multi_part(s) for s in SCENARIOS], ids=lambda s: s.id)
+# Also run the other way in make test (test_features_serialake_writes.py); both ways in make verify.
+SOAK_HERE = {"change-data-feed", "ict-restore-vacuum"}
+
+
+@pytest.mark.parametrize("scenario", one_direction([_multi_part(s) for s in SCENARIOS], SOAK_HERE))
 def test_serialake_reads_and_writes_what_delta_spark_writes(
     spark: SparkSession, delta_spark: DeltaSparkPeer, tmp_table: str, tmp_path: Path, scenario: Scenario
 ) -> None:

@@ -23,6 +23,7 @@ from tests.peer.features import (
     checkpoint_due,
     checkpoint_shape,
     in_commit_timestamps,
+    one_direction,
     operations,
     read_here,
     read_there,
@@ -36,7 +37,11 @@ from tests.peer.features import (
 pytestmark = [pytest.mark.spark, pytest.mark.peer]
 
 
-@pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda s: s.id)
+# Also run the other way in make test (test_features_delta_spark_writes.py); both ways in make verify.
+SOAK_HERE = {"deletion-vectors", "checkpoints-v2", "clustering"}
+
+
+@pytest.mark.parametrize("scenario", one_direction(SCENARIOS, SOAK_HERE))
 def test_delta_spark_reads_and_writes_what_serialake_writes(
     spark: SparkSession, delta_spark: DeltaSparkPeer, tmp_table: str, tmp_path: Path, scenario: Scenario
 ) -> None:

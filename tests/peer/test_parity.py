@@ -16,7 +16,9 @@ from pyspark.sql import SparkSession
 from peer.client import ROOT, DeltaSparkPeer
 from peer.parity import CELLS, Result, matches, render, run_parity
 
-pytestmark = [pytest.mark.spark, pytest.mark.peer]
+# Every run of every cell on both engines (~3 min): make verify runs it (pytest -m soak); make test has
+# the mixed-writer pairs (test_mixed_writers.py), which hold delta-spark's outcomes to this document.
+pytestmark = [pytest.mark.spark, pytest.mark.peer, pytest.mark.soak]
 
 DOC = ROOT / "docs" / "parity.md"
 REGENERATE = ".venv/bin/python -m peer.parity --out docs/parity.md"

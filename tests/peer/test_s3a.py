@@ -66,7 +66,9 @@ def _deltars_rows(server: S3Server, uri: str) -> list[list[Any]]:
     return plain_rows(zip(*[data[c].to_pylist() for c in data.column_names]))
 
 
-@pytest.mark.parametrize("dv", [False, True], ids=["files", "deletion-vectors"])
+@pytest.mark.parametrize(
+    "dv", [pytest.param(False, id="files", marks=pytest.mark.soak), pytest.param(True, id="deletion-vectors")]
+)
 def test_spark_writer_on_s3a_then_delta_spark_reads_and_writes(
     engines: tuple[SerialakeWorker, DeltaSparkPeer], server: S3Server, dv: bool
 ) -> None:

@@ -21,7 +21,7 @@ from serialake.verify.history import History
 from serialake.verify.mixed import MixedAudit
 from serialake.verify.runner import main
 
-pytestmark = [pytest.mark.spark, pytest.mark.peer, pytest.mark.slow, pytest.mark.concurrency]
+pytestmark = [pytest.mark.spark, pytest.mark.peer, pytest.mark.slow, pytest.mark.concurrency, pytest.mark.soak]
 
 SERIALAKE_PROCESSES = 2
 # Lost updates, and what they do to the reads that follow.

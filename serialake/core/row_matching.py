@@ -17,8 +17,10 @@ delete k rows of F after F was compacted, marking any k not yet deleted rows of 
 that are equal to them, one output row per input row, leaves the table exactly as the serial
 order would (the DML after the compaction, deleting those very copies). A row matches only
 where every column is equal, partition values by construction (only outputs of F's partition
-are searched), null equal to null, floats bit for bit (``-0.0`` is not ``0.0``). NaN never
-equals NaN: an input row holding a NaN is not located, so the caller keeps its conflict. The
+are searched), null equal to null, floats bit for bit (``-0.0`` is not ``0.0``) except that
+every NaN equals every NaN: Spark's ``=`` says so, its grouping and joins normalize NaN, and no
+SQL function shows a NaN's payload bits, so rows differing only there are as interchangeable as
+equal rows. The
 assignment is one to one (an output row is used once, never one already deleted, ``taken``)
 and deterministic: outputs in path order, lowest row first. The change data feed is
 unaffected: the compaction writes none, and the DML's change rows carry the same values
@@ -102,10 +104,6 @@ def locate_rows(
         return None
 
 
-class _Refused(Exception):
-    """The search cannot decide exactly: ``locate_rows`` returns None."""
-
-
 class _Search:
     """One ``locate_rows`` call: the input's rows, the outputs of its partition in path order."""
 
@@ -143,10 +141,7 @@ class _Search:
             return {}
         target = {f.name: _canonical(columns[f.name], f).take(idx) if columns[f.name] is not None else None
                   for f in self.fields}  # fmt: skip
-        try:
-            keys = _row_keys(target, self.fields, len(idx), target=True)
-        except _Refused:
-            return None
+        keys = _row_keys(target, self.fields, len(idx))
         wanted = Counter(keys)  # how many rows of each value are still to place
         outputs = [o for o in self.outputs if _may_hold(o, target, self.fields, len(idx))]
         if (self.source.size or 0) + sum(o.size or 0 for o in outputs) > self.max_bytes:
@@ -204,7 +199,7 @@ class _Search:
         if not len(rows):
             return []
         picked = {name: col.take(pa.array(rows)) if col is not None else None for name, col in cand.items()}
-        return zip(rows.tolist(), _row_keys(picked, self.fields, len(rows), target=False))
+        return zip(rows.tolist(), _row_keys(picked, self.fields, len(rows)))
 
 
 def _nested(f: StructField) -> bool:
@@ -264,7 +259,7 @@ def _aligned(mine: Any, theirs: Any, n: int, f: StructField) -> tuple[Any, Any]:
 
 def _key_array(arr: Any) -> Any:
     """``arr`` with values equal exactly when the column's values are: floats as their bit patterns
-    (``-0.0`` differs from ``0.0``; a NaN equals nothing a target row holds), temporal types as integers."""
+    (``-0.0`` differs from ``0.0``; every NaN one pattern), temporal types as integers."""
     import numpy as np
     import pyarrow as pa
     import pyarrow.types as t
@@ -273,23 +268,17 @@ def _key_array(arr: Any) -> Any:
         width = arr.type.bit_width
         values = np.asarray(arr.fill_null(0).to_numpy(zero_copy_only=False))
         bits = values.view(np.uint32 if width == 32 else np.uint64 if width == 64 else np.uint16)
+        nan = np.isnan(values)
+        if nan.any():
+            bits = np.where(nan, np.array([np.nan], dtype=values.dtype).view(bits.dtype)[0], bits)
         return pa.array(bits, mask=arr.is_null().to_numpy(zero_copy_only=False) if arr.null_count else None)
     if t.is_temporal(arr.type):
         return arr.cast(pa.int64() if arr.type.bit_width == 64 else pa.int32())
     return arr
 
 
-def _row_keys(
-    columns: Mapping[str, Any], fields: Sequence[StructField], n: int, *, target: bool
-) -> list[tuple[Any, ...]]:
-    """One hashable key per row, equal exactly when the rows are equal in every column.
-
-    A NaN anywhere in a target row refuses the search (``_Refused``); in an output row it makes a
-    key equal to no other.
-    """
-    import pyarrow.compute as pc
-    import pyarrow.types as t
-
+def _row_keys(columns: Mapping[str, Any], fields: Sequence[StructField], n: int) -> list[tuple[Any, ...]]:
+    """One hashable key per row, equal exactly when the rows are equal in every column."""
     parts: list[list[Any]] = []
     for f in fields:
         col = columns[f.name]
@@ -297,26 +286,20 @@ def _row_keys(
             parts.append([None] * n)  # a column the file lacks: null in every row
             continue
         if _nested(f):
-            parts.append([_nested_key(v, target) for v in col.to_pylist()])
+            parts.append([_nested_key(v) for v in col.to_pylist()])
             continue
-        if target and t.is_floating(col.type) and pc.any(pc.is_nan(col)).as_py():
-            raise _Refused(f"NaN in column {f.name}")
         parts.append(_key_array(col).to_pylist())
     return list(zip(*parts)) if parts else [()] * n
 
 
-def _nested_key(v: Any, target: bool) -> Any:
-    """A nested value (struct, array, map) as a hashable key; floats bit for bit."""
+def _nested_key(v: Any) -> Any:
+    """A nested value (struct, array, map) as a hashable key; floats bit for bit, every NaN one key."""
     if isinstance(v, float):
-        if v != v:
-            if target:
-                raise _Refused("NaN in a nested value")
-            return object()  # equal to nothing
-        return ("f", struct.pack("<d", v))
+        return ("f", "nan") if v != v else ("f", struct.pack("<d", v))
     if isinstance(v, dict):
-        return tuple((k, _nested_key(x, target)) for k, x in v.items())
+        return tuple((k, _nested_key(x)) for k, x in v.items())
     if isinstance(v, (list, tuple)):
-        return tuple(_nested_key(x, target) for x in v)
+        return tuple(_nested_key(x) for x in v)
     return v
 
 

@@ -66,9 +66,10 @@ def _rows(table: Path, f: AddFile) -> list[Row]:
 
 
 def _same(a: Row, b: Row) -> bool:
-    """Equal in the matcher's sense: floats bit for bit (so NaN only where it is the same bits)."""
+    """Equal in the matcher's sense: floats bit for bit, every NaN equal to every NaN."""
     return all(
         (isinstance(x, float) and isinstance(y, float) and math.copysign(1, x) == math.copysign(1, y) and x == y)
+        or (isinstance(x, float) and isinstance(y, float) and math.isnan(x) and math.isnan(y))
         or (not isinstance(x, float) and x == y)
         for x, y in zip(a, b)
     )
@@ -115,13 +116,20 @@ def test_a_row_without_an_equal_output_row_is_not_located(tmp_path: Path) -> Non
     assert _locate(reader, src, [0, 1], [g]) is None
 
 
-def test_nan_is_never_equal(tmp_path: Path) -> None:
+def test_every_nan_equals_every_nan(tmp_path: Path) -> None:
+    """Spark's ``=`` holds for NaN and no SQL function shows a NaN's payload: any NaN matches any NaN,
+    and only a NaN (never a number, never null)."""
+    import numpy as np
+
+    quiet, other = float("nan"), float(np.frombuffer(np.uint64(0x7FF8_0000_0000_0BAD).tobytes(), dtype=np.float64)[0])
+    assert other != other and np.float64(other).tobytes() != np.float64(quiet).tobytes()
     reader = _reader(tmp_path)
-    src = _source(tmp_path, [(1, "a", float("nan")), (2, "b", 2.0)])
-    g = _file(tmp_path, [(1, "a", float("nan")), (2, "b", 2.0), (2, "b", float("nan"))])
-    assert _locate(reader, src, [0], [g]) is None  # the NaN row: refused, the caller keeps its conflict
-    assert _locate(reader, src, [0, 1], [g]) is None
-    assert _locate(reader, src, [1], [g]) == {g.path: [1]}  # an output NaN equals nothing
+    src = _source(tmp_path, [(1, "a", quiet), (2, "b", 2.0)])
+    g = _file(tmp_path, [(1, "a", 0.0), (1, "a", None), (2, "b", 2.0), (1, "a", other)])
+    assert _locate(reader, src, [0], [g]) == {g.path: [3]}
+    assert _locate(reader, src, [0, 1], [g]) == {g.path: [2, 3]}
+    none = _file(tmp_path, [(1, "a", 0.0), (1, "a", None), (2, "b", 2.0)])
+    assert _locate(reader, src, [0], [none]) is None  # no NaN there: not located
 
 
 def test_columns_absent_from_an_older_file_are_null(tmp_path: Path) -> None:
@@ -158,7 +166,7 @@ def test_nested_columns_compared_whole(tmp_path: Path) -> None:
     g = _file(tmp_path, [(1, {"a": 1, "b": -0.0}, ["x"]), (1, {"a": 1, "b": 0.0}, ["y"]),
                          (1, {"a": 1, "b": 0.0}, ["x"]), (2, {"a": 2, "b": float("nan")}, [])], schema=arrow)
     assert _locate(reader, src, [0], [g]) == {g.path: [2]}
-    assert _locate(reader, src, [1], [g]) is None  # NaN inside a struct
+    assert _locate(reader, src, [1], [g]) == {g.path: [3]}  # NaN inside a struct equals NaN
 
 
 def test_only_nested_data_columns_refuse(tmp_path: Path) -> None:

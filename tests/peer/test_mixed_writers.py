@@ -80,16 +80,11 @@ PAIRS = [
     ("R1", MATRIX_ORDER),  # deletion vectors, unpartitioned: two DELETEs of one file
     ("R4", MATRIX_ORDER),  # OPTIMIZE after a DELETE of one of its inputs' rows
     ("R6", MATRIX_ORDER),  # UPDATE after a MERGE in one file
-    ("R4 (partitioned)", SWAPPED_ORDER),  # deletion vectors, partitioned: DELETE after OPTIMIZE
+    # deletion vectors, partitioned: DELETE after delta-spark's OPTIMIZE, whose outputs carry no row
+    # mapping: the DELETE's marks are carried onto them by row content (core.row_matching)
+    ("R4 (partitioned)", SWAPPED_ORDER),
 ]
 BY_NAME = {c.name: c for c in CELLS}
-NO_ROW_MAPPING = pytest.mark.xfail(
-    strict=True,
-    reason="delta-spark's OPTIMIZE records no row mapping of its output (serialake's compactedFrom tag), so "
-    "serialake cannot move a DELETE's marks from a compacted input onto delta-spark's output: it keeps the "
-    "file-level ConcurrentDeleteDeleteException where the matrix (R4; section 4's last paragraph on "
-    "partitioned tables) says both commit. The DELETE fails whole: nothing is lost.",
-)
 
 
 def _pairs(xfail: dict[tuple[str, str], pytest.MarkDecorator]) -> list[Any]:
@@ -115,7 +110,7 @@ def _rows_of_a_serial_order(spark: SparkSession, delta_spark: DeltaSparkPeer, ce
     assert theirs == ours, f"delta-spark reads {theirs}, serialake {ours}"
 
 
-@pytest.mark.parametrize(("name", "order"), _pairs({("R4 (partitioned)", SWAPPED_ORDER): NO_ROW_MAPPING}))
+@pytest.mark.parametrize(("name", "order"), _pairs({}))
 def test_serialake_commits_second(
     spark: SparkSession,
     delta_spark: DeltaSparkPeer,

@@ -284,23 +284,40 @@ def test_duplicate_rows(spark: SparkSession, tmp_table: str, case: str, order: s
 
 
 @pytest.mark.parametrize("order", ORDERS)
-def test_a_nan_row_keeps_the_conflict(spark: SparkSession, tmp_table: str, order: str) -> None:
-    """NaN equals nothing, so a row holding one cannot be located: the second committer fails, as before
-    (ConcurrentDeleteDeleteException, FILE_REMOVED), and the table is what the first one left."""
-    groups = [BASE[0], [*BASE[1], _row(60, "nan", math.nan)], BASE[2]]
+def test_nan_rows_are_located(spark: SparkSession, tmp_table: str, order: str) -> None:
+    """A NaN equals a NaN (Spark's ``=``; no SQL function shows its payload): rows holding one are located
+    like any other, here two equal NaN rows in different inputs and a DELETE of one of them."""
+    groups = [[*BASE[0], _row(60, "nan", math.nan)], [*BASE[1], _row(60, "nan", math.nan)], BASE[2]]
     _make(spark, tmp_table, groups)
     v = _version(tmp_table)
 
     def delete(spark: SparkSession, path: str, hook: Hook) -> DmlResult:
-        return dml.run_delete(spark, path, "id = 60", before_commit=hook)
+        return dml.run_delete(spark, path, "id = 60 AND isnan(x)", before_commit=hook)
 
+    opt, d = _pair(spark, tmp_table, _cluster, delete, order == "compaction_first")
+    assert {opt.version, d.version} == {v + 1, v + 2}
+    _check(spark, tmp_table, [r for g in groups for r in g if r[0] != 60])
+    assert _marked_ids(tmp_table, {a.path for a in _adds(tmp_table, opt.version)}) == [60, 60]
+
+
+@pytest.mark.parametrize("order", ORDERS)
+def test_a_search_past_its_bound_keeps_the_conflict(
+    spark: SparkSession, tmp_table: str, order: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past ``MAX_MATCH_BYTES`` the rows are not searched: the second committer fails, as without a
+    mapping (ConcurrentDeleteDeleteException, FILE_REMOVED), and the table is what the first one left."""
+    from serialake.core import row_matching
+
+    monkeypatch.setattr(row_matching, "MAX_MATCH_BYTES", 1)
+    _make(spark, tmp_table)
+    v = _version(tmp_table)
     with pytest.raises(ConcurrentDeleteDeleteException) as err:
-        _pair(spark, tmp_table, _cluster, delete, order == "compaction_first")
+        _pair(spark, tmp_table, _cluster, CHANGES["delete"].run, order == "compaction_first")
     assert err.value.conflict_reason == ConflictReason.FILE_REMOVED
     assert _version(tmp_table) == v + 1
-    rows = [r for g in groups for r in g]
+    rows = [r for g in BASE for r in g]
     deleted = order == "dml_first"
-    _check(spark, tmp_table, [r for r in rows if r[0] != 60] if deleted else rows)
+    _check(spark, tmp_table, CHANGES["delete"].after(rows) if deleted else rows)
     clustered = {f.clustering_provider == clustering.PROVIDER for f in DeltaLog.for_table(tmp_table).update().all_files}
     assert clustered == {not deleted}
 

@@ -284,7 +284,8 @@ def _cmd_vacuum(args: argparse.Namespace, console: Console) -> int:
     spark = _spark(console, args)
     path = _locate(args.table)
     statement = Vacuum(table=TableRef(text=path, path=path), retain_hours=args.retain_hours, dry_run=args.dry_run)
-    files = [r[0] for r in execute(spark, statement).collect()]
+    result = execute(spark, statement)  # None: it ran, but its result could not be built (a warning said why)
+    files = [r[0] for r in result.collect()] if result is not None else []
     if args.json:
         return _print_json({"location": path, "dryRun": args.dry_run, "files": files})
     verb = "would delete" if args.dry_run else "deleted"
@@ -302,7 +303,8 @@ def _cmd_optimize(args: argparse.Namespace, console: Console) -> int:
     path = _locate(args.table)
     zorder = tuple(c.strip() for c in (args.zorder_by or "").split(",") if c.strip())
     statement = Optimize(table=TableRef(text=path, path=path), where=args.where, zorder_by=zorder)
-    rows = [r.asDict(recursive=True) for r in execute(spark, statement).collect()]
+    result = execute(spark, statement)  # None: it committed, but its result could not be built (a warning said why)
+    rows = [r.asDict(recursive=True) for r in result.collect()] if result is not None else []
     if args.json:
         return _print_json({"location": path, "result": rows})
     for row in rows:
@@ -329,10 +331,11 @@ def _cmd_sql(args: argparse.Namespace, console: Console) -> int:
     spark = _spark(console, args)
     results = []
     for statement in statements:
-        df = sql(spark, statement)
-        rows = df.limit(args.max_rows + 1).collect() if df.columns else []
+        df = sql(spark, statement)  # None: it committed, but its result could not be built (a warning said why)
+        columns = df.columns if df is not None else []
+        rows = df.limit(args.max_rows + 1).collect() if df is not None and columns else []
         shown = [r.asDict(recursive=True) for r in rows[: args.max_rows]]
-        result = {"statement": statement.strip(), "columns": df.columns, "rows": shown,
+        result = {"statement": statement.strip(), "columns": columns, "rows": shown,
                   "truncated": len(rows) > args.max_rows}  # fmt: skip
         results.append(result)
         if not args.json:

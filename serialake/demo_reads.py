@@ -97,7 +97,12 @@ def show_consistent_reads(spark: SparkSession, directory: str, say: Callable[...
     import serialake
     from serialake.core import catalog
     from serialake.spark import isolation
-    from serialake.sql import sql as run_sql
+    from serialake.sql import sql
+
+    def run_sql(session: SparkSession, query: str) -> DataFrame:
+        df = sql(session, query)
+        assert df is not None  # (None only for a statement that committed and could not build its result)
+        return df
 
     orders, shipments, totals = (os.path.join(directory, "reads", n) for n in ("orders", "shipments", "order_totals"))
     names = {"orders": orders, "shipments": shipments, "order_totals": totals}

@@ -43,6 +43,7 @@ from serialake.core.conflicts import (
     WinnerSummary,
     check_winner,
 )
+from serialake.core.post_commit import after_commit
 from serialake.exceptions import (
     CommitFailedError,
     CommitOutcomeUnknownError,
@@ -473,17 +474,28 @@ class OptimisticTransaction:
         except (DeltaConcurrentModificationException, CommitFailedError):
             discard_rebase_dvs(info)  # nothing of this transaction is in the table
             raise
-        discard_rebase_dvs(info, self.committed_actions or ())
         self.committed = result
+        # Committed: what follows may fail but never fails the commit (``core.post_commit``).
+        version, table = result.version, self.table_path
+        after_commit(
+            "delete the deletion vector files rebasing wrote that the commit does not use", table, version,
+            discard_rebase_dvs, info, self.committed_actions or (), operation=operation,
+        )  # fmt: skip
         if result.work_already_done:
-            return result.version
+            return version
         meta = info.metadata or info.read_metadata
-        self.delta_log.maybe_checkpoint_async(result.version, meta, base=self.snapshot)
+        after_commit(
+            "schedule a checkpoint", table, version, self.delta_log.maybe_checkpoint_async, version, meta,
+            self.snapshot, operation=operation,
+        )  # fmt: skip
         if meta is not None and meta.derived(_iceberg_enabled):  # UniForm: Iceberg metadata in the background
             from serialake.core import iceberg
 
-            iceberg.after_commit(self.delta_log, result.version, dict(meta.configuration))
-        return result.version
+            after_commit(
+                "schedule the Iceberg conversion (UniForm)", table, version, iceberg.after_commit, self.delta_log,
+                version, dict(meta.configuration), operation=operation,
+            )  # fmt: skip
+        return version
 
     def _prepare(
         self,
@@ -714,7 +726,10 @@ class OptimisticTransaction:
                 attempts += 1
                 try:
                     body.put(dlog.commit_path(attempt_version), info.actions)
-                    dlog.remember_commit(attempt_version, info.actions)
+                    after_commit(  # landed: caching it for this process's reads is a step after the commit
+                        "cache the commit for this process's reads", info.table, attempt_version,
+                        dlog.remember_commit, attempt_version, info.actions, operation=_operation(info),
+                    )  # fmt: skip
                     dlog.contended = checked > 0
                     self.committed_actions = list(info.actions)
                     return CommitResult(attempt_version, attempts, checked, time.monotonic() - started)
@@ -1024,6 +1039,12 @@ def _compat_v2(meta: Metadata) -> bool:
 
 def _iceberg_enabled(meta: Metadata) -> bool:
     return uniform.iceberg_enabled(meta.configuration)
+
+
+def _operation(info: TransactionInfo) -> str:
+    """The operation a commit records (``commitInfo.operation``), for messages."""
+    ci = info.actions[0] if info.actions else None
+    return str(ci.values.get("operation", "WRITE")) if isinstance(ci, CommitInfo) else "WRITE"
 
 
 def _rebase_ict(info: TransactionInfo, winner: WinnerSummary) -> None:

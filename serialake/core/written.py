@@ -6,7 +6,8 @@ INSERT) commits through ``commit_or_clean_up``: when the commit certainly failed
 written for it are deleted; when it committed, those that rebasing over concurrent
 commits dropped (e.g. compaction outputs another compaction already made) are deleted.
 When the outcome is unknown (``CommitOutcomeUnknownError``), every file stays: the commit
-may have landed and reference them.
+may have landed and reference them. Deleting after a commit is a step after the commit
+(``core.post_commit``): a failure is warned about, the committed version returned.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 from serialake.core.actions import Action, AddCDCFile, AddFile
 from serialake.core.deletion_vectors import dv_absolute_path
 from serialake.core.paths import absolute_path
+from serialake.core.post_commit import after_commit
 from serialake.core.transaction import OptimisticTransaction
 from serialake.exceptions import (
     CommitFailedError,
@@ -60,7 +62,10 @@ def commit_or_clean_up(
     except (DeltaConcurrentModificationException, CommitFailedError, DeltaAnalysisException, InvalidTableError):
         remove_written(txn.table_path, new_files, new_dvs)
         raise
-    _discard_unused(txn, new_files, new_dvs)
+    after_commit(
+        "delete the files written for it that the commit does not reference", txn.table_path, version,
+        _discard_unused, txn, new_files, new_dvs, operation=operation,
+    )  # fmt: skip
     return version
 
 

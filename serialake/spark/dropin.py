@@ -474,7 +474,7 @@ def _install_dataframe() -> None:
 
 def _install_session() -> None:
     def make_sql(original: Callable[..., Any]) -> Callable[..., Any]:
-        def sql(self: SparkSession, sqlQuery: str, args: Any = None, **kwargs: Any) -> DataFrame:  # noqa: N803
+        def sql(self: SparkSession, sqlQuery: str, args: Any = None, **kwargs: Any) -> DataFrame | None:  # noqa: N803
             if args or kwargs or not is_configured(self):
                 return original(self, sqlQuery, args, **kwargs)
             from serialake.sql import SqlError, parse_statement

@@ -13,6 +13,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from serialake.core import DeltaLog, catalog
+from serialake.core.post_commit import after_commit
 from serialake.exceptions import DeltaAnalysisException, DeltaIllegalArgumentException, DeltaTableNotFoundError
 from serialake.spark import io, isolation
 from serialake.spark.read import read
@@ -140,7 +141,7 @@ def save(
                     **_write_options(spark, st, mode), **_replace_options(spark, st),
                     replace_source=replace_source, replace_by_position=replace_source is not None,
                     new_table_properties=_table_properties(st) or None)  # fmt: skip
-    isolation.note_write(spark, path)
+    isolation.note_committed(spark, path, version, "WRITE")
     return version
 
 
@@ -172,7 +173,7 @@ def save_as_table(df: DataFrame, name: str, st: dict[str, Any]) -> int | None:
         mode = "append"  # creates it (an overwrite that replaces rows needs the table: delta-spark's error)
     version = save(df, location, {**st, "mode": mode}, api=f"saveAsTable({name!r})")
     if registered is None:
-        catalog.register(name, location, managed=False if given is not None else None)
+        _register(name, location, given, version, "WRITE")
     return version
 
 
@@ -232,7 +233,7 @@ def write_to(df: DataFrame, name: str, st: dict[str, Any], kind: str, *args: Any
                         clusterBy=st["clusterBy"] or None, overwriteSchema=exists, table_operation=operation,
                         new_table_properties=_table_properties(st) or None, **common)  # fmt: skip
         if registered is None:
-            catalog.register(name, location, managed=False if given is not None else None)
+            _register(name, location, given, version, operation)
     else:
         if registered is None or not exists:
             raise DeltaTableNotFoundError(f"[TABLE_OR_VIEW_NOT_FOUND] The table {name} cannot be found")
@@ -262,8 +263,18 @@ def write_to(df: DataFrame, name: str, st: dict[str, Any], kind: str, *args: Any
                     "is incompatible with the `replaceOn`/`replaceUsing` option."
                 )
             version = write(df, location, mode="overwrite", partitionOverwriteMode="dynamic", **common)
-    isolation.note_write(df.sparkSession, location)
+    isolation.note_committed(df.sparkSession, location, version, "WRITE")
     return version
+
+
+def _register(name: str, location: str, given: str | None, version: int | None, operation: str) -> None:
+    """Register ``name`` at ``location`` (external when ``given``) once ``version`` is committed: a step
+    after the commit (``core.post_commit``). ``version`` None: nothing was committed, nothing guarded."""
+    managed = False if given is not None else None
+    after_commit(
+        "register the table name in the catalog", location, version,
+        lambda: catalog.register(name, location, managed=managed), operation=operation,
+    )  # fmt: skip
 
 
 def _column_sql(df: DataFrame, condition: Any) -> str:

@@ -46,6 +46,7 @@ from typing import TYPE_CHECKING, Any
 
 from serialake.core import DeltaLog, cut, derived
 from serialake.core.cut import ISOLATION_LEVELS
+from serialake.core.post_commit import after_commit
 from serialake.core.snapshot import Snapshot
 from serialake.exceptions import DeltaTableNotFoundError
 
@@ -56,6 +57,7 @@ __all__ = [
     "CUT_TIMEOUT_CONF",
     "DEFAULT_ISOLATION",
     "ISOLATION_CONF",
+    "note_committed",
     "note_write",
     "read_cut",
     "read_snapshot",
@@ -185,6 +187,12 @@ def _remember_cut(spark: SparkSession, snaps: dict[str, Snapshot]) -> None:
             old = per.get(path)
             if old is None or old[0].version <= snap.version:
                 per[path] = (snap, cut)
+
+
+def note_committed(spark: SparkSession, path: str, version: int | None, operation: str) -> None:
+    """``note_write`` after ``operation`` committed ``version`` of ``path``: a step after the commit
+    (``core.post_commit``), which warns instead of raising. ``version`` None: nothing was committed."""
+    after_commit("note the write for the session's reads", path, version, note_write, spark, path, operation=operation)
 
 
 def note_write(spark: SparkSession, path: str) -> None:

@@ -23,6 +23,7 @@ from serialake.core import properties as props
 from serialake.core.actions import FileAction, Metadata, Protocol, now_ms
 from serialake.core.cdf import CHANGE_DATA_DIR
 from serialake.core.deletion_vectors import dv_referenced_files
+from serialake.core.post_commit import after_commit
 from serialake.core.schema import DataType, SchemaError, StructField, StructType, data_type_from_json_value
 from serialake.core.snapshot import Snapshot
 from serialake.exceptions import (
@@ -194,14 +195,18 @@ class DeltaTable:
         return type(self)(self.spark, self.path, aliasName)
 
     # -- DML (serialake.spark.dml) -------------------------------------------------------
-    def delete(self, condition: str | Column | None = None) -> DataFrame:
-        """Delete the rows matching ``condition`` (all rows when None)."""
+    def delete(self, condition: str | Column | None = None) -> DataFrame | None:
+        """Delete the rows matching ``condition`` (all rows when None).
+
+        The operations below return their result DataFrame, or None (with an ``AfterCommitWarning``)
+        when building it failed after the commit (``core.post_commit``).
+        """
         check_condition(condition)
         return dml.delete(self.spark, self.path, condition, alias=self._alias)
 
     def update(
         self, condition: str | Column | None = None, set: dict[str, str | Column] | None = None  # noqa: A002
-    ) -> DataFrame:
+    ) -> DataFrame | None:
         """Set columns (SQL strings or Columns) on the rows matching ``condition``."""
         check_assignments(set, "'set'")
         check_condition(condition)
@@ -222,12 +227,12 @@ class DeltaTable:
         """Start an OPTIMIZE: ``.where(...)``, then ``executeCompaction()`` or ``executeZOrderBy(cols)``."""
         return dml.optimize(self.spark, self.path)
 
-    def restoreToVersion(self, version: int) -> DataFrame:  # noqa: N802
+    def restoreToVersion(self, version: int) -> DataFrame | None:  # noqa: N802
         """Make the table's data what it was at ``version`` (a new commit)."""
         check_type(version, int, "version", "an int")
         return dml.restoreToVersion(self.spark, self.path, version)
 
-    def restoreToTimestamp(self, timestamp: str | dt.datetime | dt.date) -> DataFrame:  # noqa: N802
+    def restoreToTimestamp(self, timestamp: str | dt.datetime | dt.date) -> DataFrame | None:  # noqa: N802
         """Make the table's data what it was at ``timestamp`` (a new commit).
 
         ``timestamp``: text as delta-spark takes it (``'2024-05-01 10:00:00'``, a date), or a
@@ -317,7 +322,7 @@ class DeltaTable:
         return self.spark.createDataFrame([row], _DETAIL_SCHEMA)
 
     # -- maintenance --------------------------------------------------------------
-    def vacuum(self, retentionHours: float | None = None, dryRun: bool = False) -> DataFrame:  # noqa: N803
+    def vacuum(self, retentionHours: float | None = None, dryRun: bool = False) -> DataFrame | None:  # noqa: N803
         """Delete files no longer referenced and older than the retention; returns their paths.
 
         ``dryRun``: delete nothing and commit nothing; return the files that would be deleted
@@ -368,10 +373,14 @@ class DeltaTable:
                 shutil.rmtree(staging, ignore_errors=True)
             dirs = _remove_empty_dirs(self.path, snap.partition_columns)
         deleted.extend(self._iceberg_garbage(snap, cutoff, dry_run=False))
-        self._commit_marker(
+        end = self._commit_marker(
             "VACUUM END", {"status": "COMPLETED"}, {"numDeletedFiles": len(deleted), "numVacuumedDirectories": dirs}
         )
-        return self.spark.createDataFrame([(_location_uri(p),) for p in sorted(deleted)], schema)
+        return after_commit(  # (None and a warning when it fails: core.post_commit)
+            "build the result DataFrame", self.path, end, self.spark.createDataFrame,
+            [(_location_uri(p),) for p in sorted(deleted)], schema, operation="VACUUM",
+            instead="(None instead of the result DataFrame)",
+        )  # fmt: skip
 
     def _iceberg_garbage(self, snap: Snapshot, cutoff: int, *, dry_run: bool) -> list[str]:
         """UniForm tables: the Iceberg metadata files no retained Iceberg version refers to, older than
@@ -414,9 +423,9 @@ class DeltaTable:
         keep |= dv_referenced_files(self.path, actions)
         return keep
 
-    def _commit_marker(self, operation: str, params: dict[str, Any], metrics: dict[str, Any]) -> None:
+    def _commit_marker(self, operation: str, params: dict[str, Any], metrics: dict[str, Any]) -> int:
         txn = self.deltaLog.start_transaction()
-        txn.commit([], operation, params, metrics)
+        return txn.commit([], operation, params, metrics)
 
     def upgradeTableProtocol(self, readerVersion: int, writerVersion: int) -> None:  # noqa: N802, N803
         """Raise the table's protocol to (readerVersion, writerVersion), keeping its features.
@@ -646,6 +655,10 @@ class DeltaTableBuilder:
 
     def execute(self) -> DeltaTable:
         """Create or replace the table (and register its name); returns it."""
+        return self.run()[0]
+
+    def run(self) -> tuple[DeltaTable, int | None]:
+        """``execute``, with the version committed (None: nothing was, the table existed)."""
         if not self._fields:
             raise DeltaAnalysisException(
                 f"Table {self._name or self._location} needs at least one column (use addColumn)"
@@ -665,7 +678,7 @@ class DeltaTableBuilder:
             )
         if exists and self._mode == "createIfNotExists":
             self._register(log.table_path)
-            return DeltaTable(spark, log.table_path)
+            return DeltaTable(spark, log.table_path), None
         if not exists and self._mode == "replace":
             raise DeltaTableNotFoundError(
                 f"Table {shown} cannot be replaced as it did not exist (no Delta table at {log.table_path}). "
@@ -694,14 +707,17 @@ class DeltaTableBuilder:
             params["description"] = self._comment
         operation = self._OPERATIONS[self._mode]
         try:
-            txn.commit(removes, operation, params)
+            version = txn.commit(removes, operation, params)
         except DeltaConcurrentModificationException:
             if self._mode == "createIfNotExists" and not exists and log.table_exists():
                 self._register(log.table_path)
-                return DeltaTable(spark, log.table_path)  # another writer created it first
+                return DeltaTable(spark, log.table_path), None  # another writer created it first
             raise
-        self._register(log.table_path)
-        return DeltaTable(spark, log.table_path)
+        after_commit(
+            "register the table name in the catalog", log.table_path, version, self._register, log.table_path,
+            operation=operation,
+        )  # fmt: skip
+        return DeltaTable(spark, log.table_path), version
 
     def _resolve_location(self) -> str:
         """The table's directory: ``location``, else where its name is registered, else a managed one."""

@@ -23,6 +23,7 @@ from serialake.core import expressions as P
 from serialake.core import properties as props
 from serialake.core.actions import Action, AddCDCFile, AddFile, Metadata, RemoveFile, SetTransaction, now_ms
 from serialake.core.dv_policy import uses_deletion_vectors
+from serialake.core.post_commit import after_commit
 from serialake.core.schema import ArrayType, DataType, MapType, StructField, StructType, merge_schemas
 from serialake.core.transaction import OptimisticTransaction
 from serialake.core.written import commit_or_clean_up, remove_written
@@ -132,6 +133,8 @@ def write(
     source = replace.source if replace is not None and replace.source is not None else df
     replacing = replace is not None and mode.lower() == "overwrite"
     cached = source.persist() if replacing and not _deterministic(source) else None
+    version: int | None = None
+    operation = table_operation or ("STREAMING UPDATE" if streaming_update is not None else "WRITE")
     try:
         version = _write(
             df, path, mode, partitionBy, replaceWhere, mergeSchema, overwriteSchema, properties, userMetadata,
@@ -140,11 +143,20 @@ def write(
             new_table_properties=new_table_properties,
         )  # fmt: skip
     finally:
+        # Once committed, what follows are steps after the commit: they warn, never raise (core.post_commit).
         if cached is not None:
-            cached.unpersist()
-    if from_session and write_settings.session_flag(spark, "write.txnVersion.autoReset.enabled", False):
-        spark.conf.unset(write_settings.SETTINGS_PREFIX + "write.txnVersion")
+            after_commit("unpersist the cached source", path, version, cached.unpersist, operation=operation)
+    if from_session:
+        after_commit(
+            "reset write.txnVersion (autoReset)", path, version, _reset_session_txn_version, spark, operation=operation
+        )
     return version
+
+
+def _reset_session_txn_version(spark: Any) -> None:
+    """``write.txnVersion.autoReset.enabled``: unset the session's ``write.txnVersion`` after a write."""
+    if write_settings.session_flag(spark, "write.txnVersion.autoReset.enabled", False):
+        spark.conf.unset(write_settings.SETTINGS_PREFIX + "write.txnVersion")
 
 
 def _deterministic(df: DataFrame) -> bool:

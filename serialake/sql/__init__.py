@@ -35,8 +35,11 @@ __all__ = [
 ]
 
 
-def sql(spark: SparkSession, statement: str) -> DataFrame:
+def sql(spark: SparkSession, statement: str) -> DataFrame | None:
     """Run one SQL statement; returns a DataFrame (empty for DDL), as ``spark.sql`` would.
+
+    A statement that committed returns None instead when building its result failed after the
+    commit (an ``AfterCommitWarning`` says why, ``serialake.core.post_commit``): the commit stands.
 
     Raises ``SqlError`` (with line, column and the offending text) when the statement
     cannot be parsed, ``UnsupportedStatementError`` for statements serialake does not
@@ -49,7 +52,7 @@ def sql(spark: SparkSession, statement: str) -> DataFrame:
 
 
 class _CallableModule(types.ModuleType):
-    def __call__(self, spark: SparkSession, statement: str) -> DataFrame:
+    def __call__(self, spark: SparkSession, statement: str) -> DataFrame | None:
         return sql(spark, statement)
 
 

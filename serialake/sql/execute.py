@@ -21,6 +21,7 @@ from sqlglot import exp
 from serialake.core import DeltaLog, catalog, features
 from serialake.core.expressions import ParsedCondition
 from serialake.core.log import format_ms
+from serialake.core.post_commit import after_commit
 from serialake.core.schema import StructType
 from serialake.exceptions import DeltaAnalysisException, DeltaTableNotFoundError
 from serialake.spark import dml, isolation
@@ -86,8 +87,8 @@ from serialake.storage import normalize_table_path
 __all__ = ["execute"]
 
 
-def execute(spark: SparkSession, st: Statement) -> DataFrame:
-    """Run one parsed statement."""
+def execute(spark: SparkSession, st: Statement) -> DataFrame | None:
+    """Run one parsed statement; its result (None when building it failed after a commit: ``_done``)."""
     handler = _HANDLERS.get(type(st))
     if handler is None:  # pragma: no cover - every statement type has a handler
         raise UnsupportedStatementError(type(st).__name__, statement=st.text)
@@ -130,7 +131,7 @@ def _create_temp_view(spark: SparkSession, st: CreateTempView) -> DataFrame:
 # ---------------------------------------------------------------------------------------------
 
 
-def _create_table(spark: SparkSession, st: CreateTable) -> DataFrame:
+def _create_table(spark: SparkSession, st: CreateTable) -> DataFrame | None:
     name = st.table.name
     location = _create_location(st)
     log = DeltaLog.for_table(location)
@@ -152,10 +153,11 @@ def _create_table(spark: SparkSession, st: CreateTable) -> DataFrame:
         return empty(spark)
     if not exists and st.mode == "replace":
         raise DeltaTableNotFoundError(f"Cannot REPLACE table {st.table.text}: there is no table at {log.table_path}.")
+    operation = {"create": "CREATE", "replace": "REPLACE", "createOrReplace": "CREATE OR REPLACE"}[st.mode]
+    version: int | None
     if st.query is not None:
         df = run_query(spark, st.query)
-        operation = {"create": "CREATE", "replace": "REPLACE", "createOrReplace": "CREATE OR REPLACE"}[st.mode]
-        write(
+        version = write(
             df,
             location,
             mode="overwrite" if exists else "error",
@@ -165,7 +167,10 @@ def _create_table(spark: SparkSession, st: CreateTable) -> DataFrame:
             clusterBy=list(st.cluster_by) or None,
             table_operation=f"{operation} TABLE AS SELECT",
         )
-        _register(name, location, st.location)
+        after_commit(
+            "register the table name in the catalog", location, version, _register, name, location, st.location,
+            operation=f"{operation} TABLE AS SELECT",
+        )  # fmt: skip
     elif st.columns:
         builder = {
             "create": DeltaTable.createIfNotExists if st.if_not_exists else DeltaTable.create,
@@ -193,14 +198,13 @@ def _create_table(spark: SparkSession, st: CreateTable) -> DataFrame:
             builder = builder.comment(st.comment)
         if name is not None:
             builder = builder.tableName(name)  # registered by the builder once created
-        builder.execute()
+        _, version = builder.run()
     else:
         raise DeltaTableNotFoundError(
             f"CREATE TABLE {st.table.text} without columns needs an existing Delta table at its location "
             f"({log.table_path} has none)."
         )
-    isolation.note_write(spark, location)
-    return empty(spark)
+    return _done(spark, location, version, f"{operation} TABLE")
 
 
 def _create_location(st: CreateTable) -> str:
@@ -254,23 +258,21 @@ def _drop_table(spark: SparkSession, st: DropTable) -> DataFrame:
 # ---------------------------------------------------------------------------------------------
 
 
-def _delete(spark: SparkSession, st: Delete) -> DataFrame:
+def _delete(spark: SparkSession, st: Delete) -> DataFrame | None:
     # The operation opens the table (one refresh of its log) and takes the condition as parsed here.
     path = resolve(st.table)
     with _bound_condition(spark, st.where) as (condition, needs_alias):
         alias = (st.alias or st.table.short_name) if needs_alias else None
         result = dml.run_delete(spark, path, condition or st.condition, alias=alias)
-    isolation.note_write(spark, path)
-    return dml.affected_rows_df(spark, result)
+    return _done(spark, path, result.version, "DELETE", lambda s: dml.affected_rows_df(s, result))
 
 
-def _update(spark: SparkSession, st: Update) -> DataFrame:
+def _update(spark: SparkSession, st: Update) -> DataFrame | None:
     path = resolve(st.table)
     with _bound_condition(spark, st.where) as (condition, needs_alias):
         alias = (st.alias or st.table.short_name) if needs_alias else None
         result = dml.run_update(spark, path, condition or st.condition, dict(st.assignments), alias=alias)
-    isolation.note_write(spark, path)
-    return dml.affected_rows_df(spark, result)
+    return _done(spark, path, result.version, "UPDATE", lambda s: dml.affected_rows_df(s, result))
 
 
 @contextmanager
@@ -295,7 +297,7 @@ def _bound_condition(
         binding.drop()
 
 
-def _merge(spark: SparkSession, st: Merge) -> DataFrame:
+def _merge(spark: SparkSession, st: Merge) -> DataFrame | None:
     path = resolve(st.target)
     source = run_query(spark, exp.select("*").from_(st.source) if isinstance(st.source, exp.Table) else st.source)
     builder = dml.merge(spark, path, source.alias(st.source_alias), st.condition, alias=st.target_alias)
@@ -320,8 +322,7 @@ def _merge(spark: SparkSession, st: Merge) -> DataFrame:
         else:
             builder = builder.whenNotMatchedBySourceDelete(condition=c.condition)
     result = builder.run()
-    isolation.note_write(spark, path)
-    return dml.merge_result_df(spark, result)
+    return _done(spark, path, result.version, "MERGE", lambda s: dml.merge_result_df(s, result))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -329,42 +330,40 @@ def _merge(spark: SparkSession, st: Merge) -> DataFrame:
 # ---------------------------------------------------------------------------------------------
 
 
-def _set_properties(spark: SparkSession, st: SetProperties) -> DataFrame:
+def _set_properties(spark: SparkSession, st: SetProperties) -> DataFrame | None:
     table, log = _table(spark, st.table)
-    table.setTableProperties(dict(st.properties))
-    isolation.note_write(spark, log.table_path)
-    return empty(spark)
+    version = table.setTableProperties(dict(st.properties))
+    return _done(spark, log.table_path, version, "SET TBLPROPERTIES")
 
 
-def _unset_properties(spark: SparkSession, st: UnsetProperties) -> DataFrame:
+def _unset_properties(spark: SparkSession, st: UnsetProperties) -> DataFrame | None:
     table, log = _table(spark, st.table)
-    table.unsetTableProperties(list(st.keys), ifExists=st.if_exists)
-    isolation.note_write(spark, log.table_path)
-    return empty(spark)
+    version = table.unsetTableProperties(list(st.keys), ifExists=st.if_exists)
+    return _done(spark, log.table_path, version, "UNSET TBLPROPERTIES")
 
 
-def _change_column(spark: SparkSession, st: ChangeColumn) -> DataFrame:
+def _change_column(spark: SparkSession, st: ChangeColumn) -> DataFrame | None:
     path = _existing(st.table)
-    dml.change_column(
+    version = dml.change_column(
         spark, path, st.column, new_name=st.new_name, data_type=st.data_type, comment=st.comment,
         nullable=st.nullable, first=st.first, after=st.after,
     )  # fmt: skip
-    return _wrote(spark, path)
+    return _done(spark, path, version, "CHANGE COLUMN")
 
 
-def _rename_column(spark: SparkSession, st: RenameColumn) -> DataFrame:
+def _rename_column(spark: SparkSession, st: RenameColumn) -> DataFrame | None:
     path = _existing(st.table)
-    dml.rename_column(path, st.column, st.new_name)
-    return _wrote(spark, path)
+    version = dml.rename_column(path, st.column, st.new_name)
+    return _done(spark, path, version, "RENAME COLUMN")
 
 
-def _drop_columns(spark: SparkSession, st: DropColumns) -> DataFrame:
+def _drop_columns(spark: SparkSession, st: DropColumns) -> DataFrame | None:
     path = _existing(st.table)
-    dml.drop_columns(path, st.columns, if_exists=st.if_exists)
-    return _wrote(spark, path)
+    version = dml.drop_columns(path, st.columns, if_exists=st.if_exists)
+    return _done(spark, path, version, "DROP COLUMNS")
 
 
-def _clone(spark: SparkSession, st: Clone) -> DataFrame:
+def _clone(spark: SparkSession, st: Clone) -> DataFrame | None:
     """CREATE ... CLONE: ``dml.clone`` to the table's path (or its name's location)."""
     name = st.table.name
     target = st.table.path or st.location or name  # a name alone: the clone finds (or makes) its location
@@ -372,22 +371,25 @@ def _clone(spark: SparkSession, st: Clone) -> DataFrame:
     timestamp = None
     if st.timestamp is not None:
         timestamp = format_ms(timestamp_millis(spark, st.timestamp)).removesuffix(" UTC")
-    path = dml.clone(
+    done = dml.run_clone(
         resolve(st.source), target, shallow=st.shallow, replace_target=st.mode != "create",
         must_exist=st.mode == "replace", if_not_exists=st.if_not_exists, properties=st.properties,
         version=st.version, timestamp=timestamp,
     )  # fmt: skip
-    if path is None:
+    if done is None:
         return empty(spark)
+    path, version = done
     if name is not None:
-        catalog.register(name, path)
-    return _wrote(spark, path)
+        after_commit(
+            "register the table name in the catalog", path, version, catalog.register, name, path, operation="CLONE"
+        )
+    return _done(spark, path, version, "CLONE")
 
 
-def _cluster_by(spark: SparkSession, st: ClusterBy) -> DataFrame:
+def _cluster_by(spark: SparkSession, st: ClusterBy) -> DataFrame | None:
     path = _existing(st.table)
-    dml.cluster_by(path, list(st.columns))
-    return _wrote(spark, path)
+    version = dml.cluster_by(path, list(st.columns))
+    return _done(spark, path, version, "CLUSTER BY")
 
 
 def _rename_table(spark: SparkSession, st: RenameTable) -> DataFrame:
@@ -422,11 +424,10 @@ def _shape(schema: Any) -> list[tuple[str, str]]:
     return [(f.name.lower(), f.data_type.simple_string()) for f in schema.fields]
 
 
-def _add_columns(spark: SparkSession, st: AddColumns) -> DataFrame:
-    table, log = _table(spark, st.table)
-    table.addColumns(T.StructType(spark_fields(st.columns)))
-    isolation.note_write(spark, log.table_path)
-    return empty(spark)
+def _add_columns(spark: SparkSession, st: AddColumns) -> DataFrame | None:
+    path = _existing(st.table)
+    version = dml.add_columns(spark, path, T.StructType(spark_fields(st.columns)))
+    return _done(spark, path, version, "ADD COLUMNS")
 
 
 def spark_fields(columns: tuple[ColumnSpec, ...]) -> list[T.StructField]:
@@ -440,10 +441,10 @@ def spark_fields(columns: tuple[ColumnSpec, ...]) -> list[T.StructField]:
     return out
 
 
-def _drop_feature(spark: SparkSession, st: DropFeature) -> DataFrame:
+def _drop_feature(spark: SparkSession, st: DropFeature) -> DataFrame | None:
     path = _existing(st.table)
-    dml.drop_feature(spark, path, st.feature, st.truncate_history)
-    return _wrote(spark, path)
+    version = dml.drop_feature(spark, path, st.feature, st.truncate_history)
+    return _done(spark, path, version, "DROP FEATURE")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -451,33 +452,30 @@ def _drop_feature(spark: SparkSession, st: DropFeature) -> DataFrame:
 # ---------------------------------------------------------------------------------------------
 
 
-def _optimize(spark: SparkSession, st: Optimize) -> DataFrame:
+def _optimize(spark: SparkSession, st: Optimize) -> DataFrame | None:
     table, log = _table(spark, st.table)
     builder = table.optimize()
     if st.where:
         builder = builder.where(st.where)
     if st.zorder_by:
-        result = builder.executeZOrderBy(*st.zorder_by)
+        result = builder.run_zorder(list(st.zorder_by))
     else:
-        result = builder.result_df(builder.run_compaction(full=st.full))
-    isolation.note_write(spark, log.table_path)
-    return result
+        result = builder.run_compaction(full=st.full)
+    return _done(spark, log.table_path, result.version, "OPTIMIZE", lambda _: builder.result_df(result))
 
 
-def _reorg(spark: SparkSession, st: Reorg) -> DataFrame:
+def _reorg(spark: SparkSession, st: Reorg) -> DataFrame | None:
     path = _existing(st.table)
     metrics = dml.purge_deletion_vectors(spark, path, st.where)
-    isolation.note_write(spark, path)
     counts = [(k, int(v)) for k, v in metrics.items() if k not in ("version", "workAlreadyDoneIn")]
-    return rows(spark, [("path", path)] + counts)
+    return _done(spark, path, metrics.get("version"), "REORG", lambda s: rows(s, [("path", path)] + counts))
 
 
-def _upgrade_uniform(spark: SparkSession, st: UpgradeUniform) -> DataFrame:
+def _upgrade_uniform(spark: SparkSession, st: UpgradeUniform) -> DataFrame | None:
     path = _existing(st.table)
     metrics = dml.upgrade_uniform(spark, path, st.compat_version)
-    isolation.note_write(spark, path)
     counts = [(k, int(v)) for k, v in metrics.items() if k != "version"]
-    return rows(spark, [("path", path)] + counts)
+    return _done(spark, path, metrics.get("version"), "REORG", lambda s: rows(s, [("path", path)] + counts))
 
 
 def _sync_metadata(spark: SparkSession, st: SyncMetadata) -> DataFrame:
@@ -501,21 +499,21 @@ def _describe_history(spark: SparkSession, st: DescribeHistory) -> DataFrame:
     return table.history(st.limit)
 
 
-def _add_constraint(spark: SparkSession, st: AddConstraint) -> DataFrame:
+def _add_constraint(spark: SparkSession, st: AddConstraint) -> DataFrame | None:
     path = _existing(st.table)
-    dml.add_constraint(spark, path, st.name, st.expression)
-    return _wrote(spark, path)
+    version = dml.add_constraint(spark, path, st.name, st.expression)
+    return _done(spark, path, version, "ADD CONSTRAINT")
 
 
-def _drop_constraint(spark: SparkSession, st: DropConstraint) -> DataFrame:
+def _drop_constraint(spark: SparkSession, st: DropConstraint) -> DataFrame | None:
     path = _existing(st.table)
-    dml.drop_constraint(path, st.name, if_exists=st.if_exists)
-    return _wrote(spark, path)
+    version = dml.drop_constraint(path, st.name, if_exists=st.if_exists)
+    return _done(spark, path, version, "DROP CONSTRAINT")
 
 
-def _convert(spark: SparkSession, st: ConvertToDelta) -> DataFrame:
-    table, _ = dml.convert_to_delta(spark, dml.parquet_identifier_path(st.identifier), st.partition_schema)
-    return _wrote(spark, table)
+def _convert(spark: SparkSession, st: ConvertToDelta) -> DataFrame | None:
+    table, version = dml.convert_to_delta(spark, dml.parquet_identifier_path(st.identifier), st.partition_schema)
+    return _done(spark, table, version, "CONVERT")
 
 
 def _generate(spark: SparkSession, st: Generate) -> DataFrame:
@@ -581,21 +579,20 @@ def _describe_table(spark: SparkSession, st: DescribeTable) -> DataFrame:
     return spark.createDataFrame(rows, schema)
 
 
-def _vacuum(spark: SparkSession, st: Vacuum) -> DataFrame:
+def _vacuum(spark: SparkSession, st: Vacuum) -> DataFrame | None:
     table, _ = _table(spark, st.table)
     return table.vacuum(st.retain_hours, dryRun=st.dry_run)
 
 
-def _restore(spark: SparkSession, st: Restore) -> DataFrame:
-    table, log = _table(spark, st.table)
+def _restore(spark: SparkSession, st: Restore) -> DataFrame | None:
+    path = _existing(st.table)
     if st.version is not None:
-        result = table.restoreToVersion(st.version)
+        result = dml.run_restore(path, version=st.version)
     else:
         assert st.timestamp is not None
         ms = timestamp_millis(spark, st.timestamp)
-        result = table.restoreToTimestamp(format_ms(ms).removesuffix(" UTC"))
-    isolation.note_write(spark, log.table_path)
-    return result if isinstance(result, DataFrame) else empty(spark)
+        result = dml.run_restore(path, timestamp=format_ms(ms).removesuffix(" UTC"))
+    return _done(spark, path, result.version, "RESTORE", lambda s: dml.restore_metrics_df(s, result))
 
 
 def _set_isolation(spark: SparkSession, st: SetIsolation) -> DataFrame:
@@ -612,10 +609,24 @@ def _show_isolation(spark: SparkSession, st: ShowIsolation) -> DataFrame:
 # ---------------------------------------------------------------------------------------------
 
 
-def _wrote(spark: SparkSession, path: str) -> DataFrame:
-    """The empty result of a statement that changed the table at ``path`` (noted for the session's reads)."""
-    isolation.note_write(spark, path)
-    return empty(spark)
+def _done(
+    spark: SparkSession,
+    path: str,
+    version: int | None,
+    operation: str,
+    build: Callable[[SparkSession], DataFrame] = empty,
+) -> DataFrame | None:
+    """The result of a statement that committed ``version`` of the table at ``path`` (None: nothing).
+
+    Noting the write for the session's reads and building the result (``build``, an empty one
+    by default) are steps after the commit (``core.post_commit``): a failure warns, and the
+    statement returns None instead of its result DataFrame rather than raise.
+    """
+    isolation.note_committed(spark, path, version, operation)
+    return after_commit(
+        "build the result DataFrame", path, version, build, spark, operation=operation,
+        instead="(None instead of the result DataFrame)",
+    )  # fmt: skip
 
 
 def _existing(ref: Any) -> str:
@@ -633,7 +644,7 @@ def _table(spark: SparkSession, ref: Any) -> tuple[DeltaTable, DeltaLog]:
     return table, table.deltaLog
 
 
-_HANDLERS: dict[type, Callable[[SparkSession, Any], DataFrame]] = {
+_HANDLERS: dict[type, Callable[[SparkSession, Any], DataFrame | None]] = {
     Query: _query,
     Passthrough: _passthrough,
     CreateTempView: _create_temp_view,

@@ -19,6 +19,7 @@ from sqlglot import exp
 from serialake.core import DeltaLog
 from serialake.core import expressions as P
 from serialake.core.actions import AddFile
+from serialake.core.post_commit import after_commit
 from serialake.core.schema import StructType
 from serialake.core.transaction import OptimisticTransaction
 from serialake.exceptions import DeltaAnalysisException, DeltaTableNotFoundError
@@ -32,8 +33,9 @@ from serialake.sql.tables import delta_tables_in, resolve, run_query, try_resolv
 __all__ = ["run_insert"]
 
 
-def run_insert(spark: SparkSession, st: Insert) -> DataFrame:
-    """Run an INSERT; one row ``num_affected_rows``, ``num_inserted_rows``."""
+def run_insert(spark: SparkSession, st: Insert) -> DataFrame | None:
+    """Run an INSERT; one row ``num_affected_rows``, ``num_inserted_rows`` (None when building it failed
+    after the commit; a count NULL when reading it back did)."""
     path = try_resolve(st.table)
     if path is None:
         if st.table.name and spark.catalog.tableExists(st.table.name):
@@ -59,9 +61,18 @@ def run_insert(spark: SparkSession, st: Insert) -> DataFrame:
         snap = log.update()
         df = _shape_insert(spark, run_query(spark, st.query), snap.schema, st)
         version = write(df, log.table_path, mode=mode, replaceWhere=replace_where)
-    isolation.note_write(spark, log.table_path)
-    inserted = metric(log, version, "numOutputRows")
-    return rows(spark, [("num_affected_rows", inserted), ("num_inserted_rows", inserted)])
+    # Steps after the commit (core.post_commit): each warns instead of raising.
+    table = log.table_path
+    isolation.note_committed(spark, table, version, "WRITE")
+    inserted = after_commit(
+        "read the inserted row count from the commit", table, version, metric, log, version, "numOutputRows",
+        operation="WRITE", instead="(the row count is NULL)",
+    )  # fmt: skip
+    return after_commit(
+        "build the result DataFrame", table, version, rows, spark,
+        [("num_affected_rows", inserted), ("num_inserted_rows", inserted)], operation="WRITE",
+        instead="(None instead of the result DataFrame)",
+    )  # fmt: skip
 
 
 def _insert_reading_target(

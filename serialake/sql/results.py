@@ -25,9 +25,9 @@ def metric(log: DeltaLog, version: int | None, key: str) -> int:
 
 
 def rows(spark: SparkSession, pairs: list[tuple[str, Any]]) -> DataFrame:
-    """One row: ints as BIGINT columns, anything else as STRING."""
+    """One row: ints (and None: a count not known) as BIGINT columns, anything else as STRING."""
     fields = [
-        T.StructField(k, T.LongType() if isinstance(v, int) else T.StringType()) for k, v in pairs
+        T.StructField(k, T.LongType() if v is None or isinstance(v, int) else T.StringType()) for k, v in pairs
     ]
     return spark.createDataFrame([tuple(v for _, v in pairs)], T.StructType(fields))
 

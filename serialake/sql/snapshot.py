@@ -65,8 +65,8 @@ class ReadSnapshot:
         """``table`` at its pinned version as a DataFrame (``filter`` / ``columns`` as ``serialake.read``)."""
         return snapshot_df(self._spark, self.snapshot_of(table), filter=filter, columns=columns)
 
-    def sql(self, statement: str) -> DataFrame:
-        """Run a read-only ``serialake.sql`` statement at this snapshot."""
+    def sql(self, statement: str) -> DataFrame | None:
+        """Run a read-only ``serialake.sql`` statement at this snapshot (``serialake.sql``'s result)."""
         with cut.pin(self._spark, self._snaps):
             return execute(self._spark, parse_statement(statement))
 

@@ -1,8 +1,9 @@
 """Iceberg conversion after commits, in the background, one thread per table (Delta UniForm).
 
-The commit path calls ``after_commit(log, version, configuration)``: for a table with
-``delta.universalFormat.enabledFormats`` including ``iceberg`` it hands the version to the
-table's ``IcebergConverter`` and returns at once. The converter converts the newest version it
+The commit path calls ``after_commit(log, version, configuration)``, as a step after the
+commit (``core.post_commit``): for a table with ``delta.universalFormat.enabledFormats``
+including ``iceberg`` it hands the version to the table's ``IcebergConverter`` and returns at
+once. The converter converts the newest version it
 was asked for (versions queued while it worked are skipped: converting 7 covers 5 and 6), on
 its own thread, and never raises into the committer: a failure is logged and kept in
 ``last_error``; the next commit's conversion (or ``convert_now``) tries again. A local table
@@ -54,13 +55,12 @@ def convert_now(log: DeltaLog, version: int | None = None) -> str:
 def after_commit(log: DeltaLog, version: int, configuration: Mapping[str, str]) -> None:
     """The commit path's hook: schedule the conversion of ``version`` when the table is a UniForm table.
 
-    Cheap (a property lookup, then a queue) and never raises.
+    Cheap (a property lookup, then a queue). The commit runs it as a step after the commit
+    (``core.post_commit.after_commit``): a failure to schedule is warned about, never raised
+    into the commit; the conversion's own failures are logged on its thread (``last_error``).
     """
-    try:
-        if iceberg_enabled(configuration):
-            IcebergConverter.for_table(log).schedule(log, version)
-    except Exception as e:  # noqa: BLE001 - a conversion must never fail a commit
-        _log_failure(log, version, e)
+    if iceberg_enabled(configuration):
+        IcebergConverter.for_table(log).schedule(log, version)
 
 
 #: Files from which a local table is converted by a child process (``worker``).

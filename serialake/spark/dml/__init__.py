@@ -33,7 +33,7 @@ if TYPE_CHECKING:
         rename_column,
         unset_properties,
     )
-    from serialake.spark.dml.clone_command import clone
+    from serialake.spark.dml.clone_command import clone, run_clone
     from serialake.spark.dml.constraint_command import add_constraint, drop_constraint
     from serialake.spark.dml.convert_command import convert_to_delta, parquet_identifier_path
     from serialake.spark.dml.delete_command import delete, run_delete
@@ -45,7 +45,13 @@ if TYPE_CHECKING:
     from serialake.spark.dml.merge_command import DeltaMergeBuilder, merge, merge_result_df
     from serialake.spark.dml.optimize_command import DeltaOptimizeBuilder, optimize
     from serialake.spark.dml.reorg_command import purge_deletion_vectors, upgrade_uniform
-    from serialake.spark.dml.restore_command import restore, restoreToTimestamp, restoreToVersion, run_restore
+    from serialake.spark.dml.restore_command import (
+        restore,
+        restore_metrics_df,
+        restoreToTimestamp,
+        restoreToVersion,
+        run_restore,
+    )
     from serialake.spark.dml.update_command import run_update, update
 
 # Each name's module, imported on first use: an operation loads only the modules it runs.
@@ -57,6 +63,7 @@ _MODULE_OF = {
     "rename_column": "alter_command",
     "unset_properties": "alter_command",
     "clone": "clone_command",
+    "run_clone": "clone_command",
     "add_constraint": "constraint_command",
     "drop_constraint": "constraint_command",
     "convert_to_delta": "convert_command",
@@ -82,6 +89,7 @@ _MODULE_OF = {
     "purge_deletion_vectors": "reorg_command",
     "upgrade_uniform": "reorg_command",
     "restore": "restore_command",
+    "restore_metrics_df": "restore_command",
     "restoreToTimestamp": "restore_command",
     "restoreToVersion": "restore_command",
     "run_restore": "restore_command",
@@ -118,8 +126,10 @@ __all__ = [
     "purge_deletion_vectors",
     "rename_column",
     "restore",
+    "restore_metrics_df",
     "restoreToTimestamp",
     "restoreToVersion",
+    "run_clone",
     "run_delete",
     "run_insert",
     "run_restore",

@@ -36,12 +36,13 @@ from serialake.core import properties as props
 from serialake.core.actions import Action, AddFile, DeletionVectorDescriptor, now_ms
 from serialake.core.deletion_vectors import dv_absolute_path
 from serialake.core.paths import absolute_path
+from serialake.core.post_commit import after_commit
 from serialake.core.validate import is_absolute_path
 from serialake.core.written import BeforeCommit, commit_or_clean_up
 from serialake.exceptions import DeltaAnalysisException, DeltaTableNotFoundError
 from serialake.storage.datafiles import Access, is_remote
 
-__all__ = ["clone", "is_path"]
+__all__ = ["clone", "is_path", "run_clone"]
 
 _COPY_THREADS = 8
 
@@ -70,6 +71,29 @@ def clone(
     An existing target is replaced with ``replace_target``, left alone with ``if_not_exists``
     (None is returned), else an error; ``must_exist`` (REPLACE TABLE) refuses a missing one.
     """
+    done = run_clone(
+        source_path, target, shallow=shallow, replace_target=replace_target, must_exist=must_exist,
+        if_not_exists=if_not_exists, properties=properties, version=version, timestamp=timestamp,
+        before_commit=before_commit,
+    )  # fmt: skip
+    return done[0] if done is not None else None
+
+
+def run_clone(
+    source_path: str,
+    target: str,
+    *,
+    shallow: bool,
+    replace_target: bool = False,
+    must_exist: bool = False,
+    if_not_exists: bool = False,
+    properties: Mapping[str, str] | None = None,
+    version: int | None = None,
+    timestamp: Any = None,
+    before_commit: BeforeCommit = None,
+) -> tuple[str, int] | None:
+    """``clone``, returning the clone's path and the version its commit made (None: ``if_not_exists``
+    found the target)."""
     try:
         snap = DeltaLog.for_table(source_path).snapshot(version=version, timestamp=timestamp)
     except DeltaTableNotFoundError as e:
@@ -117,12 +141,15 @@ def clone(
         "copiedFilesSize": sum(f.size or 0 for f in copied),
     }
     # Only files this clone wrote may be deleted if the commit fails: never the source's.
-    commit_or_clean_up(
+    committed = commit_or_clean_up(
         txn, actions, "CLONE", params, metrics, new_files=copied, before_commit=before_commit
     )
     if name is not None:
-        catalog.register(name, log.table_path)
-    return log.table_path
+        after_commit(
+            "register the table name in the catalog", log.table_path, committed, catalog.register, name,
+            log.table_path, operation="CLONE",
+        )  # fmt: skip
+    return log.table_path, committed
 
 
 def _uri(path: str) -> str:

@@ -50,6 +50,7 @@ from serialake.spark.dml.kernel import (
     plan_condition,
     read_target,
     records_changes,
+    result_df,
     retire_touched,
     rewrite_metrics,
     rows_of,
@@ -64,10 +65,11 @@ __all__ = ["delete", "run_delete"]
 
 def delete(
     spark: SparkSession, table_path: str, condition: ConditionLike = None, *, alias: str | None = None
-) -> DataFrame:
-    """``DELETE FROM table [WHERE condition]``; returns one row ``num_affected_rows`` (delta-spark SQL)."""
+) -> DataFrame | None:
+    """``DELETE FROM table [WHERE condition]``; returns one row ``num_affected_rows`` (delta-spark SQL)
+    (None, with a warning, when building it fails after the commit: ``kernel.result_df``)."""
     result = run_delete(spark, table_path, condition, alias=alias)
-    return affected_rows_df(spark, result)
+    return result_df(spark, table_path, "DELETE", result, affected_rows_df)
 
 
 def run_delete(

@@ -47,6 +47,7 @@ from serialake.core import expressions as P
 from serialake.core.actions import AddCDCFile, AddFile
 from serialake.core.deletion_vectors import RowIndexSet
 from serialake.core.dv_policy import DvChanges, mark_deleted
+from serialake.core.post_commit import after_commit
 from serialake.core.schema import PrimitiveType, StructField, StructType
 from serialake.core.snapshot import Snapshot
 from serialake.core.transaction import OptimisticTransaction
@@ -723,6 +724,24 @@ def rewrite_metrics(
         "scanTimeMs": scan_ms,
         "rewriteTimeMs": rewrite_ms,
     }
+
+
+def result_df(
+    spark: SparkSession,
+    table: str,
+    operation: str,
+    result: DmlResult,
+    build: Callable[[SparkSession, DmlResult], DataFrame],
+) -> DataFrame | None:
+    """``build(spark, result)``: the DataFrame an operation that committed ``result.version`` returns.
+
+    Building it is a step after the commit (``core.post_commit``): when it fails, a warning
+    names the table, version and cause, and None is returned instead of raising.
+    """
+    return after_commit(
+        "build the result DataFrame", table, result.version, build, spark, result, operation=operation,
+        instead="(None instead of the result DataFrame)",
+    )  # fmt: skip
 
 
 def affected_rows_df(spark: SparkSession, result: DmlResult) -> DataFrame:

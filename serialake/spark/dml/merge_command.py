@@ -58,6 +58,7 @@ from serialake.core import identity, row_level
 from serialake.core.actions import Action, AddCDCFile, AddFile, now_ms
 from serialake.core.deletion_vectors import RowIndexSet
 from serialake.core.dv_policy import uses_deletion_vectors
+from serialake.core.post_commit import after_commit
 from serialake.core.schema import merge_schemas
 from serialake.core.values import NotExact
 from serialake.core.written import BeforeCommit, commit_or_clean_up
@@ -89,6 +90,7 @@ from serialake.spark.dml.kernel import (
     records_changes,
     resolve_assignments,
     resolved_condition_sql,
+    result_df,
     retire_touched,
     table_columns,
     target_conjuncts,
@@ -226,9 +228,10 @@ class DeltaMergeBuilder:
         return self
 
     # -- execution ----------------------------------------------------------------
-    def execute(self) -> DataFrame:
-        """Run the MERGE; one row: num_affected_rows, num_updated_rows, num_deleted_rows, num_inserted_rows."""
-        return merge_result_df(self._spark, self.run())
+    def execute(self) -> DataFrame | None:
+        """Run the MERGE; one row: num_affected_rows, num_updated_rows, num_deleted_rows, num_inserted_rows
+        (None, with a warning, when building it fails after the commit: ``kernel.result_df``)."""
+        return result_df(self._spark, self._path, "MERGE", self.run(), merge_result_df)
 
     def run(self, *, before_commit: BeforeCommit = None) -> DmlResult:
         """Run the MERGE and return its version and delta-spark's MERGE metrics."""
@@ -325,6 +328,7 @@ class _MergeRun:
     def _run_on_spark(self, empty: DataFrame) -> DmlResult:
         snap = self.snap
         cached: list[DataFrame] = []
+        done: DmlResult | None = None
         try:
             # The source feeds several joins: cache it (this also keeps its rows identical between
             # finding the changed rows and writing them).
@@ -341,12 +345,14 @@ class _MergeRun:
             touched, counts = self._find_touched(changes)
             self._declare_matched(touched, self._matched_on_spark)
             self.scan_ms = elapsed_ms(self.start)
-            return self._write_and_commit(changes, touched, counts)
+            done = self._write_and_commit(changes, touched, counts)
+            return done
         except AnalysisException as e:
             raise analysis_error(self.table, "MERGE clause expressions", e) from None
         finally:
+            version = done.version if done is not None else None  # committed: releasing is a later step
             for df in cached:
-                df.unpersist()
+                after_commit("unpersist the cached DataFrames", self.table, version, df.unpersist, operation="MERGE")
 
     def _run_on_driver(self, empty_target: DataFrame) -> DmlResult:
         """The whole MERGE with pyarrow on the driver (``driver_merge``); ``NotExact`` to run it on Spark."""

@@ -37,6 +37,7 @@ from serialake.core import expressions as P
 from serialake.core import properties as props
 from serialake.core.actions import Action, AddFile, FileAction, RemoveFile, now_ms
 from serialake.core.paths import parquet_metadata
+from serialake.core.post_commit import after_commit
 from serialake.core.row_level import COMPACTED_FROM_TAG
 from serialake.core.schema import StructType
 from serialake.core.snapshot import Snapshot
@@ -59,6 +60,7 @@ from serialake.spark.dml.kernel import (
     table_columns,
     write_rows,
 )
+from serialake.spark.dml.kernel import result_df as kernel_result_df
 from serialake.spark.errors import pyspark_errors
 
 __all__ = [
@@ -156,14 +158,18 @@ class DeltaOptimizeBuilder:
         self._where.append(partitionFilter)
         return self
 
-    def executeCompaction(self) -> DataFrame:  # noqa: N802
-        """Bin-pack small files; one row ``(path, metrics)`` as delta-spark returns."""
-        return self.result_df(self.run_compaction())
+    def executeCompaction(self) -> DataFrame | None:  # noqa: N802
+        """Bin-pack small files; one row ``(path, metrics)`` as delta-spark returns (``committed_df``)."""
+        return self.committed_df(self.run_compaction())
 
-    def executeZOrderBy(self, *cols: str | Sequence[str]) -> DataFrame:  # noqa: N802
-        """Rewrite the selected partitions clustered by a z-order of ``cols``."""
+    def executeZOrderBy(self, *cols: str | Sequence[str]) -> DataFrame | None:  # noqa: N802
+        """Rewrite the selected partitions clustered by a z-order of ``cols`` (result: ``committed_df``)."""
         names = [c for group in cols for c in ([group] if isinstance(group, str) else list(group))]
-        return self.result_df(self.run_zorder(names))
+        return self.committed_df(self.run_zorder(names))
+
+    def committed_df(self, result: DmlResult) -> DataFrame | None:
+        """``result_df(result)``, built after the commit: None, with a warning, when building it fails."""
+        return kernel_result_df(self._spark, self._path, "OPTIMIZE", result, lambda _, r: self.result_df(r))
 
     # -- runs ---------------------------------------------------------------------
     def run_compaction(self, *, full: bool = False, before_commit: BeforeCommit = None) -> DmlResult:
@@ -327,10 +333,11 @@ class DeltaOptimizeBuilder:
         version = commit_or_clean_up(
             txn, actions, "OPTIMIZE", params, commit_metrics, new_files=adds, before_commit=before_commit
         )
-        final = txn.committed_actions or []
-        removed = [a for a in final if isinstance(a, RemoveFile)]
-        added = [a for a in final if isinstance(a, AddFile)]
-        metrics = _metrics(snap, removed, added, considered, bins, zorder, start, cluster_by)
+        metrics = after_commit(
+            "compute the metrics of the actions committed", txn.table_path, version, _final_metrics, txn, snap,
+            considered, bins, zorder, start, cluster_by, operation="OPTIMIZE", fallback=metrics,
+            instead="with the metrics computed before the commit",
+        )  # fmt: skip
         if txn.committed is not None and txn.committed.work_already_done:
             return DmlResult(None, metrics, work_already_done_in=version)
         return DmlResult(version, metrics)
@@ -415,6 +422,22 @@ def _write_bin(spark: SparkSession, snap: Snapshot, inputs: Sequence[AddFile], b
         return adds  # no exact mapping (e.g. no live rows): the outputs carry no tag
     tags = {**(adds[0].tags or {}), COMPACTED_FROM_TAG: json.dumps(sources, separators=(",", ":"))}
     return [replace(adds[0], tags=tags)]
+
+
+def _final_metrics(
+    txn: Any,
+    snap: Snapshot,
+    considered: Sequence[AddFile],
+    bins: int,
+    zorder: Sequence[str],
+    start: float,
+    cluster_by: Sequence[str] | None,
+) -> dict[str, Any]:
+    """``_metrics`` of the files the commit removed and added (rebasing may have dropped some)."""
+    final = txn.committed_actions or []
+    removed = [a for a in final if isinstance(a, RemoveFile)]
+    added = [a for a in final if isinstance(a, AddFile)]
+    return _metrics(snap, removed, added, considered, bins, zorder, start, cluster_by)
 
 
 _DETAIL_KEYS = frozenset(

@@ -27,6 +27,7 @@ from serialake.core import DeltaLog, skipping, uniform
 from serialake.core import expressions as P
 from serialake.core import properties as props
 from serialake.core.actions import AddFile, FileAction, RemoveFile
+from serialake.core.post_commit import after_commit
 from serialake.core.written import BeforeCommit, commit_or_clean_up
 from serialake.exceptions import DeltaAnalysisException, DeltaTableNotFoundError, UnsupportedFeatureError
 from serialake.spark.dml.optimize_command import write_compacted
@@ -74,10 +75,10 @@ def purge_deletion_vectors(
     version = commit_or_clean_up(
         txn, [*removes, *adds], "REORG", params, metrics, new_files=adds, before_commit=before_commit
     )
-    final = txn.committed_actions or []
-    metrics = _purge_metrics(
-        targets, [a for a in final if isinstance(a, RemoveFile)], [a for a in final if isinstance(a, AddFile)]
-    )
+    metrics = after_commit(
+        "compute the metrics of the actions committed", txn.table_path, version, _committed_metrics, txn, targets,
+        operation="REORG", fallback=metrics, instead="with the metrics computed before the commit",
+    )  # fmt: skip
     if txn.committed is not None and txn.committed.work_already_done:
         return {**metrics, "version": None, "workAlreadyDoneIn": version}
     return {**metrics, "version": version}
@@ -118,6 +119,14 @@ def upgrade_uniform(
         txn, [*removes, *adds], "REORG", params, metrics, new_files=adds, before_commit=before_commit
     )
     return {**metrics, "version": version}
+
+
+def _committed_metrics(txn: Any, targets: Sequence[AddFile]) -> dict[str, Any]:
+    """``_purge_metrics`` of the files the commit removed and added (rebasing may have dropped some)."""
+    final = txn.committed_actions or []
+    return _purge_metrics(
+        targets, [a for a in final if isinstance(a, RemoveFile)], [a for a in final if isinstance(a, AddFile)]
+    )
 
 
 def _purge_metrics(

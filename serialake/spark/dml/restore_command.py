@@ -20,9 +20,9 @@ from serialake.core.paths import file_exists as _exists
 from serialake.core.written import BeforeCommit, commit_or_clean_up
 from serialake.exceptions import DeltaAnalysisException, DeltaIllegalArgumentException, DeltaTableNotFoundError
 from serialake.spark import io
-from serialake.spark.dml.kernel import DmlResult, file_bytes, open_transaction
+from serialake.spark.dml.kernel import DmlResult, file_bytes, open_transaction, result_df
 
-__all__ = ["restore", "restoreToTimestamp", "restoreToVersion", "run_restore"]
+__all__ = ["restore", "restoreToTimestamp", "restoreToVersion", "restore_metrics_df", "run_restore"]
 
 
 _RESTORE_SCHEMA = T.StructType(
@@ -40,19 +40,23 @@ _RESTORE_SCHEMA = T.StructType(
 )
 
 
-def restoreToVersion(spark: SparkSession, table_path: str, version: int) -> DataFrame:  # noqa: N802
-    """``RESTORE TABLE ... TO VERSION AS OF version``; one row of delta-spark's restore metrics."""
-    return restore_metrics_df(spark, run_restore(table_path, version=version))
+def restoreToVersion(spark: SparkSession, table_path: str, version: int) -> DataFrame | None:  # noqa: N802
+    """``RESTORE TABLE ... TO VERSION AS OF version``; one row of delta-spark's restore metrics
+    (None, with a warning, when building it fails after the commit: ``kernel.result_df``)."""
+    return restore(spark, table_path, version=version)
 
 
-def restoreToTimestamp(spark: SparkSession, table_path: str, timestamp: Any) -> DataFrame:  # noqa: N802
+def restoreToTimestamp(spark: SparkSession, table_path: str, timestamp: Any) -> DataFrame | None:  # noqa: N802
     """``RESTORE TABLE ... TO TIMESTAMP AS OF timestamp`` (datetime, date, ISO string or ms)."""
-    return restore_metrics_df(spark, run_restore(table_path, timestamp=timestamp))
+    return restore(spark, table_path, timestamp=timestamp)
 
 
-def restore(spark: SparkSession, table_path: str, version: int | None = None, timestamp: Any = None) -> DataFrame:
+def restore(
+    spark: SparkSession, table_path: str, version: int | None = None, timestamp: Any = None
+) -> DataFrame | None:
     """Restore to ``version`` or ``timestamp`` (exactly one)."""
-    return restore_metrics_df(spark, run_restore(table_path, version=version, timestamp=timestamp))
+    result = run_restore(table_path, version=version, timestamp=timestamp)
+    return result_df(spark, table_path, "RESTORE", result, restore_metrics_df)
 
 
 def run_restore(

@@ -60,6 +60,7 @@ from serialake.spark.dml.kernel import (
     plan_condition,
     read_target,
     records_changes,
+    result_df,
     retire_touched,
     rewrite_metrics,
     rows_of,
@@ -81,14 +82,15 @@ def update(
     set: Mapping[str, str | Column] | None = None,  # noqa: A002 - delta-spark's parameter name
     *,
     alias: str | None = None,
-) -> DataFrame:
-    """``UPDATE table SET col = expr, ... [WHERE condition]``; returns one row ``num_affected_rows``.
+) -> DataFrame | None:
+    """``UPDATE table SET col = expr, ... [WHERE condition]``; returns one row ``num_affected_rows``
+    (None, with a warning, when building it fails after the commit: ``kernel.result_df``).
 
     ``set`` maps column names to SQL expression strings or Columns (delta-spark's
     ``update(condition, set)``, which also covers Scala's ``updateExpr``).
     """
     result = run_update(spark, table_path, condition, set, alias=alias)
-    return affected_rows_df(spark, result)
+    return result_df(spark, table_path, "UPDATE", result, affected_rows_df)
 
 
 def run_update(

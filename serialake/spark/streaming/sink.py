@@ -45,6 +45,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 
 from serialake.core import DeltaLog, catalog
+from serialake.core.post_commit import after_commit
 from serialake.exceptions import DeltaAnalysisException, DeltaError, DeltaIllegalArgumentException
 from serialake.spark import isolation
 from serialake.spark.dropin_write import _option, _write_options
@@ -165,16 +166,20 @@ def _table_location(df: DataFrame, name: str, st: dict[str, Any]) -> str:
             return registered
     location = registered or given or catalog.managed_location(name)
     log = DeltaLog.for_table(location)
+    created: int | None = None
     if not log.table_exists():
         empty = df.sparkSession.createDataFrame([], df.schema)
-        write(empty, location, mode="append", partitionBy=st.get("partitionBy"), clusterBy=st.get("clusterBy") or None)
+        created = write(
+            empty, location, mode="append", partitionBy=st.get("partitionBy"), clusterBy=st.get("clusterBy") or None
+        )
     elif registered is None and given is None:
         raise DeltaAnalysisException(
             f"Cannot create table {name}: its managed location {location} already holds a Delta table. "
             "Register it with CREATE TABLE ... LOCATION, or remove that directory."
         )
-    if registered is None:
-        catalog.register(name, location)
+    if registered is None:  # once created, a step after that commit (core.post_commit)
+        after_commit("register the table name in the catalog", location, created, catalog.register, name, location,
+                     operation="WRITE")  # fmt: skip
     return log.table_path
 
 
@@ -241,7 +246,7 @@ def commit_batch(sink: _SinkBatch, batch_df: DataFrame, batch_id: int) -> int | 
         **options,
     )
     if version is not None:
-        isolation.note_write(spark, sink.location)
+        isolation.note_committed(spark, sink.location, version, "STREAMING UPDATE")
     return version
 
 

@@ -25,6 +25,7 @@ replaces it, and when the commit fails.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
@@ -345,23 +346,17 @@ def discard_rebase_dvs(info: TransactionInfo, keep: Iterable[Action] = ()) -> No
     identity_rebase.discard_rebase_files(info, keep)  # data files re-basing identity values wrote
     if not info.rebase_dvs:  # (every commit comes here; almost none rebased a vector)
         return
-    import os
 
     from serialake.core.deletion_vectors import dv_absolute_path
-    from serialake.storage.datafiles import Access, is_remote
+    from serialake.storage.datafiles import Access
 
     used = {a.dv_id for a in keep if isinstance(a, AddFile)}
     for dv in [d for d in info.rebase_dvs if d.unique_id not in used]:
         info.rebase_dvs.remove(dv)
         path = dv_absolute_path(info.table, dv) if dv.storage_type == "u" else None
         if path:
-            try:
-                if is_remote(path):
-                    Access().delete(path)
-                else:
-                    os.remove(path)
-            except OSError:
-                pass
+            with contextlib.suppress(OSError):
+                Access().delete(path)  # (local or remote; a missing file is no error)
 
 
 def rebase_away(info: TransactionInfo, drop: set[int], new: list[Action]) -> None:

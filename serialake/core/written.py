@@ -12,7 +12,7 @@ may have landed and reference them. Deleting after a commit is a step after the 
 
 from __future__ import annotations
 
-import os
+import contextlib
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -28,7 +28,7 @@ from serialake.exceptions import (
     DeltaConcurrentModificationException,
     InvalidTableError,
 )
-from serialake.storage.datafiles import Access, is_remote
+from serialake.storage.datafiles import Access
 
 __all__ = ["BeforeCommit", "commit_or_clean_up", "remove_written"]
 
@@ -102,10 +102,5 @@ def _discard_unused(
 
 
 def _unlink(path: str) -> None:
-    try:
-        if is_remote(path):
-            Access().delete(path)
-        else:
-            os.remove(path)
-    except OSError:
-        pass
+    with contextlib.suppress(OSError):
+        Access().delete(path)  # (local or remote; a missing file is no error)

@@ -283,9 +283,9 @@ class DeltaTable:
             for key, value in properties.items():
                 check_type(key, str, f"All property keys including {key}", "a str")
                 check_type(value, str, f"All property values including {value}", "a str")
-        path = dml.clone(self.path, target, shallow=shallow, replace_target=replace, properties=properties, **at)
-        assert path is not None  # returned None only for if_not_exists
-        return DeltaTable(self.spark, path)
+        done = dml.run_clone(self.path, target, shallow=shallow, replace_target=replace, properties=properties, **at)
+        assert done is not None  # None only for if_not_exists
+        return DeltaTable(self.spark, done[0])
 
     def generate(self, mode: str) -> None:
         """Write manifests for other engines; ``mode`` is ``"symlink_format_manifest"``."""

@@ -364,7 +364,7 @@ def _drop_columns(spark: SparkSession, st: DropColumns) -> DataFrame | None:
 
 
 def _clone(spark: SparkSession, st: Clone) -> DataFrame | None:
-    """CREATE ... CLONE: ``dml.clone`` to the table's path (or its name's location)."""
+    """CREATE ... CLONE: ``dml.run_clone`` to the table's path (or its name's location)."""
     name = st.table.name
     target = st.table.path or st.location or name  # a name alone: the clone finds (or makes) its location
     assert target is not None

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
         rename_column,
         unset_properties,
     )
-    from serialake.spark.dml.clone_command import clone, run_clone
+    from serialake.spark.dml.clone_command import run_clone
     from serialake.spark.dml.constraint_command import add_constraint, drop_constraint
     from serialake.spark.dml.convert_command import convert_to_delta, parquet_identifier_path
     from serialake.spark.dml.delete_command import delete, run_delete
@@ -62,7 +62,6 @@ _MODULE_OF = {
     "drop_columns": "alter_command",
     "rename_column": "alter_command",
     "unset_properties": "alter_command",
-    "clone": "clone_command",
     "run_clone": "clone_command",
     "add_constraint": "constraint_command",
     "drop_constraint": "constraint_command",
@@ -111,7 +110,6 @@ __all__ = [
     "add_constraint",
     "affected_rows_df",
     "change_column",
-    "clone",
     "cluster_by",
     "convert_to_delta",
     "delete",

@@ -42,7 +42,7 @@ from serialake.core.written import BeforeCommit, commit_or_clean_up
 from serialake.exceptions import DeltaAnalysisException, DeltaTableNotFoundError
 from serialake.storage.datafiles import Access, is_remote
 
-__all__ = ["clone", "is_path", "run_clone"]
+__all__ = ["is_path", "run_clone"]
 
 _COPY_THREADS = 8
 
@@ -50,33 +50,6 @@ _COPY_THREADS = 8
 def is_path(target: str) -> bool:
     """Whether a clone target names a directory (else it is a table name)."""
     return "/" in target or "\\" in target or "://" in target or target.startswith("file:")
-
-
-def clone(
-    source_path: str,
-    target: str,
-    *,
-    shallow: bool,
-    replace_target: bool = False,
-    must_exist: bool = False,
-    if_not_exists: bool = False,
-    properties: Mapping[str, str] | None = None,
-    version: int | None = None,
-    timestamp: Any = None,
-    before_commit: BeforeCommit = None,
-) -> str | None:
-    """Clone the table at ``source_path`` (at ``version`` / ``timestamp``, else latest) to
-    ``target`` (a path, or a table name registered in the catalog); the clone's path.
-
-    An existing target is replaced with ``replace_target``, left alone with ``if_not_exists``
-    (None is returned), else an error; ``must_exist`` (REPLACE TABLE) refuses a missing one.
-    """
-    done = run_clone(
-        source_path, target, shallow=shallow, replace_target=replace_target, must_exist=must_exist,
-        if_not_exists=if_not_exists, properties=properties, version=version, timestamp=timestamp,
-        before_commit=before_commit,
-    )  # fmt: skip
-    return done[0] if done is not None else None
 
 
 def run_clone(
@@ -92,8 +65,13 @@ def run_clone(
     timestamp: Any = None,
     before_commit: BeforeCommit = None,
 ) -> tuple[str, int] | None:
-    """``clone``, returning the clone's path and the version its commit made (None: ``if_not_exists``
-    found the target)."""
+    """Clone the table at ``source_path`` (at ``version`` / ``timestamp``, else latest) to
+    ``target`` (a path, or a table name registered in the catalog): the clone's path and the
+    version its commit made.
+
+    An existing target is replaced with ``replace_target``, left alone with ``if_not_exists``
+    (None is returned), else an error; ``must_exist`` (REPLACE TABLE) refuses a missing one.
+    """
     try:
         snap = DeltaLog.for_table(source_path).snapshot(version=version, timestamp=timestamp)
     except DeltaTableNotFoundError as e:

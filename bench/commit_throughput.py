@@ -47,7 +47,7 @@ INTERVAL = "100"  # both libraries checkpoint every 100 commits (delta-rs's defa
 
 def _create_serialake(path: str) -> None:
     from serialake.core import DeltaLog
-    from serialake.core.actions import Metadata
+    from serialake.core.model.actions import Metadata
 
     txn = DeltaLog(path).start_transaction()
     txn.update_metadata(
@@ -113,7 +113,7 @@ def _worker_serialake(path: str, wid: int, duration: float, start: Any, q: Any) 
     import pyarrow as pa
 
     from serialake.core import DeltaLog
-    from serialake.core.actions import AddFile
+    from serialake.core.model.actions import AddFile
     from serialake.exceptions import DeltaError
 
     log = DeltaLog(path)

@@ -35,7 +35,7 @@ _SCHEMA = {"type": "struct", "fields": [{"name": "k", "type": "long", "nullable"
 _COMMITTER = r"""
 import sys, time
 from serialake.core import DeltaLog
-from serialake.core.actions import AddFile
+from serialake.core.model.actions import AddFile
 paths, stop = sys.argv[1].split(","), float(sys.argv[2])
 i = 0
 while time.time() < stop:
@@ -49,7 +49,7 @@ while time.time() < stop:
 
 def _tables(root: str, n: int) -> list[str]:
     from serialake.core import DeltaLog
-    from serialake.core.actions import Metadata
+    from serialake.core.model.actions import Metadata
 
     paths = []
     for t in range(n):
@@ -65,7 +65,7 @@ def _tables(root: str, n: int) -> list[str]:
 def _measure(n_tables: int, committers: int, seconds: float) -> dict[str, Any]:
     from deltalake import DeltaTable
 
-    from serialake.core import cut
+    from serialake.core.tables import cut
 
     root = tempfile.mkdtemp(prefix="serialake-cut-bench-")
     procs: list[subprocess.Popen[bytes]] = []

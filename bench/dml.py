@@ -50,7 +50,7 @@ def make_small_files(path: str, n_files: int, rows_per_file: int) -> None:
     import pyarrow.parquet as pq
 
     from serialake.core import DeltaLog
-    from serialake.core.actions import AddFile, Metadata
+    from serialake.core.model.actions import AddFile, Metadata
 
     os.makedirs(path, exist_ok=True)
     adds = []

@@ -64,7 +64,7 @@ def _measure(spark: Any, n_tables: int, committers: int, seconds: float) -> dict
     from deltalake import DeltaTable, QueryBuilder
 
     import serialake
-    from serialake.core import cut
+    from serialake.core.tables import cut
 
     root = tempfile.mkdtemp(prefix="serialake-mtq-bench-")
     procs: list[subprocess.Popen[bytes]] = []

@@ -45,7 +45,7 @@ def _write_file(table: str, ids: list[int], xs: list[int], p: int) -> Any:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from serialake.core.actions import AddFile
+    from serialake.core.model.actions import AddFile
 
     rel = f"p={p}/part-{uuid.uuid4().hex}.parquet"
     full = os.path.join(table, rel)
@@ -64,7 +64,7 @@ def _rows_per_file(writers: int) -> int:
 def create(path: str, writers: int, row_level: bool) -> dict[str, tuple[int, int]]:
     """The table; returns ``path -> (partition, first id)`` of its shared files (ids contiguous per file)."""
     from serialake.core import DeltaLog
-    from serialake.core.actions import Metadata
+    from serialake.core.model.actions import Metadata
 
     conf = {"delta.enableDeletionVectors": "true", "delta.isolationLevel": "WriteSerializable",
             "delta.checkpointInterval": "1000"}  # fmt: skip
@@ -85,8 +85,8 @@ def create(path: str, writers: int, row_level: bool) -> dict[str, tuple[int, int
 
 def update_row(log: Any, path: str, p: int, row: int, row_id: int) -> tuple[Any, list[Any]]:
     """A planned UPDATE of one row of shared file ``path``: the transaction and its actions."""
-    from serialake.core.deletion_vectors import RowIndexSet
-    from serialake.core.row_level import dv_rows, write_dv
+    from serialake.core.dv.deletion_vectors import RowIndexSet
+    from serialake.core.txn.row_level import dv_rows, write_dv
 
     txn = log.start_transaction()
     files = [f for f in txn.filter_files([f"p = {p} AND id = {row_id}"]) if f.path == path]
@@ -147,7 +147,7 @@ def _check_rows(path: str, layout: dict[str, tuple[int, int]], writers: int, ops
     import pyarrow.parquet as pq
 
     from serialake.core import DeltaLog
-    from serialake.core.row_level import dv_rows
+    from serialake.core.txn.row_level import dv_rows
 
     snap = DeltaLog(path).update()
     ids: list[int] = []
@@ -166,7 +166,8 @@ def _check_rows(path: str, layout: dict[str, tuple[int, int]], writers: int, ops
 
 def check_cost(root: str, runs: int) -> dict[str, Any]:
     """Median ms: a commit with no concurrent winner, a commit rebased over one winner, the check alone."""
-    from serialake.core import DeltaLog, transaction
+    from serialake.core import DeltaLog
+    from serialake.core.txn import transaction
 
     path = os.path.join(root, "cost")
     layout = create(path, 4 * runs // ROWS_PER_WRITER_PER_FILE + 1, True)  # rows for 4 * runs updates per file

@@ -95,7 +95,7 @@ def _link_data(data_dir: str, table: str) -> None:
 
 def build_serialake(path: str, n: int, sizes: dict[str, int]) -> None:
     from serialake.core import DeltaLog
-    from serialake.core.actions import AddFile, Metadata
+    from serialake.core.model.actions import AddFile, Metadata
 
     log = DeltaLog(path)
     txn = log.start_transaction()
@@ -269,7 +269,7 @@ def _child_commits(a: dict[str, Any]) -> dict[str, Any]:
         import dataclasses
 
         from serialake.core import DeltaLog
-        from serialake.core.actions import AddFile
+        from serialake.core.model.actions import AddFile
 
         log = DeltaLog.for_table(path)
         md = log.update().metadata

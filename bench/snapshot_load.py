@@ -29,7 +29,7 @@ SCHEMA = {"type": "struct", "fields": [
 def build(path: str, commits: int, files: int, checkpoint_at: int | None) -> None:
     """A table of ``commits`` commits adding ``files`` files in all (some commits also remove)."""
     from serialake.core import DeltaLog
-    from serialake.core.actions import AddFile, Metadata
+    from serialake.core.model.actions import AddFile, Metadata
     from serialake.storage import LocalLogStore
 
     log = DeltaLog(path, store=LocalLogStore(fsync=False))

@@ -33,8 +33,8 @@ OPERATIONS = (
     "SQL DELETE on Spark (driver off)",
 )
 _COUNTED = {
-    ("serialake/core/log.py", "update"): "log refreshes",
-    ("serialake/core/logfiles.py", "list_log"): "log listings",
+    ("serialake/core/log/deltalog.py", "update"): "log refreshes",
+    ("serialake/core/log/logfiles.py", "list_log"): "log listings",
 }
 
 

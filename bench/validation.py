@@ -24,7 +24,7 @@ SCHEMA = {"type": "struct", "fields": [
 
 def _winners(path: str, n_commits: int, n_files: int) -> None:
     from serialake.core import DeltaLog
-    from serialake.core.actions import AddFile
+    from serialake.core.model.actions import AddFile
 
     log = DeltaLog(path)
     for c in range(n_commits):
@@ -39,7 +39,7 @@ def _winners(path: str, n_commits: int, n_files: int) -> None:
 
 def bench_serialake(root: str, n_commits: int, n_files: int) -> float:
     from serialake.core import DeltaLog
-    from serialake.core.actions import AddFile, Metadata
+    from serialake.core.model.actions import AddFile, Metadata
 
     path = os.path.join(root, "ours")
     t = DeltaLog(path).start_transaction()

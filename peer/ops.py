@@ -318,7 +318,7 @@ _hooks = threading.local()
 def commit_hooks() -> Iterator[None]:
     """Inside, :func:`before_first_commit` works: serialake's commits look for a hook of their
     thread first (runs on other threads are not disturbed)."""
-    from serialake.core.transaction import OptimisticTransaction
+    from serialake.core.txn.transaction import OptimisticTransaction
 
     original = OptimisticTransaction.commit
 

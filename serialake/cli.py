@@ -121,7 +121,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def detail_info(log: DeltaLog) -> dict[str, Any]:
     """DESCRIBE DETAIL's fields, from the latest snapshot."""
-    from serialake.core import features
+    from serialake.core.model import features
 
     snap = log.update()
     meta = snap.metadata
@@ -147,8 +147,9 @@ def detail_info(log: DeltaLog) -> dict[str, Any]:
 
 def describe_info(log: DeltaLog) -> dict[str, Any]:
     """Schema, partitioning, properties, isolation level and features of the latest snapshot."""
-    from serialake.core import features, row_level
-    from serialake.core import properties as props
+    from serialake.core.model import features
+    from serialake.core.model import properties as props
+    from serialake.core.txn import row_level
 
     snap = log.update()
     meta = snap.metadata
@@ -386,7 +387,7 @@ def _locate(table: str) -> str:
 
     if os.path.isdir(table) or os.sep in table or table.startswith((".", "~", "file:")):
         return normalize_table_path(table)
-    from serialake.core.catalog import lookup
+    from serialake.core.tables.catalog import lookup
 
     found = lookup(table)
     return found if found is not None else normalize_table_path(table)

@@ -358,7 +358,7 @@ class _Demo:
 
     # -- one level ------------------------------------------------------------------
     def run_level(self, level: str) -> None:
-        from serialake.core.catalog import register
+        from serialake.core.tables.catalog import register
 
         path = os.path.join(self.dir, level.lower(), "events")
         if os.path.exists(path):
@@ -516,7 +516,7 @@ class _Demo:
     # -- read isolation ---------------------------------------------------------------
     def show_reads(self, level: str) -> None:
         """SERIALIZABLE may serve a cached snapshot; STRICT SERIALIZABLE always sees the latest commit."""
-        from serialake.core.catalog import register
+        from serialake.core.tables.catalog import register
 
         path = self.report.tables[level]
         register("events", path, persist=False)
@@ -607,7 +607,7 @@ def run_demo(
     reads: bool = True,
 ) -> DemoReport:
     """Run the demo on tables under ``directory``; returns the report (printing when ``console``)."""
-    from serialake.core.catalog import unregister
+    from serialake.core.tables.catalog import unregister
 
     demo = _Demo(spark, directory, console)
     try:

@@ -25,7 +25,7 @@ _APPEND = r"""
 import json, os, sys, uuid
 import pyarrow as pa, pyarrow.parquet as pq
 from serialake.core import DeltaLog
-from serialake.core.actions import AddFile, now_ms
+from serialake.core.model.actions import AddFile, now_ms
 for arg in sys.argv[1:]:
     table, k = arg.rsplit("=", 1)
     name = f"part-{uuid.uuid4().hex}.parquet"
@@ -41,7 +41,7 @@ _MAINTAIN = r"""
 import json, os, sys, time, uuid
 import pyarrow as pa, pyarrow.compute as pc, pyarrow.parquet as pq
 from serialake.core import DeltaLog
-from serialake.core.actions import AddFile, now_ms
+from serialake.core.model.actions import AddFile, now_ms
 source, derived, delay = sys.argv[1], sys.argv[2], float(sys.argv[3])
 time.sleep(delay)
 snap = DeltaLog.for_table(source).update()
@@ -95,7 +95,7 @@ def _max(df: DataFrame) -> int:
 def show_consistent_reads(spark: SparkSession, directory: str, say: Callable[..., None]) -> list[dict[str, Any]]:
     """Run the round, printing through ``say``; what was read, as records for the report."""
     import serialake
-    from serialake.core import catalog
+    from serialake.core.tables import catalog
     from serialake.spark import isolation
     from serialake.sql import sql
 

@@ -47,7 +47,7 @@ def delta_spark() -> Iterator[DeltaSparkPeer]:
 @pytest.fixture(autouse=True)
 def tmp_catalog(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     """A fresh catalog file for the test (never the user's); in-process names are forgotten afterwards."""
-    from serialake.core import catalog
+    from serialake.core.tables import catalog
 
     path = tmp_path / "catalog" / "catalog.json"
     monkeypatch.setenv(catalog.CATALOG_ENV, str(path))

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from serialake.core.transaction import OptimisticTransaction
+from serialake.core.txn.transaction import OptimisticTransaction
 
 
 @contextmanager
@@ -68,8 +68,8 @@ def unreferenced_files(path: str) -> set[str]:
     import json
     import os
 
-    from serialake.core.actions import DeletionVectorDescriptor
-    from serialake.core.deletion_vectors import dv_absolute_path
+    from serialake.core.dv.deletion_vectors import dv_absolute_path
+    from serialake.core.model.actions import DeletionVectorDescriptor
 
     used: set[str] = set()
     log_dir = os.path.join(path, "_delta_log")

@@ -12,7 +12,7 @@ import pytest
 
 from serialake.cli import main
 from serialake.core import DeltaLog
-from serialake.core.actions import AddFile, Metadata
+from serialake.core.model.actions import AddFile, Metadata
 
 REPO = Path(__file__).resolve().parents[1]
 SCHEMA = json.dumps(

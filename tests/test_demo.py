@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from serialake.core import DeltaLog
-from serialake.core.actions import AddFile, Metadata
+from serialake.core.model.actions import AddFile, Metadata
 from serialake.demo import LEVELS, ROUNDS, _Ticket, gated_commits, main
 from serialake.exceptions import ConcurrentAppendException
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from serialake.core.log import DeltaLog
-from serialake.core.snapshot import Snapshot
-from serialake.core.transaction import CommitOptions, OptimisticTransaction
+from serialake.core.log.deltalog import DeltaLog
+from serialake.core.log.snapshot import Snapshot
+from serialake.core.txn.transaction import CommitOptions, OptimisticTransaction
 
 __all__ = ["CommitOptions", "DeltaLog", "OptimisticTransaction", "Snapshot"]

@@ -38,11 +38,11 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from serialake.core import DeltaLog
-from serialake.core import cdf as core_cdf
-from serialake.core.actions import AddCDCFile, AddFile, Metadata
-from serialake.core.log import to_millis
-from serialake.core.schema import PrimitiveType, StructField, StructType
-from serialake.core.snapshot import Snapshot, TableState
+from serialake.core.log import cdf as core_cdf
+from serialake.core.log.deltalog import to_millis
+from serialake.core.log.snapshot import Snapshot, TableState
+from serialake.core.model.actions import AddCDCFile, AddFile, Metadata
+from serialake.core.model.schema import PrimitiveType, StructField, StructType
 from serialake.exceptions import DeltaAnalysisException, DeltaIllegalArgumentException, DeltaTableNotFoundError
 from serialake.spark import io
 from serialake.storage import is_local_path

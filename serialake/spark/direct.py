@@ -44,15 +44,15 @@ from urllib.parse import unquote, urlparse
 
 from pyspark.sql import DataFrame, SparkSession
 
-from serialake.core.actions import AddFile, encode_path
-from serialake.core.paths import parquet_metadata
+from serialake.core.model.actions import AddFile, encode_path
+from serialake.core.model.paths import parquet_metadata
 from serialake.exceptions import DeltaIllegalArgumentException, UnsupportedFeatureError, WrittenFileMissingError
 from serialake.storage import is_local_path
 from serialake.storage.datafiles import Access
 from serialake.storage.local import fsync_dir
 
 if TYPE_CHECKING:
-    from serialake.core.schema import DataType
+    from serialake.core.model.schema import DataType
 
 __all__ = [
     "DATA_IO_CONF",

@@ -42,7 +42,7 @@ from pyspark.sql.catalog import Catalog
 from pyspark.sql.readwriter import DataFrameReader, DataFrameWriter, DataFrameWriterV2
 from pyspark.sql.utils import to_str
 
-from serialake.core import catalog
+from serialake.core.tables import catalog
 from serialake.exceptions import DeltaIllegalArgumentException
 from serialake.spark import dropin_write
 from serialake.spark.dropin_write import _option

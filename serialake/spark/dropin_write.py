@@ -12,8 +12,9 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from serialake.core import DeltaLog, catalog
-from serialake.core.post_commit import after_commit
+from serialake.core import DeltaLog
+from serialake.core.tables import catalog
+from serialake.core.txn.post_commit import after_commit
 from serialake.exceptions import DeltaAnalysisException, DeltaIllegalArgumentException, DeltaTableNotFoundError
 from serialake.spark import io, isolation
 from serialake.spark.read import read

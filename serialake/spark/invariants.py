@@ -1,6 +1,6 @@
 """Generated columns and CHECK constraints, evaluated on the rows a write stores.
 
-The definitions come from the table metadata (``serialake.core.constraints``). Every path
+The definitions come from the table metadata (``serialake.core.model.constraints``). Every path
 that stores new row values goes through ``enforce``: ``write`` / ``format("delta")``,
 ``INSERT``, UPDATE and MERGE. Rows copied unchanged (DELETE, OPTIMIZE) already satisfy them.
 
@@ -27,8 +27,8 @@ from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from serialake.core import constraints, identity
-from serialake.core.schema import StructType
+from serialake.core.model import constraints, identity
+from serialake.core.model.schema import StructType
 from serialake.exceptions import DeltaAnalysisException
 from serialake.spark import io
 
@@ -70,7 +70,7 @@ def generate_flag(column: str) -> str:
 
 
 class IdentityValues:
-    """The identity values one write generates (``serialake.core.identity``), and what they commit.
+    """The identity values one write generates (``serialake.core.model.identity``), and what they commit.
 
     ``fill`` gives each row that needs one a value: ``base + step * (p + P * k)`` for row ``k``
     of partition ``p`` of ``P`` (unique without coordination between tasks; ``P`` is held

@@ -34,14 +34,14 @@ from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from serialake.core import column_mapping as cm
-from serialake.core import properties as props
-from serialake.core import uniform
-from serialake.core.actions import AddFile, decode_path, encode_path
-from serialake.core.constraints import GENERATION_EXPRESSION
-from serialake.core.partition_values import hive_escape, parse_partition_value
-from serialake.core.paths import absolute_path
-from serialake.core.schema import (
+from serialake.core.model import column_mapping as cm
+from serialake.core.model import properties as props
+from serialake.core.model import uniform
+from serialake.core.model.actions import AddFile, decode_path, encode_path
+from serialake.core.model.constraints import GENERATION_EXPRESSION
+from serialake.core.model.partition_values import hive_escape, parse_partition_value
+from serialake.core.model.paths import absolute_path
+from serialake.core.model.schema import (
     ArrayType,
     DataType,
     MapType,
@@ -50,7 +50,7 @@ from serialake.core.schema import (
     StructType,
     physical_name,
 )
-from serialake.core.skipping import stats_columns
+from serialake.core.model.stats import stats_columns
 from serialake.exceptions import (
     CorruptLogError,
     DeltaAnalysisException,
@@ -62,7 +62,7 @@ from serialake.spark import direct
 from serialake.storage import is_local_path
 
 if TYPE_CHECKING:
-    from serialake.core.snapshot import Snapshot
+    from serialake.core.log.snapshot import Snapshot
 
 __all__ = [
     "FILE_COLUMN",
@@ -1007,7 +1007,7 @@ def _drop_deleted_rows(
     import numpy as np
     import pyarrow as pa
 
-    from serialake.core.deletion_vectors import read_deletion_vector
+    from serialake.core.dv.deletion_vectors import read_deletion_vector
 
     keys: list[Any] = []
     indexes: list[Any] = []

@@ -44,10 +44,11 @@ import weakref
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from serialake.core import DeltaLog, cut, derived
-from serialake.core.cut import ISOLATION_LEVELS
-from serialake.core.post_commit import after_commit
-from serialake.core.snapshot import Snapshot
+from serialake.core import DeltaLog
+from serialake.core.log.snapshot import Snapshot
+from serialake.core.tables import cut, derived
+from serialake.core.tables.cut import ISOLATION_LEVELS
+from serialake.core.txn.post_commit import after_commit
 from serialake.exceptions import DeltaTableNotFoundError
 
 if TYPE_CHECKING:

@@ -10,12 +10,13 @@ from pyspark.errors import AnalysisException
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from serialake.core import DeltaLog, skipping
-from serialake.core import expressions as P
-from serialake.core.actions import AddFile
-from serialake.core.deletion_vectors import dv_absolute_path
-from serialake.core.paths import file_exists as _exists
-from serialake.core.snapshot import Snapshot
+from serialake.core import DeltaLog
+from serialake.core.dv.deletion_vectors import dv_absolute_path
+from serialake.core.log.snapshot import Snapshot
+from serialake.core.model.actions import AddFile
+from serialake.core.model.paths import file_exists as _exists
+from serialake.core.predicates import expressions as P
+from serialake.core.predicates import skipping
 from serialake.exceptions import DeltaAnalysisException, DeltaIllegalArgumentException, DeltaTableNotFoundError
 from serialake.spark import io, isolation, scans
 

@@ -37,9 +37,9 @@ import pyspark.sql.functions as F
 import pyspark.sql.types as T
 from pyspark.sql import DataFrame, SparkSession
 
-from serialake.core.actions import AddFile, DeletionVectorDescriptor, encode_path
-from serialake.core.partition_values import format_partition_value, hive_escape, parse_partition_value
-from serialake.core.schema import ArrayType, DataType, MapType, StructField, StructType, physical_name
+from serialake.core.model.actions import AddFile, DeletionVectorDescriptor, encode_path
+from serialake.core.model.partition_values import format_partition_value, hive_escape, parse_partition_value
+from serialake.core.model.schema import ArrayType, DataType, MapType, StructField, StructType, physical_name
 from serialake.storage.datafiles import Access
 
 __all__ = ["read_files", "write_files"]
@@ -92,7 +92,7 @@ class _WriteTask:
                 data = batch.select(list(self.data_columns))
                 if self.field_ids is not None:
                     if file_schema is None:
-                        from serialake.core.column_mapping import arrow_with_field_ids
+                        from serialake.core.model.column_mapping import arrow_with_field_ids
 
                         file_schema = arrow_with_field_ids(data.schema, list(self.field_ids))
                     data = pa.RecordBatch.from_arrays(data.columns, schema=file_schema)
@@ -369,7 +369,7 @@ class _ReadTask:
         import pyarrow as pa
         import pyarrow.parquet as pq
 
-        from serialake.core.deletion_vectors import read_deletion_vector
+        from serialake.core.dv.deletion_vectors import read_deletion_vector
 
         uri = entry["uri"]
         try:
@@ -465,7 +465,7 @@ def read_files(
 def _bins(files: Sequence[AddFile], table_path: str, parallelism: int) -> list[list[dict[str, Any]]]:
     """The files grouped into read tasks: at least ``parallelism`` tasks when there are that many
     files, each about ``_TARGET_TASK_BYTES``; big files first, each into the lightest task."""
-    from serialake.core.paths import absolute_path
+    from serialake.core.model.paths import absolute_path
 
     total = sum(max(f.size or 0, 1) for f in files)
     count = max(1, min(len(files), max(parallelism, -(-total // _TARGET_TASK_BYTES))))

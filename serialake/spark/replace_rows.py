@@ -28,12 +28,12 @@ from pyspark.errors import AnalysisException
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from serialake.core import cdf as core_cdf
-from serialake.core.actions import Action, AddCDCFile, AddFile, now_ms
-from serialake.core.deletion_vectors import RowIndexSet
-from serialake.core.dv_policy import mark_deleted, uses_deletion_vectors
-from serialake.core.snapshot import Snapshot
-from serialake.core.transaction import OptimisticTransaction
+from serialake.core.dv.deletion_vectors import RowIndexSet
+from serialake.core.dv.dv_policy import mark_deleted, uses_deletion_vectors
+from serialake.core.log import cdf as core_cdf
+from serialake.core.log.snapshot import Snapshot
+from serialake.core.model.actions import Action, AddCDCFile, AddFile, now_ms
+from serialake.core.txn.transaction import OptimisticTransaction
 from serialake.exceptions import DeltaAnalysisException, DeltaIllegalArgumentException
 from serialake.spark import cdf, io
 

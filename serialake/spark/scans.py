@@ -34,13 +34,13 @@ from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import DataFrame
 
-from serialake.core import cut
-from serialake.core import expressions as P
+from serialake.core.predicates import expressions as P
+from serialake.core.tables import cut
 from serialake.exceptions import ConsistentReadError
 
 if TYPE_CHECKING:
-    from serialake.core.snapshot import Snapshot
-    from serialake.core.transaction import OptimisticTransaction
+    from serialake.core.log.snapshot import Snapshot
+    from serialake.core.txn.transaction import OptimisticTransaction
 
 __all__ = ["SCAN_PREFIX", "TableScan", "check_consistent", "mark", "record_scans", "scans_of"]
 

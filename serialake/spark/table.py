@@ -18,14 +18,16 @@ from typing import Any
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import types as T
 
-from serialake.core import DeltaLog, catalog, clustering, constraints, features, identity, uniform
-from serialake.core import properties as props
-from serialake.core.actions import FileAction, Metadata, Protocol, now_ms
-from serialake.core.cdf import CHANGE_DATA_DIR
-from serialake.core.deletion_vectors import dv_referenced_files
-from serialake.core.post_commit import after_commit
-from serialake.core.schema import DataType, SchemaError, StructField, StructType, data_type_from_json_value
-from serialake.core.snapshot import Snapshot
+from serialake.core import DeltaLog
+from serialake.core.dv.deletion_vectors import dv_referenced_files
+from serialake.core.log.cdf import CHANGE_DATA_DIR
+from serialake.core.log.snapshot import Snapshot
+from serialake.core.model import clustering, constraints, features, identity, uniform
+from serialake.core.model import properties as props
+from serialake.core.model.actions import FileAction, Metadata, Protocol, now_ms
+from serialake.core.model.schema import DataType, SchemaError, StructField, StructType, data_type_from_json_value
+from serialake.core.tables import catalog
+from serialake.core.txn.post_commit import after_commit
 from serialake.exceptions import (
     DeltaAnalysisException,
     DeltaConcurrentModificationException,
@@ -508,7 +510,7 @@ class IdentityGenerator:
     """delta-spark's identity column generator: ``IdentityGenerator(start=1, step=1)``.
 
     ``DeltaTableBuilder.addColumn`` takes it (``generatedAlwaysAs`` / ``generatedByDefaultAs``)
-    for a BIGINT identity column (``serialake.core.identity``).
+    for a BIGINT identity column (``serialake.core.model.identity``).
     """
 
     start: int = 1
@@ -640,7 +642,7 @@ class DeltaTableBuilder:
         return self
 
     def clusterBy(self, *cols: str | Sequence[str]) -> DeltaTableBuilder:  # noqa: N802
-        """Liquid clustering columns (``serialake.core.clustering``): OPTIMIZE clusters the table by them."""
+        """Liquid clustering columns (``serialake.core.model.clustering``): OPTIMIZE clusters the table by them."""
         self._clustering = _column_names(cols, "Clustering")
         return self
 

@@ -17,16 +17,17 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from serialake.core import DeltaLog, clustering, constraints, features
-from serialake.core import cdf as core_cdf
-from serialake.core import expressions as P
-from serialake.core import properties as props
-from serialake.core.actions import Action, AddCDCFile, AddFile, Metadata, RemoveFile, SetTransaction, now_ms
-from serialake.core.dv_policy import uses_deletion_vectors
-from serialake.core.post_commit import after_commit
-from serialake.core.schema import ArrayType, DataType, MapType, StructField, StructType, merge_schemas
-from serialake.core.transaction import OptimisticTransaction
-from serialake.core.written import commit_or_clean_up, remove_written
+from serialake.core import DeltaLog
+from serialake.core.dv.dv_policy import uses_deletion_vectors
+from serialake.core.log import cdf as core_cdf
+from serialake.core.model import clustering, constraints, features
+from serialake.core.model import properties as props
+from serialake.core.model.actions import Action, AddCDCFile, AddFile, Metadata, RemoveFile, SetTransaction, now_ms
+from serialake.core.model.schema import ArrayType, DataType, MapType, StructField, StructType, merge_schemas
+from serialake.core.predicates import expressions as P
+from serialake.core.txn.post_commit import after_commit
+from serialake.core.txn.transaction import OptimisticTransaction
+from serialake.core.txn.written import commit_or_clean_up, remove_written
 from serialake.exceptions import (
     DeltaAnalysisException,
     DeltaIllegalArgumentException,
@@ -97,7 +98,7 @@ def write(
     ``partitionOverwriteMode="dynamic"`` (with ``overwrite``) replaces only the partitions
     the written rows fall in, as Spark's dynamic partition overwrite does; ``static`` (the
     default) replaces the whole table. ``clusterBy`` makes a created (or schema-overwritten)
-    table a liquid-clustered one (``serialake.core.clustering``); given for an existing
+    table a liquid-clustered one (``serialake.core.model.clustering``); given for an existing
     table, it must name its clustering columns.
     ``table_operation`` (``CREATE TABLE AS SELECT``, ``CREATE OR REPLACE TABLE AS SELECT``,
     ...) commits the write as a creation or replacement of the whole table: a concurrent
@@ -394,7 +395,7 @@ def _partitions_written(
         return txn.read_whole_table()
     if not adds:
         return []
-    from serialake.core.partition_values import parse_partition_value
+    from serialake.core.model.partition_values import parse_partition_value
 
     types = {c: schema.field(c).data_type for c in part_cols}  # type: ignore[union-attr]
     seen: set[tuple[tuple[str, str | None], ...]] = set()

@@ -36,7 +36,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from serialake.core import properties as props
+from serialake.core.model import properties as props
 from serialake.exceptions import DeltaIllegalArgumentException
 
 if TYPE_CHECKING:

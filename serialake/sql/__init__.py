@@ -15,7 +15,7 @@ import sys
 import types
 from typing import TYPE_CHECKING
 
-from serialake.core.catalog import list_tables, lookup, register, unregister
+from serialake.core.tables.catalog import list_tables, lookup, register, unregister
 from serialake.sql.errors import SqlError, UnsupportedStatementError
 from serialake.sql.parser import parse_statement, split_statements
 
@@ -39,7 +39,7 @@ def sql(spark: SparkSession, statement: str) -> DataFrame | None:
     """Run one SQL statement; returns a DataFrame (empty for DDL), as ``spark.sql`` would.
 
     A statement that committed returns None instead when building its result failed after the
-    commit (an ``AfterCommitWarning`` says why, ``serialake.core.post_commit``): the commit stands.
+    commit (an ``AfterCommitWarning`` says why, ``serialake.core.txn.post_commit``): the commit stands.
 
     Raises ``SqlError`` (with line, column and the offending text) when the statement
     cannot be parsed, ``UnsupportedStatementError`` for statements serialake does not

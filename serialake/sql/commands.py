@@ -14,7 +14,7 @@ from collections.abc import Callable
 from sqlglot.errors import TokenError
 from sqlglot.tokens import Token, TokenType
 
-from serialake.core.cut import ISOLATION_LEVELS
+from serialake.core.tables.cut import ISOLATION_LEVELS
 from serialake.sql.errors import SqlError, UnsupportedStatementError, position_of
 from serialake.sql.statements import (
     AddConstraint,

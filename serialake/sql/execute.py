@@ -18,11 +18,13 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 from sqlglot import exp
 
-from serialake.core import DeltaLog, catalog, features
-from serialake.core.expressions import ParsedCondition
-from serialake.core.log import format_ms
-from serialake.core.post_commit import after_commit
-from serialake.core.schema import StructType
+from serialake.core import DeltaLog
+from serialake.core.log.deltalog import format_ms
+from serialake.core.model import features
+from serialake.core.model.schema import StructType
+from serialake.core.predicates.expressions import ParsedCondition
+from serialake.core.tables import catalog
+from serialake.core.txn.post_commit import after_commit
 from serialake.exceptions import DeltaAnalysisException, DeltaTableNotFoundError
 from serialake.spark import dml, isolation
 from serialake.spark.table import DeltaTable, IdentityGenerator
@@ -480,7 +482,8 @@ def _upgrade_uniform(spark: SparkSession, st: UpgradeUniform) -> DataFrame | Non
 
 def _sync_metadata(spark: SparkSession, st: SyncMetadata) -> DataFrame:
     """Write the Iceberg metadata of the table's latest version now; its path and version."""
-    from serialake.core import DeltaLog, iceberg, uniform
+    from serialake.core import DeltaLog, iceberg
+    from serialake.core.model import uniform
 
     path = _existing(st.table)
     log = DeltaLog.for_table(path)

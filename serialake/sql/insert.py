@@ -17,11 +17,11 @@ from pyspark.sql import functions as F
 from sqlglot import exp
 
 from serialake.core import DeltaLog
-from serialake.core import expressions as P
-from serialake.core.actions import AddFile
-from serialake.core.post_commit import after_commit
-from serialake.core.schema import StructType
-from serialake.core.transaction import OptimisticTransaction
+from serialake.core.model.actions import AddFile
+from serialake.core.model.schema import StructType
+from serialake.core.predicates import expressions as P
+from serialake.core.txn.post_commit import after_commit
+from serialake.core.txn.transaction import OptimisticTransaction
 from serialake.exceptions import DeltaAnalysisException, DeltaTableNotFoundError
 from serialake.spark import dml, io, isolation
 from serialake.spark.write import write

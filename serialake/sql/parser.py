@@ -14,7 +14,14 @@ from sqlglot import exp
 from sqlglot.errors import TokenError
 from sqlglot.tokens import TokenType
 
-from serialake.core.expressions import Expr, ParsedCondition, PredicateError, Unknown, conjunction, from_sqlglot
+from serialake.core.predicates.expressions import (
+    Expr,
+    ParsedCondition,
+    PredicateError,
+    Unknown,
+    conjunction,
+    from_sqlglot,
+)
 from serialake.sql.commands import COMMANDS, ISOLATION_LEVELS, Cursor
 from serialake.sql.errors import SqlError, UnsupportedStatementError, position_of
 from serialake.sql.statements import (

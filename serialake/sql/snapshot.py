@@ -23,8 +23,9 @@ from collections.abc import Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from serialake.core import DeltaLog, catalog, cut
-from serialake.core.snapshot import Snapshot
+from serialake.core import DeltaLog
+from serialake.core.log.snapshot import Snapshot
+from serialake.core.tables import catalog, cut
 from serialake.exceptions import DeltaIllegalArgumentException
 from serialake.spark import isolation
 from serialake.spark.read import snapshot_df

@@ -7,7 +7,7 @@ from typing import Literal
 
 from sqlglot import exp
 
-from serialake.core.expressions import ParsedCondition
+from serialake.core.predicates.expressions import ParsedCondition
 
 __all__ = [
     "AddColumns",

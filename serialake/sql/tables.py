@@ -27,8 +27,9 @@ from typing import TYPE_CHECKING, Any
 import sqlglot
 from sqlglot import exp
 
-from serialake.core import DeltaLog, catalog
-from serialake.core.snapshot import Snapshot
+from serialake.core import DeltaLog
+from serialake.core.log.snapshot import Snapshot
+from serialake.core.tables import catalog
 from serialake.exceptions import DeltaTableNotFoundError
 from serialake.spark import io, scans
 from serialake.spark.isolation import read_cut, read_snapshot
@@ -42,7 +43,7 @@ from serialake.storage import normalize_table_path
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-    from serialake.core.transaction import OptimisticTransaction
+    from serialake.core.txn.transaction import OptimisticTransaction
 
 __all__ = [
     "Binding",

@@ -60,11 +60,11 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from serialake.core.actions import AddFile, CommitInfo, Metadata, RemoveFile, SetTransaction, decode_path
-from serialake.core.checkpoint import read_checkpoint
-from serialake.core.log import DeltaLog
-from serialake.core.logfiles import LAST_CHECKPOINT, LOG_DIR, CheckpointRef, read_last_checkpoint, version_of
-from serialake.core.snapshot import Snapshot, TableState, parse_commit
+from serialake.core.log.checkpoint import read_checkpoint
+from serialake.core.log.deltalog import DeltaLog
+from serialake.core.log.logfiles import LAST_CHECKPOINT, LOG_DIR, CheckpointRef, read_last_checkpoint, version_of
+from serialake.core.log.snapshot import Snapshot, TableState, parse_commit
+from serialake.core.model.actions import AddFile, CommitInfo, Metadata, RemoveFile, SetTransaction, decode_path
 from serialake.exceptions import DeltaConcurrentModificationException
 from serialake.storage import is_local_path, store_for
 from serialake.storage.base import FileStatus, LogStore

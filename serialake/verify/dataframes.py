@@ -41,8 +41,8 @@ from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 
 import serialake
-from serialake.core.actions import AddFile
-from serialake.core.log import DeltaLog
+from serialake.core.log.deltalog import DeltaLog
+from serialake.core.model.actions import AddFile
 from serialake.exceptions import CommitFailedError, DeltaConcurrentModificationException
 from serialake.spark import io, scans
 from serialake.verify.history import History, Mop, Recorder

@@ -69,8 +69,8 @@ from urllib.parse import unquote
 
 import pyarrow.parquet as pq
 
-from serialake.core.actions import AddFile
-from serialake.core.log import DeltaLog
+from serialake.core.log.deltalog import DeltaLog
+from serialake.core.model.actions import AddFile
 from serialake.verify.history import Mop, Recorder
 from serialake.verify.txn import TxnResult, check_window, key_name
 from serialake.verify.workload import VALUE_BASE, WorkerStats, WorkloadConfig, is_quiet, retired_below

@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 import serialake
-from serialake.core.actions import AddFile, CommitInfo, RemoveFile
+from serialake.core.model.actions import AddFile, CommitInfo, RemoveFile
 from serialake.verify import rows
 from serialake.verify.history import History
 from serialake.verify.txn import error_class, winning_version

@@ -35,10 +35,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from serialake.core import derived
-from serialake.core.actions import AddFile, Metadata
-from serialake.core.log import DeltaLog
-from serialake.core.snapshot import Snapshot
+from serialake.core.log.deltalog import DeltaLog
+from serialake.core.log.snapshot import Snapshot
+from serialake.core.model.actions import AddFile, Metadata
+from serialake.core.tables import derived
 from serialake.storage.local import LocalLogStore
 from serialake.verify.history import History, Mop, Recorder
 from serialake.verify.txn import TxnResult, commit_txn, error_class, error_text, key_name

@@ -29,11 +29,11 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from serialake.core.actions import AddFile, DeletionVectorDescriptor, Metadata
-from serialake.core.deletion_vectors import RowIndexSet, write_deletion_vector
-from serialake.core.expressions import Expr, parse_predicate
-from serialake.core.log import DeltaLog
-from serialake.core.row_level import dv_rows
+from serialake.core.dv.deletion_vectors import RowIndexSet, write_deletion_vector
+from serialake.core.log.deltalog import DeltaLog
+from serialake.core.model.actions import AddFile, DeletionVectorDescriptor, Metadata
+from serialake.core.predicates.expressions import Expr, parse_predicate
+from serialake.core.txn.row_level import dv_rows
 from serialake.storage.local import LocalLogStore
 from serialake.verify.history import Mop
 from serialake.verify.txn import (

@@ -42,9 +42,9 @@ from functools import lru_cache, partial
 from pathlib import Path
 from typing import Any, Protocol
 
-from serialake.core.actions import AddFile, CommitInfo, Metadata, RemoveFile
-from serialake.core.expressions import Expr, parse_predicate
-from serialake.core.log import DeltaLog
+from serialake.core.log.deltalog import DeltaLog
+from serialake.core.model.actions import AddFile, CommitInfo, Metadata, RemoveFile
+from serialake.core.predicates.expressions import Expr, parse_predicate
 from serialake.storage import is_local_path, normalize_table_path, store_for
 from serialake.storage.base import LogStore
 from serialake.storage.faulty import FaultPlan, FaultyLogStore
@@ -340,8 +340,8 @@ def retire_keys(log: DeltaLog, first_live: Callable[[int], int]) -> int | None:
 # -- worker process ---------------------------------------------------------------------------
 def _disable_conflict_checks() -> None:
     """Negative control: every winner passes (patched where the commit loop looks it up)."""
-    import serialake.core.conflicts as conflicts
-    import serialake.core.transaction as transaction
+    import serialake.core.txn.conflicts as conflicts
+    import serialake.core.txn.transaction as transaction
 
     def no_check(info: Any, winner: Any) -> Any:
         return info

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from serialake.core import DeltaLog
-from serialake.core.actions import AddFile, Metadata
+from serialake.core.model.actions import AddFile, Metadata
 
 SCHEMA = json.dumps(
     {

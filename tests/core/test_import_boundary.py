@@ -14,8 +14,10 @@ class Block:
         return None
 sys.meta_path.insert(0, Block())
 import serialake, serialake.core, serialake.exceptions, serialake.storage
-import serialake.core.conflicts, serialake.core.transaction, serialake.core.checkpoint, serialake.core.expressions
-import serialake.core.skipping, serialake.core.row_eval, serialake.core.partition_values, serialake.core.types
+import serialake.core.txn.conflicts, serialake.core.txn.transaction, serialake.core.log.checkpoint
+import serialake.core.predicates.expressions
+import serialake.core.predicates.skipping, serialake.core.predicates.row_eval
+import serialake.core.model.partition_values, serialake.core.model.types
 import pkgutil, importlib
 for m in pkgutil.walk_packages(serialake.core.__path__, 'serialake.core.'):
     importlib.import_module(m.name)

@@ -22,7 +22,7 @@ from typing import Any
 
 import serialake
 from serialake.core import DeltaLog
-from serialake.core.actions import AddFile
+from serialake.core.model.actions import AddFile
 from serialake.spark.direct import DATA_IO_CONF
 from serialake.spark.session import spark_session
 from serialake.spark.table import DeltaTable

@@ -18,10 +18,11 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from serialake import DeltaTable
-from serialake.core import DeltaLog, catalog
-from serialake.core import written as written_module
-from serialake.core.post_commit import AfterCommitWarning
-from serialake.core.transaction import OptimisticTransaction
+from serialake.core import DeltaLog
+from serialake.core.tables import catalog
+from serialake.core.txn import written as written_module
+from serialake.core.txn.post_commit import AfterCommitWarning
+from serialake.core.txn.transaction import OptimisticTransaction
 from serialake.spark import isolation, read, write
 from serialake.spark.dml import merge_command, optimize_command, restore_command
 from serialake.spark.dml.optimize_command import DeltaOptimizeBuilder

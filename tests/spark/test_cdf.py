@@ -19,8 +19,8 @@ from pyspark.sql import functions as F
 
 import serialake
 from serialake.core import DeltaLog
-from serialake.core import cdf as core_cdf
-from serialake.core.actions import AddCDCFile, AddFile, RemoveFile
+from serialake.core.log import cdf as core_cdf
+from serialake.core.model.actions import AddCDCFile, AddFile, RemoveFile
 from serialake.exceptions import (
     DeltaAnalysisException,
     DeltaConcurrentModificationException,

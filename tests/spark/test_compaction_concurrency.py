@@ -19,7 +19,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from serialake.core import DeltaLog
-from serialake.core.actions import AddFile, RemoveFile
+from serialake.core.model.actions import AddFile, RemoveFile
 from serialake.exceptions import ConcurrentDeleteDeleteException
 from serialake.spark import dml, read, write
 from serialake.spark.dml import DmlResult, purge_deletion_vectors

@@ -8,8 +8,8 @@ import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from serialake.core.actions import AddFile, RemoveFile
-from serialake.core.deletion_vectors import read_deletion_vector
+from serialake.core.dv.deletion_vectors import read_deletion_vector
+from serialake.core.model.actions import AddFile, RemoveFile
 from serialake.spark import dml
 from tests.spark.test_dml import COLUMNS, _base_rows, _check, _commit, _live_paths, _make_table
 from tests.spark.test_merge import _reference, _source

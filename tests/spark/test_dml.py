@@ -18,7 +18,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from serialake.core import DeltaLog
-from serialake.core.actions import AddFile, Metadata, RemoveFile
+from serialake.core.model.actions import AddFile, Metadata, RemoveFile
 from serialake.exceptions import DeltaAnalysisException, DeltaIllegalArgumentException
 from serialake.spark import dml, read, write
 from serialake.spark.dml import kernel

@@ -20,7 +20,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from serialake.core import DeltaLog
-from serialake.core.deletion_vectors import read_deletion_vector
+from serialake.core.dv.deletion_vectors import read_deletion_vector
 from serialake.exceptions import (
     ConcurrentAppendException,
     ConcurrentDeleteDeleteException,
@@ -139,7 +139,7 @@ _OTHER_PROCESS = textwrap.dedent(
     import json, os, sys, uuid
     import pyarrow as pa, pyarrow.parquet as pq
     from serialake.core import DeltaLog
-    from serialake.core.actions import AddFile
+    from serialake.core.model.actions import AddFile
 
     path, date, country = sys.argv[1:4]
     log = DeltaLog.for_table(path)

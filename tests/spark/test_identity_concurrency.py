@@ -19,7 +19,8 @@ import pytest
 from pyspark.sql import SparkSession
 
 from serialake import DeltaTable, IdentityGenerator
-from serialake.core import DeltaLog, identity
+from serialake.core import DeltaLog
+from serialake.core.model import identity
 from serialake.exceptions import MetadataChangedException
 from serialake.spark import cdf, write
 from tests.helpers import before_first_commit

@@ -9,7 +9,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from serialake.core import DeltaLog
-from serialake.core.actions import AddFile, RemoveFile
+from serialake.core.model.actions import AddFile, RemoveFile
 from serialake.exceptions import DeltaAnalysisException, DeltaIllegalArgumentException
 from serialake.spark import dml, read
 from serialake.spark.dml import DeltaMergeBuilder

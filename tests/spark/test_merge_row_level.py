@@ -25,8 +25,8 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 
 from serialake.core import DeltaLog
-from serialake.core.deletion_vectors import read_deletion_vector
-from serialake.core.transaction import OptimisticTransaction
+from serialake.core.dv.deletion_vectors import read_deletion_vector
+from serialake.core.txn.transaction import OptimisticTransaction
 from serialake.exceptions import (
     ConcurrentAppendException,
     ConcurrentDeleteDeleteException,

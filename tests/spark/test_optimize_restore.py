@@ -12,9 +12,9 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from serialake.core import DeltaLog
-from serialake.core.actions import AddFile, RemoveFile
-from serialake.core.deletion_vectors import read_deletion_vector
-from serialake.core.row_level import COMPACTED_FROM_TAG
+from serialake.core.dv.deletion_vectors import read_deletion_vector
+from serialake.core.model.actions import AddFile, RemoveFile
+from serialake.core.txn.row_level import COMPACTED_FROM_TAG
 from serialake.exceptions import DeltaAnalysisException
 from serialake.spark import dml, read, write
 from serialake.spark.dml import COMPACTION_MAX_BYTES_CONF

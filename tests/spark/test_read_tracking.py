@@ -18,7 +18,7 @@ from pyspark.sql import functions as F
 import serialake
 from serialake import DeltaTable
 from serialake.core import DeltaLog
-from serialake.core.transaction import READ_TABLES_KEY
+from serialake.core.txn.transaction import READ_TABLES_KEY
 from serialake.exceptions import ConcurrentAppendException, ConcurrentDeleteReadException
 from serialake.spark import scans
 from tests.helpers import before_first_commit

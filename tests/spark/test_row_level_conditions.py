@@ -18,7 +18,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from serialake.core import DeltaLog
-from serialake.core.deletion_vectors import read_deletion_vector
+from serialake.core.dv.deletion_vectors import read_deletion_vector
 from serialake.exceptions import (
     ConcurrentAppendException,
     ConcurrentDeleteDeleteException,

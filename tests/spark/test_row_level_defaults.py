@@ -22,8 +22,9 @@ import pytest
 from pyspark.sql import SparkSession
 
 from serialake import DeltaTable
-from serialake.core import DeltaLog, clustering, features
-from serialake.core.deletion_vectors import read_deletion_vector
+from serialake.core import DeltaLog
+from serialake.core.dv.deletion_vectors import read_deletion_vector
+from serialake.core.model import clustering, features
 from serialake.exceptions import (
     ConcurrentAppendException,
     ConcurrentDeleteDeleteException,

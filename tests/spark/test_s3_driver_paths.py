@@ -297,7 +297,7 @@ def test_row_reader_and_footers_on_s3(bucket: str) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from serialake.core.paths import absolute_path, parquet_metadata
+    from serialake.core.model.paths import absolute_path, parquet_metadata
 
     uri = f"s3://{bucket}/wide/part-0.parquet"
     wide = pa.table({f"c{i:04d}": pa.array([i, i + 1], pa.int64()) for i in range(1500)})

@@ -222,7 +222,7 @@ def test_column_mapped_table_on_s3_is_read_by_logical_names(on_spark: SparkSessi
     import pyarrow.parquet as pq
 
     from serialake.core import DeltaLog
-    from serialake.core.actions import AddFile, Metadata, Protocol
+    from serialake.core.model.actions import AddFile, Metadata, Protocol
     from serialake.storage.datafiles import Access
 
     def mapped(name: str, type_: Any, cid: int) -> dict[str, Any]:
@@ -331,7 +331,7 @@ def test_direct_write_job_on_s3_becomes_add_files(server: S3Server) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from serialake.core.schema import PrimitiveType
+    from serialake.core.model.schema import PrimitiveType
     from serialake.spark import direct
     from serialake.spark.io import file_stats
     from serialake.storage.datafiles import Access

@@ -21,10 +21,11 @@ import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import SparkSession
 
-from serialake.core import DeltaLog, clustering
-from serialake.core.actions import AddFile, RemoveFile, decode_path
-from serialake.core.deletion_vectors import read_deletion_vector
-from serialake.core.schema import physical_name
+from serialake.core import DeltaLog
+from serialake.core.dv.deletion_vectors import read_deletion_vector
+from serialake.core.model import clustering
+from serialake.core.model.actions import AddFile, RemoveFile, decode_path
+from serialake.core.model.schema import physical_name
 from serialake.exceptions import ConcurrentDeleteDeleteException, ConflictReason
 from serialake.spark import dml, read, write
 from serialake.spark.dml import DmlResult, purge_deletion_vectors
@@ -306,7 +307,7 @@ def test_a_search_past_its_bound_keeps_the_conflict(
 ) -> None:
     """Past ``MAX_MATCH_BYTES`` the rows are not searched: the second committer fails, as without a
     mapping (ConcurrentDeleteDeleteException, FILE_REMOVED), and the table is what the first one left."""
-    from serialake.core import row_matching
+    from serialake.core.txn import row_matching
 
     monkeypatch.setattr(row_matching, "MAX_MATCH_BYTES", 1)
     _make(spark, tmp_table)

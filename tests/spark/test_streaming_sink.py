@@ -38,8 +38,9 @@ from pyspark.sql import functions as F
 
 import serialake
 from serialake import ConcurrentTransactionException
-from serialake.core import DeltaLog, catalog
-from serialake.core.actions import SetTransaction
+from serialake.core import DeltaLog
+from serialake.core.model.actions import SetTransaction
+from serialake.core.tables import catalog
 from serialake.exceptions import DeltaIllegalArgumentException, SchemaMismatchError
 from serialake.spark import dml, read, write
 from serialake.spark.streaming import batch_txn, sink
@@ -539,7 +540,7 @@ def test_idempotent_writes_and_dml_commit_once_per_batch(spark: SparkSession, tm
 
 
 def _commit_actions(path: str, version: int) -> list[Any]:
-    from serialake.core.actions import action_from_json
+    from serialake.core.model.actions import action_from_json
 
     log = Path(path) / "_delta_log" / f"{version:020d}.json"
     return [action_from_json(line) for line in log.read_text().splitlines() if line.strip()]

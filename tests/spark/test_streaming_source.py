@@ -23,7 +23,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 import serialake
 from serialake.core import DeltaLog
-from serialake.core.actions import AddFile, Metadata, Protocol, RemoveFile
+from serialake.core.model.actions import AddFile, Metadata, Protocol, RemoveFile
 from serialake.spark.streaming.source import metadata_changes
 from serialake.spark.table import DeltaTable
 

@@ -20,7 +20,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from serialake.core import DeltaLog
 from serialake.core import iceberg as core_iceberg
-from serialake.core.uniform import COMPAT_TAG, IcebergCompatError
+from serialake.core.model.uniform import COMPAT_TAG, IcebergCompatError
 from serialake.exceptions import (
     ConcurrentAppendException,
     DeltaConcurrentModificationException,

@@ -14,7 +14,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 import serialake
 from serialake.core import DeltaLog
-from serialake.core.actions import AddFile, Metadata, Protocol
+from serialake.core.model.actions import AddFile, Metadata, Protocol
 from serialake.exceptions import (
     DeltaAnalysisException,
     DeltaIllegalArgumentException,

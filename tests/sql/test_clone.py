@@ -12,7 +12,7 @@ from pyspark.sql import SparkSession
 
 from serialake import DeltaTable
 from serialake.core import DeltaLog
-from serialake.core.validate import is_absolute_path
+from serialake.core.model.validate import is_absolute_path
 from serialake.exceptions import DeltaAnalysisException
 
 pytestmark = pytest.mark.spark

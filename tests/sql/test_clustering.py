@@ -10,7 +10,8 @@ import pytest
 from pyspark.sql import SparkSession
 
 from serialake import DeltaTable
-from serialake.core import DeltaLog, clustering, features
+from serialake.core import DeltaLog
+from serialake.core.model import clustering, features
 from serialake.exceptions import ConcurrentTransactionException, DeltaAnalysisException, ProtocolChangedException
 from serialake.spark import dml
 

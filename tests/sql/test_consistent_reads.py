@@ -27,7 +27,7 @@ _WRITER = r"""
 import json, os, sys, uuid
 import pyarrow as pa, pyarrow.parquet as pq
 from serialake.core import DeltaLog
-from serialake.core.actions import AddFile, now_ms
+from serialake.core.model.actions import AddFile, now_ms
 
 a, b, progress, n = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
 

@@ -12,7 +12,9 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from serialake import DeltaTable
-from serialake.core import DeltaLog, catalog, features
+from serialake.core import DeltaLog
+from serialake.core.model import features
+from serialake.core.tables import catalog
 from serialake.exceptions import DeltaAnalysisException, DeltaTableNotFoundError, UnsupportedFeatureError
 
 pytestmark = pytest.mark.spark

@@ -21,7 +21,7 @@ from pyspark.sql import SparkSession
 
 import serialake
 from serialake.core import DeltaLog
-from serialake.core.actions import AddFile, now_ms
+from serialake.core.model.actions import AddFile, now_ms
 from serialake.exceptions import DerivedTableLagError
 from serialake.spark import DeltaTable, isolation, write
 
@@ -31,7 +31,7 @@ _MAINTAINER = r"""
 import json, os, sys, time, uuid
 import pyarrow as pa, pyarrow.parquet as pq
 from serialake.core import DeltaLog
-from serialake.core.actions import AddFile, now_ms
+from serialake.core.model.actions import AddFile, now_ms
 
 a, d, lag, stop_file = sys.argv[1], sys.argv[2], float(sys.argv[3]), sys.argv[4]
 source = DeltaLog.for_table(a)

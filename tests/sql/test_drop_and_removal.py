@@ -16,7 +16,8 @@ import pytest
 from pyspark.sql import SparkSession
 
 from serialake import DeltaTable
-from serialake.core import DeltaLog, catalog
+from serialake.core import DeltaLog
+from serialake.core.tables import catalog
 from serialake.exceptions import DeltaAnalysisException, DeltaTableNotFoundError
 from serialake.spark import isolation
 

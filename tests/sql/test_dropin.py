@@ -179,7 +179,7 @@ def test_dynamic_partition_overwrite(spark: SparkSession, tmp_path: Path) -> Non
 
 def _racing_add(log: DeltaLog, part: str, original: Any) -> Any:
     """``original`` (a step just before a commit), preceded by another writer's commit of a file in ``part``."""
-    from serialake.core.actions import AddFile
+    from serialake.core.model.actions import AddFile
 
     def hooked(*args: Any, **kwargs: Any) -> Any:
         log.start_transaction().commit([AddFile(path=f"p={part}/racer-{time.monotonic_ns()}.parquet",

@@ -12,7 +12,8 @@ from pyspark.sql import types as T
 
 import serialake
 from serialake import DeltaTable
-from serialake.core import DeltaLog, features
+from serialake.core import DeltaLog
+from serialake.core.model import features
 from serialake.exceptions import DeltaAnalysisException
 from serialake.sql.errors import SqlError
 

@@ -8,7 +8,8 @@ from pyspark.errors import UnsupportedOperationException
 from pyspark.sql import SparkSession
 
 from serialake import DeltaTable, IdentityGenerator
-from serialake.core import DeltaLog, features, identity
+from serialake.core import DeltaLog
+from serialake.core.model import features, identity
 from serialake.exceptions import DeltaAnalysisException, MetadataChangedException
 from serialake.spark import dml, write
 

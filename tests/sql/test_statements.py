@@ -12,7 +12,8 @@ from pyspark.errors import AnalysisException
 from pyspark.sql import SparkSession
 
 import serialake
-from serialake.core import DeltaLog, catalog
+from serialake.core import DeltaLog
+from serialake.core.tables import catalog
 from serialake.exceptions import ConcurrentAppendException, DeltaAnalysisException, DeltaTableNotFoundError
 from serialake.sql import UnsupportedStatementError
 

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from serialake.core import DeltaLog
-from serialake.core.transaction import READ_TABLES_KEY
+from serialake.core.txn.transaction import READ_TABLES_KEY
 from serialake.exceptions import ConcurrentAppendException, ConcurrentDeleteReadException
 from serialake.spark import dml
 from serialake.spark.write import write

@@ -257,7 +257,7 @@ def _conf(path: str) -> dict[str, str]:
 def test_session_defaults_apply_to_every_new_table(spark: SparkSession, tmp_path: Path) -> None:
     """``spark.databricks.delta.properties.defaults.<p>`` gives every table created after it ``delta.<p>``,
     by any path; the table's own properties win; existing tables are left alone."""
-    from serialake.core import catalog
+    from serialake.core.tables import catalog
 
     old = str(tmp_path / "old")
     table(spark, old, [(1, "a")])

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from serialake.core.actions import AddFile
-from serialake.core.log import DeltaLog
-from serialake.core.logfiles import LAST_CHECKPOINT, checkpoint_name
+from serialake.core.log.deltalog import DeltaLog
+from serialake.core.log.logfiles import LAST_CHECKPOINT, checkpoint_name
+from serialake.core.model.actions import AddFile
 from serialake.storage.local import LocalLogStore
 from serialake.verify.crash import (
     CRASH_POINTS,

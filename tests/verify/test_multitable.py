@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from serialake.core import DeltaLog, derived
+from serialake.core import DeltaLog
+from serialake.core.tables import derived
 from serialake.verify.checker import SERIALIZABLE_FORBIDDEN, STRICT_SERIALIZABLE_FORBIDDEN, check
 from serialake.verify.multitable import MultiTableConfig, create_tables, run_multitable
 from serialake.verify.runner import run_verify

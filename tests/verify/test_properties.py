@@ -1,6 +1,6 @@
 """Property tests: checkpoint replay equals replay from version 0; partition predicates agree with Spark.
 
-(The action JSON round trip lives in tests/core/test_actions.py.)
+(The action JSON round trip lives in tests/core/model/test_actions.py.)
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from serialake.core import expressions as P
-from serialake.core import skipping
-from serialake.core.actions import (
+from serialake.core.log.deltalog import DeltaLog
+from serialake.core.log.snapshot import Snapshot, TableState
+from serialake.core.model.actions import (
     AddFile,
     CommitInfo,
     DeletionVectorDescriptor,
@@ -28,10 +28,10 @@ from serialake.core.actions import (
     SetTransaction,
     actions_to_jsonl,
 )
-from serialake.core.log import DeltaLog
-from serialake.core.properties import DELETED_FILE_RETENTION, get
-from serialake.core.schema import StructType
-from serialake.core.snapshot import Snapshot, TableState
+from serialake.core.model.properties import DELETED_FILE_RETENTION, get
+from serialake.core.model.schema import StructType
+from serialake.core.predicates import expressions as P
+from serialake.core.predicates import skipping
 from serialake.storage.local import LocalLogStore
 
 # -- replay from a checkpoint == replay from version 0 ---------------------------------------
@@ -355,7 +355,7 @@ def test_exact_row_evaluation_agrees_with_spark(
     import pyarrow.parquet as pq
     from pyspark.sql import functions as F
 
-    from serialake.core import row_eval
+    from serialake.core.predicates import row_eval
 
     schema = StructType.from_json(json.dumps({"type": "struct", "fields": [
         {"name": "id", "type": "long", "nullable": False, "metadata": {}},
@@ -382,7 +382,7 @@ def test_exact_row_evaluation_agrees_with_spark(
 
 def test_inexact_predicates_are_left_to_spark() -> None:
     """The subset is strict: casts, floats, LIKE, functions and qualified columns are not exact."""
-    from serialake.core import row_eval
+    from serialake.core.predicates import row_eval
 
     schema = StructType.from_json(json.dumps({"type": "struct", "fields": [
         {"name": n, "type": t, "nullable": True, "metadata": {}}
@@ -452,7 +452,7 @@ def test_exact_values_agree_with_spark(spark: Any, exprs: list[tuple[str, str]],
     from pyspark.sql.types import ByteType, DecimalType, DoubleType, IntegerType, LongType, ShortType, StructField
     from pyspark.sql.types import StructType as ST
 
-    from serialake.core import values as V
+    from serialake.core.predicates import values as V
 
     spark_types = {"byte": ByteType(), "short": ShortType(), "integer": IntegerType(), "long": LongType(),
                    "double": DoubleType(), "decimal(10,2)": DecimalType(10, 2)}
@@ -487,7 +487,7 @@ def test_exact_values_agree_with_spark(spark: Any, exprs: list[tuple[str, str]],
 def test_values_outside_the_subset_are_left_to_spark() -> None:
     """Division, casts, functions, decimals in integral arithmetic, narrowing stores and unknown
     columns are refused; the accepted subset is typed as Spark types it."""
-    from serialake.core import values as V
+    from serialake.core.predicates import values as V
 
     types = {"i": "integer", "l": "long", "x": "double", "s": "string", "f": "float", "d": "date"}
 

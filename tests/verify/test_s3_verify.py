@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from serialake.core.actions import AddFile, CommitInfo
-from serialake.core.log import DeltaLog
+from serialake.core.log.deltalog import DeltaLog
+from serialake.core.model.actions import AddFile, CommitInfo
 from serialake.storage import s3 as s3store
 from serialake.verify.crash import INTENTS_SUFFIX, S3_CRASH_POINTS, _create_table, check_table, run_crash_trials
 from serialake.verify.history import History

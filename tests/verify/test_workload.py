@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from serialake.core.actions import AddFile
-from serialake.core.log import DeltaLog
+from serialake.core.log.deltalog import DeltaLog
+from serialake.core.model.actions import AddFile
 from serialake.storage.local import LocalLogStore
 from serialake.verify.checker import (
     SERIALIZABLE_FORBIDDEN,

@@ -43,8 +43,6 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
-from serialake.core import properties as props
-from serialake.core.actions import AddFile, RemoveFile
 from serialake.core.iceberg.errors import IcebergConversionError
 from serialake.core.iceberg.manifests import (
     ADDED,
@@ -74,12 +72,14 @@ from serialake.core.iceberg.values import (
     sort_key,
     upper_bound,
 )
-from serialake.core.paths import absolute_path
+from serialake.core.model import properties as props
+from serialake.core.model.actions import AddFile, RemoveFile
+from serialake.core.model.paths import absolute_path
 from serialake.exceptions import FileAlreadyExistsError
 
 if TYPE_CHECKING:
-    from serialake.core.log import DeltaLog
-    from serialake.core.snapshot import Snapshot
+    from serialake.core.log.deltalog import DeltaLog
+    from serialake.core.log.snapshot import Snapshot
     from serialake.storage.base import LogStore
 
 __all__ = [

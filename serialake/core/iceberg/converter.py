@@ -22,13 +22,13 @@ import threading
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from serialake.core import uniform
 from serialake.core.iceberg.conversion import convert
 from serialake.core.iceberg.errors import IcebergConversionError
+from serialake.core.model import uniform
 
 if TYPE_CHECKING:
-    from serialake.core.log import DeltaLog
-    from serialake.core.snapshot import Snapshot
+    from serialake.core.log.deltalog import DeltaLog
+    from serialake.core.log.snapshot import Snapshot
 
 __all__ = [
     "IcebergConverter",
@@ -83,7 +83,7 @@ def _in_child(log: DeltaLog, snapshot: Snapshot) -> bool:
 
 def _convert_in_child(log: DeltaLog, version: int) -> str:
     """``convert`` of ``version`` by ``python -m serialake.core.iceberg.worker``; the metadata file's path."""
-    from serialake.core.children import run_quiet_child
+    from serialake.core.log.children import run_quiet_child
 
     code, out, reason = run_quiet_child("serialake.core.iceberg.worker", [log.table_path, str(version)])
     if code != 0:

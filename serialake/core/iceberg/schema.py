@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from serialake.core.iceberg.errors import IcebergConversionError
-from serialake.core.schema import (
+from serialake.core.model.schema import (
     COLUMN_MAPPING_PHYSICAL_NAME,
     ArrayType,
     DataType,

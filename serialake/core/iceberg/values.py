@@ -37,8 +37,8 @@ import struct
 from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal, InvalidOperation
 from typing import Any
 
-from serialake.core.partition_values import parse_boolean, parse_date, parse_partition_value, parse_timestamp
-from serialake.core.schema import DecimalType, PrimitiveType
+from serialake.core.model.partition_values import parse_boolean, parse_date, parse_partition_value, parse_timestamp
+from serialake.core.model.schema import DecimalType, PrimitiveType
 
 __all__ = [
     "STRING_STATS_PREFIX",

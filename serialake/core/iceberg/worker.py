@@ -5,7 +5,7 @@ more (``SERIALAKE_ICEBERG_PROCESS``: ``auto``, ``always``, ``never``): encoding 
 hundreds of thousands of files in pure Python would hold the committing process's
 interpreter lock for seconds. The child loads the table at the version with the same code,
 writes the metadata and exits; it runs at idle priority, as the checkpoint child does
-(``core/checkpoint_worker.py``).
+(``core/log/checkpoint_worker.py``).
 
     python -m serialake.core.iceberg.worker TABLE VERSION
 
@@ -25,9 +25,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("table")
     ap.add_argument("version", type=int)
     args = ap.parse_args(argv)
-    from serialake.core.checkpoint_worker import yield_cpu
     from serialake.core.iceberg.conversion import convert
-    from serialake.core.log import DeltaLog
+    from serialake.core.log.checkpoint_worker import yield_cpu
+    from serialake.core.log.deltalog import DeltaLog
 
     yield_cpu()
     try:

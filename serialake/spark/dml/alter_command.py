@@ -14,9 +14,10 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from serialake.core import DeltaLog, clustering, constraints
-from serialake.core import properties as props
-from serialake.core.schema import (
+from serialake.core import DeltaLog
+from serialake.core.model import clustering, constraints
+from serialake.core.model import properties as props
+from serialake.core.model.schema import (
     SchemaError,
     StructField,
     StructType,
@@ -25,7 +26,7 @@ from serialake.core.schema import (
     remove_field,
     rename_field,
 )
-from serialake.core.written import BeforeCommit, commit_or_clean_up
+from serialake.core.txn.written import BeforeCommit, commit_or_clean_up
 from serialake.exceptions import (
     DeltaAnalysisException,
     DeltaIllegalArgumentException,

@@ -31,14 +31,15 @@ from dataclasses import replace
 from typing import Any
 from urllib.parse import quote
 
-from serialake.core import DeltaLog, catalog
-from serialake.core import properties as props
-from serialake.core.actions import Action, AddFile, DeletionVectorDescriptor, now_ms
-from serialake.core.deletion_vectors import dv_absolute_path
-from serialake.core.paths import absolute_path
-from serialake.core.post_commit import after_commit
-from serialake.core.validate import is_absolute_path
-from serialake.core.written import BeforeCommit, commit_or_clean_up
+from serialake.core import DeltaLog
+from serialake.core.dv.deletion_vectors import dv_absolute_path
+from serialake.core.model import properties as props
+from serialake.core.model.actions import Action, AddFile, DeletionVectorDescriptor, now_ms
+from serialake.core.model.paths import absolute_path
+from serialake.core.model.validate import is_absolute_path
+from serialake.core.tables import catalog
+from serialake.core.txn.post_commit import after_commit
+from serialake.core.txn.written import BeforeCommit, commit_or_clean_up
 from serialake.exceptions import DeltaAnalysisException, DeltaTableNotFoundError
 from serialake.storage.datafiles import Access, is_remote
 

@@ -17,8 +17,8 @@ from dataclasses import replace
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from serialake.core import constraints, features
-from serialake.core.written import BeforeCommit, commit_or_clean_up
+from serialake.core.model import constraints, features
+from serialake.core.txn.written import BeforeCommit, commit_or_clean_up
 from serialake.exceptions import DeltaAnalysisException
 from serialake.spark import invariants, io
 from serialake.spark.dml.kernel import open_transaction

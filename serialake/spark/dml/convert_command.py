@@ -30,9 +30,9 @@ from pyspark.sql import SparkSession
 from pyspark.sql import types as T
 
 from serialake.core import DeltaLog
-from serialake.core.actions import AddFile, Metadata, encode_path
-from serialake.core.paths import parquet_metadata
-from serialake.core.schema import StructType
+from serialake.core.model.actions import AddFile, Metadata, encode_path
+from serialake.core.model.paths import parquet_metadata
+from serialake.core.model.schema import StructType
 from serialake.exceptions import DeltaAnalysisException, DeltaIllegalArgumentException
 from serialake.spark import io
 from serialake.spark.dml.kernel import json_list

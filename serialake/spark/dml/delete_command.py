@@ -21,14 +21,14 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from serialake.core import cdf as core_cdf
-from serialake.core import expressions as P
-from serialake.core.actions import Action, AddCDCFile, AddFile, now_ms
-from serialake.core.deletion_vectors import RowIndexSet
-from serialake.core.dv_policy import uses_deletion_vectors
-from serialake.core.snapshot import Snapshot
-from serialake.core.transaction import OptimisticTransaction
-from serialake.core.written import BeforeCommit, commit_or_clean_up
+from serialake.core.dv.deletion_vectors import RowIndexSet
+from serialake.core.dv.dv_policy import uses_deletion_vectors
+from serialake.core.log import cdf as core_cdf
+from serialake.core.log.snapshot import Snapshot
+from serialake.core.model.actions import Action, AddCDCFile, AddFile, now_ms
+from serialake.core.predicates import expressions as P
+from serialake.core.txn.transaction import OptimisticTransaction
+from serialake.core.txn.written import BeforeCommit, commit_or_clean_up
 from serialake.spark import io
 from serialake.spark.dml import engine
 from serialake.spark.dml.driver_files import DriverTable, isin_rows, rewrite_files, rewrite_files_with_changes

@@ -21,9 +21,9 @@ import math
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
-from serialake.core.actions import AddFile
-from serialake.core.snapshot import Snapshot
-from serialake.core.values import NotExact
+from serialake.core.log.snapshot import Snapshot
+from serialake.core.model.actions import AddFile
+from serialake.core.predicates.values import NotExact
 from serialake.spark.dml.driver_files import DriverTable, io_threads
 
 __all__ = ["driver_compact"]

@@ -40,16 +40,17 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from serialake.core import cdf as core_cdf
-from serialake.core import column_mapping as cm
-from serialake.core import constraints, row_eval, uniform
-from serialake.core.actions import AddCDCFile, AddFile, decode_path, encode_path
-from serialake.core.deletion_vectors import RowIndexSet, read_deletion_vector
-from serialake.core.expressions import Expr
-from serialake.core.schema import StructField, StructType, physical_name
-from serialake.core.snapshot import Snapshot
-from serialake.core.types import arrow_type
-from serialake.core.values import NotExact
+from serialake.core.dv.deletion_vectors import RowIndexSet, read_deletion_vector
+from serialake.core.log import cdf as core_cdf
+from serialake.core.log.snapshot import Snapshot
+from serialake.core.model import column_mapping as cm
+from serialake.core.model import constraints, uniform
+from serialake.core.model.actions import AddCDCFile, AddFile, decode_path, encode_path
+from serialake.core.model.schema import StructField, StructType, physical_name
+from serialake.core.model.types import arrow_type
+from serialake.core.predicates import row_eval
+from serialake.core.predicates.expressions import Expr
+from serialake.core.predicates.values import NotExact
 from serialake.spark import io
 from serialake.storage.datafiles import Access, is_remote
 

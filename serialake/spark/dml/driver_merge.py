@@ -29,14 +29,14 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from serialake.core import expressions as P
-from serialake.core import row_eval
-from serialake.core import values as V
-from serialake.core.actions import AddFile
-from serialake.core.deletion_vectors import RowIndexSet
-from serialake.core.schema import StructType
-from serialake.core.types import arrow_type, type_family
-from serialake.core.values import NotExact
+from serialake.core.dv.deletion_vectors import RowIndexSet
+from serialake.core.model.actions import AddFile
+from serialake.core.model.schema import StructType
+from serialake.core.model.types import arrow_type, type_family
+from serialake.core.predicates import expressions as P
+from serialake.core.predicates import row_eval
+from serialake.core.predicates import values as V
+from serialake.core.predicates.values import NotExact
 from serialake.spark.dml.driver_files import DriverTable, check_not_null, io_threads, rewrite_files
 
 __all__ = ["MergePlan", "MergeOutcome", "execute", "plan", "source_table"]

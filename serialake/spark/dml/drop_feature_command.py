@@ -12,9 +12,9 @@ from __future__ import annotations
 from pyspark.sql import SparkSession
 
 from serialake.core import DeltaLog
-from serialake.core import features as F
-from serialake.core import properties as props
-from serialake.core.actions import Protocol
+from serialake.core.model import features as F
+from serialake.core.model import properties as props
+from serialake.core.model.actions import Protocol
 from serialake.exceptions import DeltaAnalysisException, DeltaTableNotFoundError, UnsupportedFeatureError
 from serialake.spark.dml.alter_command import unset_properties
 from serialake.spark.dml.reorg_command import purge_deletion_vectors

@@ -25,8 +25,8 @@ from typing import TypeVar
 
 from pyspark.sql import SparkSession
 
-from serialake.core.actions import AddFile
-from serialake.core.values import NotExact
+from serialake.core.model.actions import AddFile
+from serialake.core.predicates.values import NotExact
 from serialake.exceptions import DeltaIllegalArgumentException
 
 __all__ = [

@@ -20,7 +20,7 @@ import uuid
 from collections import defaultdict
 
 from serialake.core import DeltaLog
-from serialake.core.actions import decode_path
+from serialake.core.model.actions import decode_path
 from serialake.exceptions import DeltaIllegalArgumentException, DeltaTableNotFoundError, UnsupportedFeatureError
 from serialake.spark import io
 from serialake.storage.datafiles import Access, is_remote

@@ -21,10 +21,10 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from serialake.core import DeltaLog
-from serialake.core import expressions as P
-from serialake.core.actions import Action, AddFile
-from serialake.core.transaction import OptimisticTransaction
-from serialake.core.written import BeforeCommit, commit_or_clean_up
+from serialake.core.model.actions import Action, AddFile
+from serialake.core.predicates import expressions as P
+from serialake.core.txn.transaction import OptimisticTransaction
+from serialake.core.txn.written import BeforeCommit, commit_or_clean_up
 from serialake.exceptions import DeltaTableNotFoundError, UnsupportedFeatureError
 from serialake.spark import invariants, scans
 from serialake.spark.dml.kernel import DmlResult, file_bytes, json_list, parse_or_true, rows_of

@@ -41,17 +41,19 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from serialake.core import DeltaLog, constraints, identity, row_eval
-from serialake.core import cdf as core_cdf
-from serialake.core import expressions as P
-from serialake.core.actions import AddCDCFile, AddFile
-from serialake.core.deletion_vectors import RowIndexSet
-from serialake.core.dv_policy import DvChanges, mark_deleted
-from serialake.core.post_commit import after_commit
-from serialake.core.schema import PrimitiveType, StructField, StructType
-from serialake.core.snapshot import Snapshot
-from serialake.core.transaction import OptimisticTransaction
-from serialake.core.written import remove_written
+from serialake.core import DeltaLog
+from serialake.core.dv.deletion_vectors import RowIndexSet
+from serialake.core.dv.dv_policy import DvChanges, mark_deleted
+from serialake.core.log import cdf as core_cdf
+from serialake.core.log.snapshot import Snapshot
+from serialake.core.model import constraints, identity
+from serialake.core.model.actions import AddCDCFile, AddFile
+from serialake.core.model.schema import PrimitiveType, StructField, StructType
+from serialake.core.predicates import expressions as P
+from serialake.core.predicates import row_eval
+from serialake.core.txn.post_commit import after_commit
+from serialake.core.txn.transaction import OptimisticTransaction
+from serialake.core.txn.written import remove_written
 from serialake.exceptions import (
     DeltaAnalysisException,
     DeltaIllegalArgumentException,

@@ -52,16 +52,17 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from serialake.core import cdf as core_cdf
-from serialake.core import expressions as P
-from serialake.core import identity, row_level
-from serialake.core.actions import Action, AddCDCFile, AddFile, now_ms
-from serialake.core.deletion_vectors import RowIndexSet
-from serialake.core.dv_policy import uses_deletion_vectors
-from serialake.core.post_commit import after_commit
-from serialake.core.schema import merge_schemas
-from serialake.core.values import NotExact
-from serialake.core.written import BeforeCommit, commit_or_clean_up
+from serialake.core.dv.deletion_vectors import RowIndexSet
+from serialake.core.dv.dv_policy import uses_deletion_vectors
+from serialake.core.log import cdf as core_cdf
+from serialake.core.model import identity
+from serialake.core.model.actions import Action, AddCDCFile, AddFile, now_ms
+from serialake.core.model.schema import merge_schemas
+from serialake.core.predicates import expressions as P
+from serialake.core.predicates.values import NotExact
+from serialake.core.txn import row_level
+from serialake.core.txn.post_commit import after_commit
+from serialake.core.txn.written import BeforeCommit, commit_or_clean_up
 from serialake.exceptions import DeltaAnalysisException, DeltaIllegalArgumentException
 from serialake.spark import invariants, io, scans
 from serialake.spark.arguments import check_assignments, check_condition

@@ -32,16 +32,17 @@ from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from serialake.core import clustering, skipping
-from serialake.core import expressions as P
-from serialake.core import properties as props
-from serialake.core.actions import Action, AddFile, FileAction, RemoveFile, now_ms
-from serialake.core.paths import parquet_metadata
-from serialake.core.post_commit import after_commit
-from serialake.core.row_level import COMPACTED_FROM_TAG
-from serialake.core.schema import StructType
-from serialake.core.snapshot import Snapshot
-from serialake.core.written import BeforeCommit, commit_or_clean_up
+from serialake.core.log.snapshot import Snapshot
+from serialake.core.model import clustering
+from serialake.core.model import properties as props
+from serialake.core.model.actions import Action, AddFile, FileAction, RemoveFile, now_ms
+from serialake.core.model.paths import parquet_metadata
+from serialake.core.model.schema import StructType
+from serialake.core.predicates import expressions as P
+from serialake.core.predicates import skipping
+from serialake.core.txn.post_commit import after_commit
+from serialake.core.txn.row_level import COMPACTED_FROM_TAG
+from serialake.core.txn.written import BeforeCommit, commit_or_clean_up
 from serialake.exceptions import DeltaAnalysisException, DeltaIllegalArgumentException
 from serialake.spark import io
 from serialake.spark.dml import engine

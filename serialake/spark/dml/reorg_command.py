@@ -23,12 +23,14 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-from serialake.core import DeltaLog, skipping, uniform
-from serialake.core import expressions as P
-from serialake.core import properties as props
-from serialake.core.actions import AddFile, FileAction, RemoveFile
-from serialake.core.post_commit import after_commit
-from serialake.core.written import BeforeCommit, commit_or_clean_up
+from serialake.core import DeltaLog
+from serialake.core.model import properties as props
+from serialake.core.model import uniform
+from serialake.core.model.actions import AddFile, FileAction, RemoveFile
+from serialake.core.predicates import expressions as P
+from serialake.core.predicates import skipping
+from serialake.core.txn.post_commit import after_commit
+from serialake.core.txn.written import BeforeCommit, commit_or_clean_up
 from serialake.exceptions import DeltaAnalysisException, DeltaTableNotFoundError, UnsupportedFeatureError
 from serialake.spark.dml.optimize_command import write_compacted
 

@@ -14,10 +14,10 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 
-from serialake.core.actions import Action, now_ms
-from serialake.core.deletion_vectors import dv_absolute_path
-from serialake.core.paths import file_exists as _exists
-from serialake.core.written import BeforeCommit, commit_or_clean_up
+from serialake.core.dv.deletion_vectors import dv_absolute_path
+from serialake.core.model.actions import Action, now_ms
+from serialake.core.model.paths import file_exists as _exists
+from serialake.core.txn.written import BeforeCommit, commit_or_clean_up
 from serialake.exceptions import DeltaAnalysisException, DeltaIllegalArgumentException, DeltaTableNotFoundError
 from serialake.spark import io
 from serialake.spark.dml.kernel import DmlResult, file_bytes, open_transaction, result_df

@@ -21,15 +21,15 @@ from pyspark.errors import AnalysisException
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from serialake.core import cdf as core_cdf
-from serialake.core import values as V
-from serialake.core.actions import Action, AddCDCFile, AddFile, now_ms
-from serialake.core.deletion_vectors import RowIndexSet
-from serialake.core.dv_policy import uses_deletion_vectors
-from serialake.core.snapshot import Snapshot
-from serialake.core.transaction import OptimisticTransaction
-from serialake.core.values import NotExact
-from serialake.core.written import BeforeCommit, commit_or_clean_up
+from serialake.core.dv.deletion_vectors import RowIndexSet
+from serialake.core.dv.dv_policy import uses_deletion_vectors
+from serialake.core.log import cdf as core_cdf
+from serialake.core.log.snapshot import Snapshot
+from serialake.core.model.actions import Action, AddCDCFile, AddFile, now_ms
+from serialake.core.predicates import values as V
+from serialake.core.predicates.values import NotExact
+from serialake.core.txn.transaction import OptimisticTransaction
+from serialake.core.txn.written import BeforeCommit, commit_or_clean_up
 from serialake.spark.dml import engine
 from serialake.spark.dml.driver_files import (
     DriverTable,

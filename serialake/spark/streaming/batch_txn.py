@@ -30,8 +30,8 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
-from serialake.core.actions import Action, SetTransaction, now_ms
-from serialake.core.transaction import CommitResult, OptimisticTransaction
+from serialake.core.model.actions import Action, SetTransaction, now_ms
+from serialake.core.txn.transaction import CommitResult, OptimisticTransaction
 
 __all__ = ["BatchTxn", "app_ids", "current", "in_batch", "join"]
 

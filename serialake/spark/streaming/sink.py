@@ -44,8 +44,9 @@ from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame
 from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 
-from serialake.core import DeltaLog, catalog
-from serialake.core.post_commit import after_commit
+from serialake.core import DeltaLog
+from serialake.core.tables import catalog
+from serialake.core.txn.post_commit import after_commit
 from serialake.exceptions import DeltaAnalysisException, DeltaError, DeltaIllegalArgumentException
 from serialake.spark import isolation
 from serialake.spark.dropin_write import _option, _write_options

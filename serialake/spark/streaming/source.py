@@ -67,12 +67,12 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 from pyspark.sql.pandas.types import to_arrow_schema
 
 from serialake.core import DeltaLog
-from serialake.core import cdf as core_cdf
-from serialake.core import properties as props
-from serialake.core.actions import AddFile, CommitInfo, Metadata, RemoveFile
-from serialake.core.identity import HIGH_WATER_MARK
-from serialake.core.log import CommitEntry, format_ms, to_millis
-from serialake.core.schema import PrimitiveType, StructField, StructType, physical_name
+from serialake.core.log import cdf as core_cdf
+from serialake.core.log.deltalog import CommitEntry, format_ms, to_millis
+from serialake.core.model import properties as props
+from serialake.core.model.actions import AddFile, CommitInfo, Metadata, RemoveFile
+from serialake.core.model.identity import HIGH_WATER_MARK
+from serialake.core.model.schema import PrimitiveType, StructField, StructType, physical_name
 from serialake.exceptions import (
     DeltaAnalysisException,
     DeltaError,
@@ -875,7 +875,7 @@ class DeltaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 def _change_bins(reads: Sequence[core_cdf.FileRead], table: str, parallelism: int) -> list[list[dict[str, Any]]]:
     """``remote._bins`` for change reads: each entry also says its change type (None: a change
     file's own), the rows to read (re-marked rows) and its commit's version and time."""
-    from serialake.core.paths import absolute_path
+    from serialake.core.model.paths import absolute_path
 
     total = sum(max(r.size, 1) for r in reads)
     count = max(1, min(len(reads), max(parallelism, -(-total // _TARGET_TASK_BYTES))))

@@ -1,0 +1,1 @@
+"""Several tables: the name catalog, consistent cuts across tables, derived tables."""

@@ -1,0 +1,742 @@
+"""Conflict rules: check one transaction against one winning commit.
+
+The checks run in Delta's order and the first failing one decides the exception:
+protocol, metadata, domain metadata, app transactions, appends, delete-vs-read,
+delete-vs-delete. Passing a winner may *rebase* the transaction (adopt the winner's
+protocol or allow-listed metadata); the caller then checks the next winner.
+
+Where we go further than OSS Delta (by design, see conflict-matrix.md):
+- a winner's ``dataChange=false`` adds and removes (compaction) rearrange rows without
+  changing them, so they never count as new rows or as deleted-while-read;
+- an add whose path the same winner also removes (a deletion-vector update of a file
+  that existed) brings no new rows, so it is not an append candidate;
+- with deletion vectors, a compaction meeting a compaction or a DML on the same file is
+  rebased by rows (``serialake.core.txn.compaction_rebase``): through the ``serialake.compactedFrom``
+  mapping of a bin-packing output, or by row content where a sorting compaction (ZORDER,
+  clustering) wrote none (``serialake.core.txn.row_matching``; docs/concurrency.md, "Compactions");
+  a compaction left with nothing to write commits nothing.
+
+Rebasing by rows writes new deletion vectors; each is recorded (``TransactionInfo.rebase_dvs``)
+and its file deleted once no action of ours uses it: when a later rebase replaces it, and
+when the commit fails (``compaction_rebase.discard_rebase_dvs``, called by ``OptimisticTransaction.commit``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from functools import cached_property
+from typing import Any
+
+from serialake.core.dv.deletion_vectors import RowIndexSet
+from serialake.core.model import features
+from serialake.core.model import properties as props
+from serialake.core.model.actions import (
+    Action,
+    AddFile,
+    CommitInfo,
+    DomainMetadata,
+    Metadata,
+    Protocol,
+    RemoveFile,
+    SetTransaction,
+)
+from serialake.core.predicates import row_eval
+from serialake.core.txn import compaction_rebase as CR
+from serialake.core.txn import identity_rebase
+from serialake.core.txn import row_level as RL
+from serialake.exceptions import (
+    ConcurrentAppendException,
+    ConcurrentDeleteDeleteException,
+    ConcurrentDeleteReadException,
+    ConcurrentTransactionException,
+    ConflictReason,
+    DeltaConcurrentModificationException,
+    MetadataChangedException,
+    ProtocolChangedException,
+    UnsupportedFeatureError,
+)
+
+# Metadata keys a winner may turn on without failing concurrent writers that change no
+# metadata: enabling them changes nothing a concurrent writer relies on.
+FEATURE_ENABLEMENT_KEYS = {
+    props.ENABLE_DELETION_VECTORS.lower(): "true",
+    props.ENABLE_ICT.lower(): "true",
+    "delta.enablerowtracking": "true",
+    "delta.checkpointpolicy": "v2",
+}
+
+
+@dataclass(frozen=True)
+class WinnerSummary:
+    """What conflict checking needs to know about one winning commit.
+
+    Its adds are ``AddFile`` objects, or, for a commit read from the log, their checked JSON
+    objects (``log.CommitEntry.items``): rules read paths, partition values and flags through
+    ``add_fields`` and build the ``AddFile`` of a file they look at closely with ``add_at``,
+    so checking a winner of many files builds no object per file.
+    """
+
+    version: int
+    commit_info: CommitInfo | None
+    protocol: Protocol | None
+    metadata: Metadata | None
+    add_rows: tuple[Any, ...]  # each add: an AddFile or its checked JSON object (a dict)
+    removes: tuple[RemoveFile, ...]
+    txns: tuple[SetTransaction, ...]
+    domains: tuple[DomainMetadata, ...]
+
+    @classmethod
+    def of(cls, version: int, actions: Sequence[Any]) -> WinnerSummary:
+        """The summary of a commit's actions (``CommitEntry.items``: adds may be JSON objects)."""
+        ci = proto = meta = None
+        adds: list[Any] = []
+        removes: list[RemoveFile] = []
+        txns: list[SetTransaction] = []
+        domains: list[DomainMetadata] = []
+        for a in actions:
+            t = type(a)
+            if t is AddFile or t is dict:
+                adds.append(a)
+            elif t is RemoveFile:
+                removes.append(a)
+            elif t is CommitInfo:
+                ci = a
+            elif t is SetTransaction:
+                txns.append(a)
+            elif t is DomainMetadata:
+                domains.append(a)
+            elif t is Metadata:
+                meta = a
+            elif t is Protocol:
+                proto = a
+        return cls(version, ci, proto, meta, tuple(adds), tuple(removes), tuple(txns), tuple(domains))
+
+    @property
+    def operation(self) -> str | None:
+        return self.commit_info.operation if self.commit_info else None
+
+    @cached_property
+    def adds(self) -> tuple[AddFile, ...]:
+        """Every add as an ``AddFile``."""
+        return tuple(self.add_at(i) for i in range(len(self.add_rows)))
+
+    @cached_property
+    def _built(self) -> dict[int, AddFile]:
+        return {}
+
+    def add_at(self, i: int) -> AddFile:
+        """The ``AddFile`` of the i-th add (built once)."""
+        row = self.add_rows[i]
+        if type(row) is not dict:
+            return row
+        built = self._built.get(i)
+        if built is None:
+            built = self._built[i] = AddFile._from_obj(row)
+        return built
+
+    def add_fields(self) -> Iterator[tuple[int, str, dict[str, str | None] | None, bool]]:
+        """``(index, path, partition values, dataChange)`` of each add, no object built."""
+        for i, row in enumerate(self.add_rows):
+            if type(row) is dict:
+                yield i, row["path"], row["partitionValues"], row["dataChange"]
+            else:
+                yield i, row.path, row.partition_values, row.data_change
+
+    @cached_property
+    def removed_paths(self) -> frozenset[str]:
+        return frozenset(r.path for r in self.removes)
+
+    @cached_property
+    def dv_updates(self) -> dict[str, tuple[RemoveFile, AddFile]]:
+        """Files this winner changed through deletion vectors: path -> (old remove, new add)."""
+        if not self.removes:
+            return {}
+        removed = self.removed_paths
+        same_path = [self.add_at(i) for i, path, _, _ in self.add_fields() if path in removed]
+        return RL.dv_update_pairs({r.path: r for r in self.removes}, same_path)
+
+    @property
+    def is_blind_append(self) -> bool:
+        """Per Delta, a winner without commitInfo counts as not blind."""
+        return bool(self.commit_info and self.commit_info.is_blind_append is True)
+
+    @property
+    def txn_id(self) -> str | None:
+        return self.commit_info.txn_id if self.commit_info else None
+
+
+@dataclass(frozen=True)
+class ReadPredicate:
+    """A predicate a transaction read with: its text and a compiled partition matcher."""
+
+    text: str
+    matches: Callable[[Mapping[str, str | None]], bool]
+    whole_table: bool = False
+    expr: Any = None  # the full predicate (data columns too), for row-level checks
+    may_match_stats: Callable[[Mapping[str, str | None], Any], bool] | None = None
+    # The operation's own condition on rows the driver leaves undecided (see row_eval.RowEvaluator).
+    row_evaluator: row_eval.RowEvaluator | None = None
+    # ``expr`` is only a necessary condition of the read (MERGE: its target side): rows the driver
+    # finds TRUE are confirmed by ``row_evaluator`` too; the driver only rules rows out.
+    confirm_rows: bool = False
+
+
+@dataclass(frozen=True)
+class MatchedRows:
+    """The live rows of one file that matched the transaction's reads, declared by the operation.
+
+    Positions are physical rows of the file as read: with ``base``'s deletion vector.
+    """
+
+    base: AddFile
+    rows: RowIndexSet
+
+
+@dataclass
+class TransactionInfo:
+    """The current transaction as conflict checking sees it; rebased between winners."""
+
+    table: str
+    read_version: int
+    read_metadata: Metadata | None
+    read_protocol: Protocol | None
+    isolation_level: str
+    read_predicates: list[ReadPredicate]
+    read_files: dict[str, AddFile]
+    read_whole_table: bool
+    read_app_ids: set[str]
+    actions: list[Action]
+    metadata: Metadata | None  # metadata this txn writes
+    protocol: Protocol | None  # protocol this txn writes
+    is_blind_append: bool
+    txn_id: str
+    removes: dict[str, RemoveFile] = field(default_factory=dict)
+    app_ids_written: dict[str, int] = field(default_factory=dict)
+    domains_written: set[str] = field(default_factory=set)
+    row_level: bool = False  # deletion vectors on and row-level concurrency applies
+    compaction_carry: bool = False  # deletion vectors on: deletes carry over compactions
+    reader: Any = None  # row_eval.RowReader, to evaluate predicates on rows
+    compaction_bases: dict[str, Any] = field(default_factory=dict)  # our compaction inputs' base vectors
+    matched_rows: dict[str, MatchedRows] = field(default_factory=dict)  # path -> rows our reads matched
+    rebased_away: bool = False  # a rebase dropped actions whose work a winner had already done
+    # Vectors rebasing wrote: deleted when dropped, or when the commit fails (``discard_rebase_dvs``).
+    rebase_dvs: list[Any] = field(default_factory=list)
+    # Identity values stored past the marks read, per column (lower-case name -> identity.Allocation),
+    # and the data files re-basing them wrote (``core.identity_rebase``).
+    identity_allocations: dict[str, Any] = field(default_factory=dict)
+    rebase_files: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        for a in self.actions:
+            if isinstance(a, RemoveFile):
+                self.removes[a.path] = a
+            elif isinstance(a, SetTransaction):
+                self.app_ids_written[a.app_id] = a.version
+            elif isinstance(a, DomainMetadata):
+                self.domains_written.add(a.domain)
+
+    @property
+    def adds(self) -> list[AddFile]:
+        return [a for a in self.actions if isinstance(a, AddFile)]
+
+    @property
+    def nothing_left(self) -> bool:
+        """Rebasing dropped every action (not the commitInfo): the winners already did this work."""
+        return self.rebased_away and all(isinstance(a, CommitInfo) for a in self.actions)
+
+    def replace_actions(self, drop: set[int], new: list[Action]) -> None:
+        """Rebase: drop actions (by identity) and append new ones, keeping ``removes`` in sync."""
+        self.actions = [a for a in self.actions if id(a) not in drop] + new
+        self.removes = {a.path: a for a in self.actions if isinstance(a, RemoveFile)}
+
+
+def _fail(
+    exc: type[DeltaConcurrentModificationException],
+    conflict_reason: ConflictReason,
+    reason: str,
+    info: TransactionInfo,
+    winner: WinnerSummary,
+    **kw: Any,
+) -> DeltaConcurrentModificationException:
+    """The exception ``exc`` for a conflict with ``winner``: why (the rule's ``ConflictReason`` and in
+    words), with the winner's version and operation."""
+    return exc(
+        reason,
+        conflict_reason=conflict_reason,
+        table=info.table,
+        read_version=info.read_version,
+        winning_version=winner.version,
+        winning_operation=winner.operation,
+        winning_commit_info=dict(winner.commit_info.values) if winner.commit_info else None,
+        **kw,
+    )
+
+
+def check_winner(info: TransactionInfo, winner: WinnerSummary) -> TransactionInfo:
+    """Raise the first conflict between ``info`` and ``winner``, else return the rebased info."""
+    info = _check_protocol(info, winner)
+    info = _check_metadata(info, winner)
+    _check_domains(info, winner)
+    _check_app_ids(info, winner)
+    _check_appends(info, winner)
+    _check_delete_read(info, winner)
+    return _check_delete_delete(info, winner)
+
+
+def _check_protocol(info: TransactionInfo, w: WinnerSummary) -> TransactionInfo:
+    if w.protocol is None:
+        return info
+    if info.read_version < 0:
+        return _raise(
+            _fail(
+                ProtocolChangedException,
+                ConflictReason.CONCURRENT_CREATE,
+                "The table was created concurrently: another writer committed the first version "
+                "of this path first.",
+                info,
+                w,
+                help="Another job created this table at the same time. Reload it and retry the write "
+                "(as an append, or with createIfNotExists).",
+            )
+        )
+    if info.protocol is not None:
+        if replaces_table(w.operation) and replaces_table(_own_operation(info)):
+            return _raise(_replaced_concurrently(info, w))
+        return _raise(
+            _fail(
+                ProtocolChangedException,
+                ConflictReason.PROTOCOL_CHANGE,
+                "The protocol was changed concurrently, and this transaction changes it too.",
+                info,
+                w,
+            )
+        )
+    before = info.read_protocol or Protocol()
+    dropped = features.table_features(before) - features.table_features(w.protocol)
+    if dropped:
+        return _raise(
+            _fail(
+                ProtocolChangedException,
+                ConflictReason.FEATURE_DROPPED,
+                f"A concurrent commit dropped table feature(s) {', '.join(sorted(dropped))}.",
+                info,
+                w,
+            )
+        )
+    try:
+        features.check_writable(w.protocol, None, info.table)
+    except UnsupportedFeatureError as e:
+        return _raise(
+            _fail(
+                ProtocolChangedException,
+                ConflictReason.UNSUPPORTED_PROTOCOL,
+                f"The table was upgraded concurrently: {e}",
+                info,
+                w,
+            )
+        )
+    return replace(info, read_protocol=w.protocol)
+
+
+def replaces_table(operation: str | None) -> bool:
+    """Whether a commit's operation creates or replaces the whole table (CREATE / REPLACE TABLE ...)."""
+    op = (operation or "").upper()
+    return op.startswith(("CREATE", "REPLACE"))
+
+
+def _own_operation(info: TransactionInfo) -> str | None:
+    ci = next((a for a in info.actions if isinstance(a, CommitInfo)), None)
+    return ci.operation if ci is not None else None
+
+
+def _replaced_concurrently(info: TransactionInfo, w: WinnerSummary) -> DeltaConcurrentModificationException:
+    return _fail(
+        ProtocolChangedException,
+        ConflictReason.CONCURRENT_REPLACE,
+        f"The table was created or replaced concurrently by a {w.operation} commit while this "
+        f"{_own_operation(info)} was running.",
+        info,
+        w,
+        help="Two jobs created or replaced this table at the same time: only one can. Re-run this one if its "
+        "table should win, after checking what the other wrote.",
+    )
+
+
+def _allowed_metadata_change(before: Metadata | None, after: Metadata) -> bool:
+    if before is None:
+        return False
+    if (
+        before.id != after.id
+        or before.schema_string != after.schema_string
+        or tuple(before.partition_columns) != tuple(after.partition_columns)
+    ):
+        return False
+    old = {k.lower(): v for k, v in before.configuration.items()}
+    new = {k.lower(): v for k, v in after.configuration.items()}
+    for key in set(old) | set(new):
+        if old.get(key) == new.get(key):
+            continue
+        if FEATURE_ENABLEMENT_KEYS.get(key) != (new.get(key) or "").lower():
+            return False
+    return True
+
+
+def _check_metadata(info: TransactionInfo, w: WinnerSummary) -> TransactionInfo:
+    if w.metadata is None:
+        return info
+    if info.metadata is not None and replaces_table(w.operation) and replaces_table(_own_operation(info)):
+        _raise(_replaced_concurrently(info, w))  # e.g. a winner that wrote no protocol action
+    if info.metadata is None and _allowed_metadata_change(info.read_metadata, w.metadata):
+        return replace(info, read_metadata=w.metadata)
+    rebased, why = identity_rebase.rebase(info, w)  # a concurrent identity allocation: move ours past it
+    if rebased is not None:
+        return rebased
+    what = _describe_metadata_change(info.read_metadata, w.metadata)
+    # The winner's change alone would have been adopted (``why``: an identity allocation only) but ours
+    # writes metadata too; otherwise the winner's change itself fails this transaction.
+    both = info.metadata is not None and (why is not None or _allowed_metadata_change(info.read_metadata, w.metadata))
+    return _raise(
+        _fail(
+            MetadataChangedException,
+            ConflictReason.BOTH_CHANGE_METADATA if both else ConflictReason.METADATA_CHANGE,
+            f"The table metadata was changed by a concurrent commit ({what})."
+            + (f" {why}" if why else " This transaction changes the metadata too." if info.metadata else ""),
+            info,
+            w,
+        )
+    )
+
+
+def _describe_metadata_change(before: Metadata | None, after: Metadata) -> str:
+    if before is None:
+        return "table created"
+    parts = []
+    if before.schema_string != after.schema_string:
+        parts.append("schema")
+    if tuple(before.partition_columns) != tuple(after.partition_columns):
+        parts.append("partitioning")
+    changed = sorted(
+        k
+        for k in set(before.configuration) | set(after.configuration)
+        if before.configuration.get(k) != after.configuration.get(k)
+    )
+    if changed:
+        parts.append("properties " + ", ".join(f"{k}={after.configuration.get(k, '<unset>')}" for k in changed))
+    if before.id != after.id:
+        parts.append("table replaced")
+    return "; ".join(parts) or "metadata rewritten"
+
+
+def _check_domains(info: TransactionInfo, w: WinnerSummary) -> None:
+    for d in w.domains:
+        if d.domain in info.domains_written:
+            _raise(
+                _fail(
+                    ConcurrentTransactionException,
+                    ConflictReason.SAME_DOMAIN,
+                    f"Domain metadata '{d.domain}' was written concurrently.",
+                    info,
+                    w,
+                    detail=f"domain {d.domain}",
+                )
+            )
+
+
+def _check_app_ids(info: TransactionInfo, w: WinnerSummary) -> None:
+    for t in w.txns:
+        ours = info.app_ids_written.get(t.app_id)
+        if t.app_id in info.read_app_ids or (ours is not None and t.version >= ours):
+            _raise(
+                _fail(
+                    ConcurrentTransactionException,
+                    ConflictReason.SAME_APP_ID,
+                    f"Application '{t.app_id}' committed version {t.version} concurrently.",
+                    info,
+                    w,
+                    detail=f"appId={t.app_id} version={t.version}",
+                )
+            )
+
+
+def _append_rows(info: TransactionInfo, w: WinnerSummary) -> list[tuple[int, str, dict[str, str | None] | None]]:
+    """The winner's adds that count as new rows for this transaction's isolation level.
+
+    As ``(index, path, partition values)``: no object is built (``w.add_at(index)`` does).
+    """
+    level = info.isolation_level
+    if level == props.SNAPSHOT_ISOLATION:
+        return []
+    # (A transaction that only raises identity marks changes no schema: it counts as changing none.)
+    if (
+        level == props.WRITE_SERIALIZABLE
+        and w.is_blind_append
+        and identity_rebase.changes_only_marks(info.read_metadata, info.metadata)
+    ):
+        return []
+    removed = w.removed_paths
+    return [(i, path, pv) for i, path, pv, data_change in w.add_fields() if data_change and path not in removed]
+
+
+def _check_appends(info: TransactionInfo, w: WinnerSummary) -> None:
+    if info.is_blind_append or not info.read_predicates:
+        return
+    candidates = _append_rows(info, w)
+    if not candidates:
+        return
+    for pred in info.read_predicates:
+        seen: dict[tuple[tuple[str, str | None], ...], bool] = {}
+        for i, path, values in candidates:
+            pv = values or {}
+            if pred.whole_table:
+                hit = True
+            else:
+                # Files of one commit mostly share partitions: evaluate each partition once.
+                key = tuple(pv.items())
+                hit = seen.get(key)  # type: ignore[assignment]
+                if hit is None:
+                    hit = seen[key] = pred.matches(pv)
+            row_checked = info.row_level and pred.expr is not None and info.reader is not None
+            if hit and row_checked and not _rows_may_match(info, pred, w.add_at(i)):
+                continue
+            if hit:
+                partition = dict(pv) if pv else None
+                read = "the whole table" if pred.whole_table else f"'{pred.text}'"
+                _raise(
+                    _fail(
+                        ConcurrentAppendException,
+                        ConflictReason.ROW_LEVEL_CHANGES
+                        if row_checked
+                        else ConflictReason.EMPTY_READ_PREDICATES
+                        if pred.whole_table
+                        else ConflictReason.FILE_LEVEL_CHANGES,
+                        f"Files were added to {_where(partition)} by a concurrent "
+                        f"{w.operation or 'commit'}, and this transaction read {read}.",
+                        info,
+                        w,
+                        partition=partition,
+                        file=path,
+                        detail=f"read predicate: {read}",
+                        help=_append_help(info, w, pred),
+                    )
+                )
+
+
+def _where(partition: dict[str, str | None] | None) -> str:
+    if not partition:
+        return "the table"
+    return "partition " + ", ".join(f"{k}={v if v is not None else 'NULL'}" for k, v in partition.items())
+
+
+def _append_help(info: TransactionInfo, w: WinnerSummary, pred: ReadPredicate) -> str:
+    parts = (info.read_metadata.partition_columns if info.read_metadata else ()) or ()
+    if pred.whole_table or pred.text in ("", "true", "TRUE"):
+        if parts:
+            cols = ", ".join(parts)
+            hint = (
+                f"This operation read the whole table. Make the partitions it touches explicit in its "
+                f"condition (e.g. add t.{parts[0]} = '<value>' to the MERGE/UPDATE/DELETE condition) so it "
+                f"only reads the partitions of {cols} it needs."
+            )
+        else:
+            hint = (
+                "The table is not partitioned, so every operation reads the whole table. Partition it by "
+                "the columns of your conditions, or enable deletion vectors for row-level concurrency."
+            )
+    else:
+        hint = "Narrow the condition so the partitions this operation reads exclude the ones written concurrently."
+    if info.isolation_level == props.SERIALIZABLE and w.is_blind_append:
+        hint += " The winner was a blind append: under WriteSerializable it would not conflict."
+    return hint
+
+
+def _rows_may_match(info: TransactionInfo, pred: ReadPredicate, add: AddFile) -> bool:
+    """Whether a winner's new file holds a row this read would have seen (exact, on its rows)."""
+    if pred.expr is None or info.reader is None:
+        return True
+    if pred.may_match_stats is not None and not pred.may_match_stats(add.partition_values or {}, add.parsed_stats()):
+        return False
+    return _any_row_true(info, pred, add, None)
+
+
+def _any_row_true(info: TransactionInfo, pred: ReadPredicate, add: AddFile, rows: RowIndexSet | None) -> bool:
+    """Whether some live row of ``add`` (within ``rows``) satisfies ``pred``; True when undecidable.
+
+    The driver decides what it can (three-valued); the predicate's row evaluator gets the
+    undecided rows. Anything that fails keeps the file-level outcome: a conflict.
+    """
+    evaluator = _guarded(pred.row_evaluator) if pred.row_evaluator is not None else None
+    try:
+        confirm = pred.confirm_rows and evaluator is not None
+        return len(row_eval.resolve_rows(info.reader, add, pred.expr, rows, evaluator, confirm=confirm)) > 0
+    except (row_eval.CannotEvaluate, OSError, ValueError):
+        return True
+
+
+def _guarded(evaluator: row_eval.RowEvaluator) -> row_eval.RowEvaluator:
+    """``evaluator`` with any error turned into ``CannotEvaluate`` (the caller then keeps the conflict)."""
+
+    def run(add: AddFile, rows: RowIndexSet | None) -> RowIndexSet:
+        try:
+            return evaluator(add, rows)
+        except Exception as e:  # noqa: BLE001 - e.g. a Spark job failure: undecided, so a conflict
+            raise row_eval.CannotEvaluate(f"row evaluator failed on {add.path}: {e}") from e
+
+    return run
+
+
+def _winner_dv_update(w: WinnerSummary, path: str) -> tuple[RemoveFile, AddFile] | None:
+    return w.dv_updates.get(path)
+
+
+def _own_dv_update(info: TransactionInfo, path: str) -> tuple[RemoveFile, AddFile] | None:
+    return RL.dv_update_pairs(info.removes, [a for a in info.adds if a.path == path]).get(path)
+
+
+def _row_level_read_ok(info: TransactionInfo, w: WinnerSummary, r: RemoveFile) -> bool:
+    """A winner's DV update of a file we read is harmless if no row it deleted was ours to read.
+
+    Rows we deleted too are left to the delete-delete check. When the operation declared the
+    rows it matched in this file (``matched_rows``, read with the vector the winner replaced),
+    the other deleted rows are harmless exactly when none of them is among those, whatever the
+    condition. Otherwise every read predicate is evaluated on them (``_any_row_true``).
+    """
+    if not info.row_level or info.reader is None or info.read_whole_table:
+        return False
+    pair = _winner_dv_update(w, r.path)
+    if pair is None:
+        return False
+    try:
+        w_deleted = CR.newly_deleted(info, pair)
+        own = _own_dv_update(info, r.path)
+        if own is not None and not _same_base(own[0], r):
+            return False
+        if own is not None:
+            w_deleted = w_deleted - CR.newly_deleted(info, own)  # same rows: a delete-delete conflict
+        if not len(w_deleted):
+            return True
+        declared = info.matched_rows.get(r.path)
+        if declared is not None and RL.same_dv(declared.base.deletion_vector, r.deletion_vector):
+            return not len(w_deleted & declared.rows)
+        if any(p.expr is None for p in info.read_predicates):
+            return False
+        base = AddFile(path=r.path, partition_values=r.partition_values, size=r.size, stats=r.stats,
+                       deletion_vector=r.deletion_vector)
+        return not any(_any_row_true(info, p, base, w_deleted) for p in info.read_predicates)
+    except (row_eval.CannotEvaluate, OSError, ValueError):
+        return False
+
+
+def _row_level_read_checked(info: TransactionInfo, w: WinnerSummary, r: RemoveFile) -> bool:
+    """Whether ``_row_level_read_ok`` compared rows for the winner's remove ``r`` (rather than refusing
+    at file level): row-level on, a reader, a read of less than the whole table, a vector update of ``r``."""
+    return info.row_level and info.reader is not None and not info.read_whole_table and r.path in w.dv_updates
+
+
+def _same_base(a: RemoveFile, b: RemoveFile) -> bool:
+    return RL.same_dv(a.deletion_vector, b.deletion_vector)
+
+
+def _check_delete_read(info: TransactionInfo, w: WinnerSummary) -> None:
+    for r in w.removes:
+        if not r.data_change:
+            continue  # compaction: the rows still exist, in another file
+        if (r.path in info.read_files or info.read_whole_table) and not _row_level_read_ok(info, w, r):
+            read = info.read_files.get(r.path)
+            _raise(
+                _fail(
+                    ConcurrentDeleteReadException,
+                    ConflictReason.ROW_LEVEL_CHANGES
+                    if _row_level_read_checked(info, w, r)
+                    else ConflictReason.FILE_REMOVED,
+                    f"A file this transaction read was removed by a concurrent {w.operation or 'commit'}.",
+                    info,
+                    w,
+                    partition=dict(read.partition_values) if read and read.partition_values else None,
+                    file=r.path,
+                )
+            )
+
+
+def _check_delete_delete(info: TransactionInfo, w: WinnerSummary) -> TransactionInfo:
+    for r in w.removes:
+        ours = info.removes.get(r.path)
+        if ours is None:
+            continue
+        if _resolve_same_file(info, w, r, ours):
+            continue
+        _raise(
+            _fail(
+                ConcurrentDeleteDeleteException,
+                ConflictReason.FILE_REMOVED,
+                f"A file this transaction removes was also removed by a concurrent {w.operation or 'commit'}.",
+                info,
+                w,
+                partition=dict(r.partition_values) if r.partition_values else None,
+                file=r.path,
+            )
+        )
+    return info
+
+
+def _raise(exc: BaseException) -> Any:
+    raise exc
+
+
+def _resolve_same_file(info: TransactionInfo, w: WinnerSummary, r: RemoveFile, ours: RemoveFile) -> bool:
+    """Rebase ``info`` over a winner that also removed our file, when rows allow; True if done.
+
+    Raises ``ConcurrentDeleteDeleteException`` when both deleted the same rows.
+    """
+    if not (info.row_level or info.compaction_carry) or not _same_base(r, ours):
+        return False
+    try:
+        own = _own_dv_update(info, r.path)
+        theirs = _winner_dv_update(w, r.path)
+        if own is not None and theirs is not None and info.row_level:
+            return _merge_vectors(info, w, own, theirs)
+        if own is not None and not r.data_change and info.compaction_carry:
+            return CR.carry_into_compaction(info, w, own, r)
+        if theirs is not None and not ours.data_change and info.compaction_carry:
+            return CR.absorb_into_own_compaction(info, theirs, ours)
+        if not info.compaction_carry or own is not None or theirs is not None:
+            return False
+        if not r.data_change and not ours.data_change:
+            return CR.yield_to_compaction(info, ours)
+        if not r.data_change and not any(a.path == r.path for a in info.adds):
+            return CR.carry_emptied_into_compaction(info, w, ours, r)
+        if r.data_change and not ours.data_change and not any(a.path == r.path for a in w.adds):
+            return CR.absorb_emptied_into_own_compaction(info, ours)
+    except (row_eval.CannotEvaluate, OSError, ValueError):
+        return False
+    return False
+
+
+def _merge_vectors(
+    info: TransactionInfo, w: WinnerSummary, own: tuple[RemoveFile, AddFile], theirs: tuple[RemoveFile, AddFile]
+) -> bool:
+    """Both marked rows of one file deleted: disjoint rows merge into one vector."""
+    mine = CR.newly_deleted(info, own)
+    their_rows = CR.newly_deleted(info, theirs)
+    overlap = mine & their_rows
+    if len(overlap):
+        rows = sorted(overlap)[:5]
+        _raise(
+            _fail(
+                ConcurrentDeleteDeleteException,
+                ConflictReason.SAME_ROWS_DELETED,
+                f"A concurrent {w.operation or 'commit'} deleted or updated the same row(s) of a file "
+                f"this transaction changes (row indexes {rows}{'...' if len(overlap) > 5 else ''}).",
+                info,
+                w,
+                partition=dict(own[0].partition_values) if own[0].partition_values else None,
+                file=own[0].path,
+                detail=f"{len(overlap)} row(s) changed by both",
+                help="Both operations changed the same rows. Retry this one: it will see the other's result.",
+            )
+        )
+    merged = RL.dv_rows(info.table, theirs[1].deletion_vector) | mine
+    new_add = RL.with_dv(own[1], CR.write_dv(info, merged))
+    info.replace_actions({id(own[0]), id(own[1])}, [theirs[1].remove(), new_add])
+    CR.discard_dropped_dvs(info)  # e.g. the vector an earlier rebase of this file wrote
+    return True

@@ -6,7 +6,7 @@ function and change-feed streams call. It returns the table's columns (as of the
 version, in schema order) then ``_change_type``, ``_commit_version`` (long) and
 ``_commit_timestamp`` (timestamp), ordered by ``_commit_version``.
 
-The plan (which rows of which files are which changes) comes from ``core.cdf``; the rows
+The plan (which rows of which files are which changes) comes from ``core.log.cdf``; the rows
 are read by ``io.read_files_df`` (local files by Spark's Parquet reader, S3 objects by the
 executors). Up to ``_MAX_VERSION_SCANS`` versions are read one version after the other
 (a scan per role, the version and change type as literals, rows in version order without

@@ -270,7 +270,7 @@ def write_to(df: DataFrame, name: str, st: dict[str, Any], kind: str, *args: Any
 
 def _register(name: str, location: str, given: str | None, version: int | None, operation: str) -> None:
     """Register ``name`` at ``location`` (external when ``given``) once ``version`` is committed: a step
-    after the commit (``core.post_commit``). ``version`` None: nothing was committed, nothing guarded."""
+    after the commit (``core.txn.post_commit``). ``version`` None: nothing was committed, nothing guarded."""
     managed = False if given is not None else None
     after_commit(
         "register the table name in the catalog", location, version,

@@ -21,7 +21,7 @@ recorded in the process's ledger of cuts with the new read (``core.cut.extend``)
 DataFrame that combines them is known to read one state. Writes and queries that consume
 such a DataFrame check its versions with ``core.cut.check_together``.
 
-Derived tables (``core.derived``). A table whose property ``serialake.maintainedFrom``
+Derived tables (``core.tables.derived``). A table whose property ``serialake.maintainedFrom``
 names its sources is kept up to date from them by some job; each of its commits records
 which source versions it was computed from. At STRICT SERIALIZABLE a statement reading it
 must reflect every source commit acknowledged before the statement started: the
@@ -192,7 +192,7 @@ def _remember_cut(spark: SparkSession, snaps: dict[str, Snapshot]) -> None:
 
 def note_committed(spark: SparkSession, path: str, version: int | None, operation: str) -> None:
     """``note_write`` after ``operation`` committed ``version`` of ``path``: a step after the commit
-    (``core.post_commit``), which warns instead of raising. ``version`` None: nothing was committed."""
+    (``core.txn.post_commit``), which warns instead of raising. ``version`` None: nothing was committed."""
     after_commit("note the write for the session's reads", path, version, note_write, spark, path, operation=operation)
 
 

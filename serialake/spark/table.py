@@ -201,7 +201,7 @@ class DeltaTable:
         """Delete the rows matching ``condition`` (all rows when None).
 
         The operations below return their result DataFrame, or None (with an ``AfterCommitWarning``)
-        when building it failed after the commit (``core.post_commit``).
+        when building it failed after the commit (``core.txn.post_commit``).
         """
         check_condition(condition)
         return dml.delete(self.spark, self.path, condition, alias=self._alias)
@@ -378,7 +378,7 @@ class DeltaTable:
         end = self._commit_marker(
             "VACUUM END", {"status": "COMPLETED"}, {"numDeletedFiles": len(deleted), "numVacuumedDirectories": dirs}
         )
-        return after_commit(  # (None and a warning when it fails: core.post_commit)
+        return after_commit(  # (None and a warning when it fails: core.txn.post_commit)
             "build the result DataFrame", self.path, end, self.spark.createDataFrame,
             [(_location_uri(p),) for p in sorted(deleted)], schema, operation="VACUUM",
             instead="(None instead of the result DataFrame)",

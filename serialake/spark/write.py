@@ -144,7 +144,7 @@ def write(
             new_table_properties=new_table_properties,
         )  # fmt: skip
     finally:
-        # Once committed, what follows are steps after the commit: they warn, never raise (core.post_commit).
+        # Once committed, what follows are steps after the commit: they warn, never raise (core.txn.post_commit).
         if cached is not None:
             after_commit("unpersist the cached source", path, version, cached.unpersist, operation=operation)
     if from_session:

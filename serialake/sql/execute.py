@@ -622,7 +622,7 @@ def _done(
     """The result of a statement that committed ``version`` of the table at ``path`` (None: nothing).
 
     Noting the write for the session's reads and building the result (``build``, an empty one
-    by default) are steps after the commit (``core.post_commit``): a failure warns, and the
+    by default) are steps after the commit (``core.txn.post_commit``): a failure warns, and the
     statement returns None instead of its result DataFrame rather than raise.
     """
     isolation.note_committed(spark, path, version, operation)

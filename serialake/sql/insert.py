@@ -61,7 +61,7 @@ def run_insert(spark: SparkSession, st: Insert) -> DataFrame | None:
         snap = log.update()
         df = _shape_insert(spark, run_query(spark, st.query), snap.schema, st)
         version = write(df, log.table_path, mode=mode, replaceWhere=replace_where)
-    # Steps after the commit (core.post_commit): each warns instead of raising.
+    # Steps after the commit (core.txn.post_commit): each warns instead of raising.
     table = log.table_path
     isolation.note_committed(spark, table, version, "WRITE")
     inserted = after_commit(

@@ -5,7 +5,7 @@ Requests go through ``obstore`` (Rust ``object_store``, the library delta-rs use
 wheel): measured here 1.5-5x faster per conditional PUT than boto3 against a local server,
 and its ``mode="create"`` is exactly S3's conditional write.
 
-Outcomes of a commit PUT, and what the commit loop (``core.transaction``) does with them:
+Outcomes of a commit PUT, and what the commit loop (``core.txn.transaction``) does with them:
 
 - 200: committed.
 - 412 Precondition Failed: the version exists (``FileAlreadyExistsError``). It may be our

@@ -81,7 +81,7 @@ PAIRS = [
     ("R4", MATRIX_ORDER),  # OPTIMIZE after a DELETE of one of its inputs' rows
     ("R6", MATRIX_ORDER),  # UPDATE after a MERGE in one file
     # deletion vectors, partitioned: DELETE after delta-spark's OPTIMIZE, whose outputs carry no row
-    # mapping: the DELETE's marks are carried onto them by row content (core.row_matching)
+    # mapping: the DELETE's marks are carried onto them by row content (core.txn.row_matching)
     ("R4 (partitioned)", SWAPPED_ORDER),
 ]
 BY_NAME = {c.name: c for c in CELLS}

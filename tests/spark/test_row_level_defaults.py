@@ -232,7 +232,7 @@ def test_clustered_table_without_deletion_vectors_keeps_file_level_rules(spark: 
 def test_clustering_optimize_and_delete_of_one_row(spark: SparkSession, tmp_table: str, level: str, order: str) -> None:
     """Clustering OPTIMIZE reorders rows (z-order of the clustering columns), so its outputs carry no
     in-order row mapping (``serialake.compactedFrom``); the DELETE's row is found in them by its values
-    (``core.row_matching``) and both commit, in either order (matrix R5: may conflict). The row is
+    (``core.txn.row_matching``) and both commit, in either order (matrix R5: may conflict). The row is
     deleted exactly once, every other row stays once, and OPTIMIZE's files stay clustered."""
     _make(spark, tmp_table, "clustered", level)
     v = DeltaLog.for_table(tmp_table).update().version

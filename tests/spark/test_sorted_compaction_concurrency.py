@@ -2,7 +2,7 @@
 
 The clustering OPTIMIZE of a liquid-clustered table and ZORDER reorder rows, so their outputs
 carry no in-order row mapping: a concurrent DELETE / UPDATE / MERGE of their inputs is carried
-over by row content (``core.row_matching``), in either commit order. Each pair is planned from one
+over by row content (``core.txn.row_matching``), in either commit order. Each pair is planned from one
 version: the second committer plans, its ``before_commit`` hook runs the first to completion,
 then it commits. Rows are checked exactly with serialake and with delta-rs (each row once, NaN
 compared by its text), the rows marked in the compaction's outputs are the DML's rows, and no

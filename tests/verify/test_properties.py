@@ -439,7 +439,7 @@ def _value_node(inner: st.SearchStrategy[str]) -> st.SearchStrategy[str]:
     rows=st.lists(_num_row, min_size=1, max_size=20),
 )
 def test_exact_values_agree_with_spark(spark: Any, exprs: list[tuple[str, str]], rows: list[tuple[Any, ...]]) -> None:
-    """Every SET value the core computes (``core.values``; refused ones and overflows are left
+    """Every SET value the core computes (``core.predicates.values``; refused ones and overflows are left
     to Spark) equals what Spark stores: ``expr(value).cast(column type)``, as UPDATE does.
 
     Spark runs with ANSI mode on (its default): had an integral overflow happened anywhere,

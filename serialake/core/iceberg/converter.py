@@ -1,7 +1,7 @@
 """Iceberg conversion after commits, in the background, one thread per table (Delta UniForm).
 
 The commit path calls ``after_commit(log, version, configuration)``, as a step after the
-commit (``core.post_commit``): for a table with ``delta.universalFormat.enabledFormats``
+commit (``core.txn.post_commit``): for a table with ``delta.universalFormat.enabledFormats``
 including ``iceberg`` it hands the version to the table's ``IcebergConverter`` and returns at
 once. The converter converts the newest version it
 was asked for (versions queued while it worked are skipped: converting 7 covers 5 and 6), on

@@ -282,8 +282,8 @@ def resolve_range(
 
 
 def _format_ms(ms: int) -> str:
-    """A commit time as the errors show it (as ``core.log.format_ms``; not imported: ``core.log``
-    reaches this module through ``core.transaction``)."""
+    """A commit time as the errors show it (as ``core.log.deltalog.format_ms``; not imported: ``core.log.deltalog``
+    reaches this module through ``core.txn.transaction``)."""
     import datetime as dt
 
     return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + " UTC"

@@ -11,6 +11,7 @@ from collections.abc import Iterable, Mapping
 
 from serialake.core.model import properties as props
 from serialake.core.model.actions import Metadata, Protocol
+from serialake.core.model.column_mapping import mapping_mode
 from serialake.core.model.constraints import generated_columns
 from serialake.core.model.identity import identity_columns
 from serialake.core.model.schema import StructType
@@ -200,7 +201,7 @@ def required_protocol(
             wanted.add(key[len(props.FEATURE_PREFIX):])
     if any(k.lower().startswith(props.CONSTRAINT_PREFIX) for k in configuration):
         wanted.add("checkConstraints")
-    if conf_lower.get(props.COLUMN_MAPPING_MODE.lower(), "none").lower() != "none":
+    if mapping_mode(configuration) != "none":
         wanted.add("columnMapping")
     if conf_lower.get(props.CHECKPOINT_POLICY.lower(), "classic").lower() == "v2":
         wanted.add("v2Checkpoint")  # readers must know v2 (UUID-named) checkpoints may be there

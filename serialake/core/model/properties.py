@@ -38,7 +38,7 @@ TARGET_FILE_SIZE = "delta.targetFileSize"
 MIN_READER_VERSION = "delta.minReaderVersion"
 MIN_WRITER_VERSION = "delta.minWriterVersion"
 FEATURE_PREFIX = "delta.feature."
-CONSTRAINT_PREFIX = "delta.constraints."  # + name: a CHECK constraint (``core.constraints``)
+CONSTRAINT_PREFIX = "delta.constraints."  # + name: a CHECK constraint (``core.model.constraints``)
 #: Session settings ``<prefix><prop>`` give every new table ``delta.<prop>`` (delta-spark's
 #: ``spark.databricks.delta.properties.defaults.*``; ``with_session_defaults``).
 SESSION_DEFAULTS_PREFIX = "spark.databricks.delta.properties.defaults."

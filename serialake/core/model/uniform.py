@@ -6,7 +6,7 @@ whose writer rules (Delta protocol, "Iceberg Compatibility V2") make every data 
 readable as an Iceberg data file:
 
 - column mapping (``name`` or ``id``), with ids for array elements and map keys and values
-  (``core.column_mapping``); a new table gets ``name`` mode on its own;
+  (``core.model.column_mapping``); a new table gets ``name`` mode on its own;
 - no deletion vectors (``delta.enableDeletionVectors`` false, and no file with a vector);
 - partition values materialized in the data files, timestamps as int64, ``numRecords`` in
   every file's stats; the writers do this and tag each file ``ICEBERG_COMPAT_VERSION=2``
@@ -27,6 +27,7 @@ from dataclasses import replace
 
 from serialake.core.model import properties as props
 from serialake.core.model.actions import Action, AddFile, Metadata
+from serialake.core.model.column_mapping import mapping_mode
 from serialake.core.model.schema import ArrayType, DataType, DecimalType, MapType, PrimitiveType, StructType
 from serialake.exceptions import DeltaAnalysisException, UnsupportedFeatureError
 
@@ -127,7 +128,7 @@ def prepare_metadata(
         conf[props.ENABLE_ICEBERG_COMPAT_V2] = "true"
     if not compat_v2(conf):
         return replace(metadata, configuration=conf)
-    if props.get(conf, props.COLUMN_MAPPING_MODE) == "none":
+    if mapping_mode(conf, table) == "none":
         if not settable:
             raise IcebergCompatError(
                 f"Table {table}: IcebergCompatV2 needs column mapping; run {UPGRADE_ADVICE.format(table=table)}, "

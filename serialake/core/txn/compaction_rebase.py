@@ -14,7 +14,7 @@ second committer is rebased instead of failing (docs/concurrency.md, "Compaction
 Rows are located in the outputs through the in-order mapping a bin-packing output records
 (``row_level.COMPACTED_FROM_TAG``): a contiguous range per input, cheap and exact. An output
 without it (sorted by ZORDER or clustering, or written by another engine) is searched by row
-content (``core.row_matching``): equal rows are interchangeable, so marking any free equal
+content (``core.txn.row_matching``): equal rows are interchangeable, so marking any free equal
 copy gives the serial outcome. What cannot be located keeps the conflict (the functions
 return False).
 

@@ -223,7 +223,7 @@ class TransactionInfo:
     # Vectors rebasing wrote: deleted when dropped, or when the commit fails (``discard_rebase_dvs``).
     rebase_dvs: list[Any] = field(default_factory=list)
     # Identity values stored past the marks read, per column (lower-case name -> identity.Allocation),
-    # and the data files re-basing them wrote (``core.identity_rebase``).
+    # and the data files re-basing them wrote (``core.txn.identity_rebase``).
     identity_allocations: dict[str, Any] = field(default_factory=dict)
     rebase_files: list[str] = field(default_factory=list)
 

@@ -9,7 +9,7 @@ the smallest multiple of the step that puts them all past the winner's mark
 its last generated value. Files are rewritten on the driver with pyarrow (read, shift the
 column, write a new file with fresh min/max stats, replace the add); the files replaced
 are deleted by the writer's clean-up once the commit no longer references them
-(``core.written``), and files written here that end up unused by ``discard_rebase_files``.
+(``core.txn.written``), and files written here that end up unused by ``discard_rebase_files``.
 
 Only values past the mark the transaction read can meet a winner's generated ones, and the
 writer declares what it stored there (``identity.Allocation``, through

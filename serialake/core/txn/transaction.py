@@ -269,7 +269,7 @@ class OptimisticTransaction:
         REPLACE] TABLE): it writes the protocol too, as Delta does, so that a concurrent
         creation or replacement fails with ``ProtocolChangedException``. ``upgrade_uniform``:
         the commit turns IcebergCompatV2 on and rewrites the files not written for it
-        (``REORG ... UPGRADE UNIFORM``; see ``core.uniform``).
+        (``REORG ... UPGRADE UNIFORM``; see ``core.model.uniform``).
 
         A new table (no snapshot) starts with the session's default properties under its own
         (``properties.with_session_defaults``), whatever operation creates it: this is the one
@@ -432,7 +432,7 @@ class OptimisticTransaction:
 
         A write raising an identity column's high-water mark declares it, so that a concurrent
         allocation from the same mark re-bases its generated values instead of conflicting
-        (``core.identity_rebase``); a raised mark not declared conflicts, as with Delta.
+        (``core.txn.identity_rebase``); a raised mark not declared conflicts, as with Delta.
         """
         self.identity_allocations[allocation.column.lower()] = allocation
 
@@ -478,7 +478,7 @@ class OptimisticTransaction:
             discard_rebase_dvs(info)  # nothing of this transaction is in the table
             raise
         self.committed = result
-        # Committed: what follows may fail but never fails the commit (``core.post_commit``).
+        # Committed: what follows may fail but never fails the commit (``core.txn.post_commit``).
         version, table = result.version, self.table_path
         after_commit(
             "delete the deletion vector files rebasing wrote that the commit does not use", table, version,
@@ -676,7 +676,7 @@ class OptimisticTransaction:
     ) -> None:
         """Refuse, on a CDF table, a rewrite without its change data files (readers would misread it).
 
-        Appends, whole-file deletes, deletion-vector deletes and overwrites need none (``core.cdf``).
+        Appends, whole-file deletes, deletion-vector deletes and overwrites need none (``core.log.cdf``).
         """
         meta = self.metadata
         if meta is None or not meta.derived(cdf.enabled):

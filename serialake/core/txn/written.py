@@ -7,7 +7,7 @@ written for it are deleted; when it committed, those that rebasing over concurre
 commits dropped (e.g. compaction outputs another compaction already made) are deleted.
 When the outcome is unknown (``CommitOutcomeUnknownError``), every file stays: the commit
 may have landed and reference them. Deleting after a commit is a step after the commit
-(``core.post_commit``): a failure is warned about, the committed version returned.
+(``core.txn.post_commit``): a failure is warned about, the committed version returned.
 """
 
 from __future__ import annotations

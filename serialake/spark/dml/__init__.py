@@ -12,7 +12,7 @@
   files, finding rows, the one rewrite loop), ``driver_merge``, ``driver_compaction``; the
   DELETE and UPDATE rewrites are ``driver_*`` functions of their modules.
 
-Deletion-vector policy (``core.dv_policy``) and commit-and-clean-up (``core.written``) are
+Deletion-vector policy (``core.dv.dv_policy``) and commit-and-clean-up (``core.txn.written``) are
 engine-neutral and live in the core. Functions take ``(spark, table_path, ...)``;
 ``DeltaTable`` methods map onto them. The ``run_*`` variants return a ``DmlResult`` and
 accept ``before_commit``, a callback run just before the commit (tests use it to

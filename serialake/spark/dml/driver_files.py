@@ -24,7 +24,7 @@ an object is visible whole or not at all): no staging area.
 back in Spark as the table type (no nested, interval, variant or
 timestamp columns whose time zone handling differs), no generated or identity columns,
 no CHECK constraints, data files inside the table directory. Anything else raises
-``NotExact`` (``core.values``); the engine then runs the step on Spark, which handles
+``NotExact`` (``core.predicates.values``); the engine then runs the step on Spark, which handles
 everything.
 """
 

@@ -12,7 +12,7 @@ does the whole MERGE itself:
 3. a target row matched by several source rows fails as on Spark;
 4. touched files are read whole and rewritten (copy-on-write) or get their changed rows
    marked in deletion vectors (``driver_files.rewrite_files``); updated and inserted
-   values come from ``core.values``.
+   values come from ``core.predicates.values``.
 
 What qualifies (``plan``): an ON condition that is a conjunction of ``t.k = s.k``
 equalities on integral, string, date or boolean columns (at least one) and exact

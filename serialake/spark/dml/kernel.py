@@ -14,7 +14,7 @@ each) has the same shape:
    ``engine`` allows, else one cheap Spark aggregate on ``FILE_COL``); untouched files are
    neither rewritten nor removed;
 4. change them: copy-on-write (rewrite the touched files without the deleted rows and
-   with the updated ones), or, with deletion vectors (``core.dv_policy``), mark the changed
+   with the updated ones), or, with deletion vectors (``core.dv.dv_policy``), mark the changed
    rows deleted and write only the new versions of updated rows, and declare which rows
    of every candidate file matched (``declare_matched_rows``: a concurrent delete of other
    rows then never conflicts);
@@ -737,7 +737,7 @@ def result_df(
 ) -> DataFrame | None:
     """``build(spark, result)``: the DataFrame an operation that committed ``result.version`` returns.
 
-    Building it is a step after the commit (``core.post_commit``): when it fails, a warning
+    Building it is a step after the commit (``core.txn.post_commit``): when it fails, a warning
     names the table, version and cause, and None is returned instead of raising.
     """
     return after_commit(

@@ -6,7 +6,7 @@ than the target size into bins of at most that size and rewrites each bin as one
 interleaved z-value of the columns' ranks. Both commit with ``dataChange=false`` (rows
 are rearranged, not changed) and record no reads: concurrent appends never conflict, and
 a concurrent change of an input file fails the OPTIMIZE (or, with deletion vectors, is
-carried over by the core's conflict checker, ``core.compaction_rebase``; a concurrent
+carried over by the core's conflict checker, ``core.txn.compaction_rebase``; a concurrent
 compaction of the same files makes it drop its work on them, and commit nothing if none is
 left).
 
@@ -15,7 +15,7 @@ Row mapping: each compaction output holds the live rows of its inputs in input o
 the tag ``serialake.compactedFrom`` = JSON ``[[input path, input DV unique id or null,
 live row count], ...]``. The core uses it to move a concurrent DELETE's row marks from an
 input to the same rows of the output. Z-ordered and clustered files reorder rows and get no
-tag: the core finds an input's rows in them by their values (``core.row_matching``).
+tag: the core finds an input's rows in them by their values (``core.txn.row_matching``).
 """
 
 from __future__ import annotations

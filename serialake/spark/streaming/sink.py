@@ -178,7 +178,7 @@ def _table_location(df: DataFrame, name: str, st: dict[str, Any]) -> str:
             f"Cannot create table {name}: its managed location {location} already holds a Delta table. "
             "Register it with CREATE TABLE ... LOCATION, or remove that directory."
         )
-    if registered is None:  # once created, a step after that commit (core.post_commit)
+    if registered is None:  # once created, a step after that commit (core.txn.post_commit)
         after_commit("register the table name in the catalog", location, created, catalog.register, name, location,
                      operation="WRITE")  # fmt: skip
     return log.table_path

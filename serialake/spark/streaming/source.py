@@ -32,7 +32,7 @@ delta-spark's ``DeltaSource`` does:
   column's high-water mark (every write to such a table moves it) is not a change.
 - **The change data feed** (``readChangeFeed``): the table's columns then ``_change_type``,
   ``_commit_version`` and ``_commit_timestamp``; the initial snapshot as inserts of its
-  version, then each commit's changes as ``core.cdf`` plans them (change files, else adds as
+  version, then each commit's changes as ``core.log.cdf`` plans them (change files, else adds as
   inserts, removes as deletes, re-marked rows through deletion vectors), read on the
   executors. Data changes do not stop it; a commit's changes enter a micro-batch whole (as
   Delta admits them); a version without recorded change data fails the query.
@@ -700,7 +700,7 @@ class DeltaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _commit_changes(
         self, entry: CommitEntry, metadata: Metadata
     ) -> tuple[Metadata, list[core_cdf.FileRead]] | _Barrier:
-        """The change data feed of a commit (``core.cdf``: its change files, else its adds as inserts
+        """The change data feed of a commit (``core.log.cdf``: its change files, else its adds as inserts
         and removes as deletes, re-marked rows through deletion vectors) and the metadata in effect
         after it; or why the stream must stop at it."""
         version = entry.version
@@ -793,7 +793,7 @@ class DeltaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             store = None
             if self.access.s3_settings is not None:
                 store = _ShippedS3LogStore(self.access.s3_settings)
-                if self.changes:  # core.cdf reads deletion vectors with this process's own S3 settings
+                if self.changes:  # core.log.cdf reads deletion vectors with this process's own S3 settings
                     _configure_s3(self.access.s3_settings)
             self._log = DeltaLog.for_table(self.table, store)
         return self._log

@@ -1,4 +1,4 @@
-"""IcebergCompatV2 / UniForm rules enforced by every transaction (``core.uniform``)."""
+"""IcebergCompatV2 / UniForm rules enforced by every transaction (``core.model.uniform``)."""
 
 from __future__ import annotations
 

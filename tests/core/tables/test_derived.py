@@ -1,4 +1,4 @@
-"""Derived tables (``core.derived``): reads wait for them, agree with them, through several levels."""
+"""Derived tables (``core.tables.derived``): reads wait for them, agree with them, through several levels."""
 
 from __future__ import annotations
 

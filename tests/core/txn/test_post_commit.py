@@ -1,4 +1,4 @@
-"""Steps after a commit (``core.post_commit``): a failing step warns, the committed result is returned (issue 42)."""
+"""Steps after a commit (``core.txn.post_commit``): a failing step warns, the result is returned (issue 42)."""
 
 from __future__ import annotations
 

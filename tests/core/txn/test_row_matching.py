@@ -1,4 +1,4 @@
-"""``core.row_matching``: locating an input's rows in a reordering compaction's outputs by content.
+"""``core.txn.row_matching``: locating an input's rows in a reordering compaction's outputs by content.
 
 Small Parquet files written with pyarrow (no Spark); the table is only a directory and a schema.
 Each test checks the positions returned against the values of the output rows themselves.

@@ -25,6 +25,17 @@ DEFAULT_CONF: dict[str, str] = {
     # Reads pass explicit file lists: stat them on the driver rather than in a Spark job.
     "spark.sql.sources.parallelPartitionDiscovery.threshold": "10000",
     "spark.hadoop.parquet.enable.summary-metadata": "false",
+    # The UI is off, yet Spark keeps its history in the driver's heap: 1,000 SQL executions
+    # (plans and metrics), 1,000 jobs and stages, 100,000 tasks. A session that runs many
+    # operations (a pipeline, a test suite: ~0.1 MB of heap per execution measured) keeps less.
+    "spark.sql.ui.retainedExecutions": "50",
+    "spark.ui.retainedJobs": "100",
+    "spark.ui.retainedStages": "100",
+    "spark.ui.retainedTasks": "10000",
+    "spark.ui.dagGraph.retainedRootRDDs": "100",
+    # Spark caches the status of every data file it has listed (up to 250 MB of heap by default),
+    # of tables long gone too; a Delta data file never changes, and the recent ones are enough.
+    "spark.sql.hive.filesourcePartitionFileCacheSize": str(32 << 20),
 }
 
 

@@ -14,6 +14,7 @@ import logging
 import os
 import threading
 import time
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -115,7 +116,15 @@ def _checkpoint_interval(metadata: Metadata | None) -> int:
 class DeltaLog:
     """Access to one table's ``_delta_log``."""
 
-    _instances: dict[tuple[str, int], DeltaLog] = {}
+    #: Every log of this process that is still referenced, by (table path, store): while anything
+    #: holds a log (a transaction, a reader, a scheduled checkpoint) it stays its table's one
+    #: instance here. Of those nothing holds, the ``RECENT_LOGS`` most recently opened are kept
+    #: (their snapshots make the next read cheap); older ones are dropped with their snapshots and
+    #: commit caches, and reopening one replays from its newest checkpoint. A process that visits
+    #: many tables (a catalog-wide job, a test suite) keeps its memory bounded.
+    _instances: weakref.WeakValueDictionary[tuple[str, int], DeltaLog] = weakref.WeakValueDictionary()
+    _recent: OrderedDict[tuple[str, int], DeltaLog] = OrderedDict()
+    RECENT_LOGS = 64
     _instances_lock = threading.Lock()
     _COMMIT_CACHE = 512
     #: Background checkpoints of tables holding at least this many files are written by this
@@ -170,12 +179,17 @@ class DeltaLog:
             if inst is None:
                 inst = cls(path, store)
                 cls._instances[key] = inst
+            cls._recent[key] = inst
+            cls._recent.move_to_end(key)
+            while len(cls._recent) > cls.RECENT_LOGS:
+                cls._recent.popitem(last=False)
             return inst
 
     @classmethod
     def clear_cache(cls) -> None:
         with cls._instances_lock:
             cls._instances.clear()
+            cls._recent.clear()
 
     @classmethod
     def invalidate(cls, path: str) -> None:
@@ -185,7 +199,7 @@ class DeltaLog:
         removed directory afterwards (it would corrupt a table created again there)."""
         key = normalize_table_path(path)
         with cls._instances_lock:
-            logs = [inst for (p, _), inst in cls._instances.items() if p == key]
+            logs = [inst for (p, _), inst in list(cls._instances.items()) if p == key]
         for inst in logs:
             inst._settle_checkpoints()
             with inst._lock:

@@ -575,3 +575,32 @@ def test_a_checkpoint_is_written_here_when_the_worker_cannot_start(make_table, m
     log.wait_for_checkpoints()
     assert log.last_checkpoint_error is None
     assert "00000000000000000003.checkpoint.parquet" in os.listdir(log.log_path)
+
+
+def test_logs_nothing_holds_are_dropped_past_the_recent_ones(tmp_path):
+    """A process visiting many tables keeps at most ``RECENT_LOGS`` logs nothing else holds: the rest
+    go with their snapshots. A log something holds stays its table's one instance however many
+    tables are opened after it, and a dropped table reopens from its log."""
+    import gc
+
+    def create(name: str) -> DeltaLog:
+        log = DeltaLog.for_table(str(tmp_path / name))
+        txn = log.start_transaction()
+        txn.update_metadata(Metadata(schema_string=SCHEMA))
+        txn.commit([add_file(name=f"{name}.parquet")], operation="CREATE TABLE")
+        assert log.snapshot().version == 0
+        return log
+
+    DeltaLog.clear_cache()
+    held = create("held")
+    n = 3 * DeltaLog.RECENT_LOGS
+    for i in range(n):
+        create(f"t{i}")
+    gc.collect()
+    alive = len(DeltaLog._instances)
+    assert alive <= DeltaLog.RECENT_LOGS + 1, alive  # the recent ones and the held one
+    assert DeltaLog.for_table(str(tmp_path / "held")) is held
+    last = str(tmp_path / f"t{n - 1}")
+    assert DeltaLog.for_table(last) is DeltaLog.for_table(last)
+    first = DeltaLog.for_table(str(tmp_path / "t0"))  # dropped long ago: read again from its log
+    assert [a.path for a in first.snapshot().all_files] == ["t0.parquet"]

@@ -37,7 +37,7 @@ from serialake.core.txn import identity_rebase, row_matching
 from serialake.core.txn import row_level as RL
 
 if TYPE_CHECKING:
-    from serialake.core.txn.conflicts import TransactionInfo, WinnerSummary
+    from serialake.core.txn.summaries import TransactionInfo, WinnerSummary
 
 __all__ = [
     "absorb_emptied_into_own_compaction",

@@ -44,7 +44,7 @@ from serialake.core.model.schema import physical_name
 from serialake.exceptions import DeltaAnalysisException
 
 if TYPE_CHECKING:
-    from serialake.core.txn.conflicts import TransactionInfo, WinnerSummary
+    from serialake.core.txn.summaries import TransactionInfo, WinnerSummary
 
 __all__ = ["changes_only_marks", "discard_rebase_files", "rebase"]
 

@@ -39,14 +39,9 @@ from serialake.core.model.actions import (
 from serialake.core.predicates import row_eval
 from serialake.core.txn import identity_rebase, row_level
 from serialake.core.txn.compaction_rebase import discard_rebase_dvs
-from serialake.core.txn.conflicts import (
-    MatchedRows,
-    ReadPredicate,
-    TransactionInfo,
-    WinnerSummary,
-    check_winner,
-)
+from serialake.core.txn.conflicts import check_winner
 from serialake.core.txn.post_commit import after_commit
+from serialake.core.txn.summaries import MatchedRows, ReadPredicate, TransactionInfo, WinnerSummary
 from serialake.exceptions import (
     CommitFailedError,
     CommitOutcomeUnknownError,

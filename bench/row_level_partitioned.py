@@ -10,7 +10,7 @@
    (row level: "after"); the false-conflict rate is conflicts / commit attempts.
 2. The commit path's cost of the row-level check, in one process: a commit with no concurrent
    winner against a commit that a winner (an UPDATE of another row of the same file) forces to
-   rebase; and the conflict check alone per winner (``conflicts.check_winner``, timed).
+   rebase; and the conflict check alone per winner (``rebasing.check_winner``, timed).
 
 Figures are reported, never asserted. Usage: ``python -m bench.row_level_partitioned [--quick]``.
 """

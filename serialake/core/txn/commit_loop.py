@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING
 
 from serialake.core.model import properties as props
 from serialake.core.model.actions import Action, CommitInfo, Metadata, actions_to_jsonl
-from serialake.core.txn.conflicts import check_winner
 from serialake.core.txn.options import (
     TRANSIENT_WRITE_RETRIES,
     UNKNOWN_WRITE_RETRIES,
@@ -25,6 +24,7 @@ from serialake.core.txn.options import (
     CommitResult,
 )
 from serialake.core.txn.post_commit import after_commit
+from serialake.core.txn.rebasing import check_winner
 from serialake.core.txn.summaries import TransactionInfo, WinnerSummary
 from serialake.exceptions import (
     CommitFailedError,

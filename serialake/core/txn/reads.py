@@ -15,8 +15,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from serialake.core.model.actions import AddFile, CommitInfo, Metadata, Protocol, RemoveFile
-from serialake.core.txn.compaction_rebase import discard_rebase_dvs
-from serialake.core.txn.conflicts import check_winner
+from serialake.core.txn.rebasing import check_winner, discard_rebase_dvs
 from serialake.core.txn.summaries import ReadPredicate, TransactionInfo, WinnerSummary
 from serialake.exceptions import CommitFailedError
 

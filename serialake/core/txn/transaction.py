@@ -39,7 +39,6 @@ from serialake.core.txn.commit_checks import (
     check_paths,
 )
 from serialake.core.txn.commit_loop import ict_enablement, in_commit_timestamps
-from serialake.core.txn.compaction_rebase import discard_rebase_dvs
 from serialake.core.txn.options import (
     DEFAULT_OPTIONS,
     READ_TABLES_KEY,
@@ -52,6 +51,7 @@ from serialake.core.txn.options import (
 )
 from serialake.core.txn.post_commit import after_commit
 from serialake.core.txn.reads import HistoryRead, check_history_reads, planned_read
+from serialake.core.txn.rebasing import discard_rebase_dvs
 from serialake.core.txn.summaries import MatchedRows, ReadPredicate, TransactionInfo
 from serialake.exceptions import (
     CommitFailedError,

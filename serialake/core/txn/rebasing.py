@@ -30,7 +30,7 @@ from serialake.core.predicates.row_eval import CannotEvaluate
 from serialake.core.txn import identity_rebase
 from serialake.core.txn import row_level as RL
 from serialake.core.txn.conflicts import WINNER_RULES, check_delete_delete, metadata_conflict
-from serialake.core.txn.decisions import Conflict, Decision, NewVector, RowChanges
+from serialake.core.txn.decisions import Conflict, Decision, IdentityShift, NewVector, RowChanges
 from serialake.core.txn.summaries import TransactionInfo, WinnerSummary
 
 __all__ = ["check_winner", "discard_dropped_dvs", "discard_rebase_dvs", "discard_rebase_files"]
@@ -53,20 +53,30 @@ def _carry_out(info: TransactionInfo, w: WinnerSummary, decision: Decision) -> T
         raise decision.error()
     rebased = decision.info
     if decision.identity is not None:
-        try:
-            actions = identity_rebase.rewrite_files(rebased, decision.identity)
-        except (OSError, ValueError, ImportError) as e:
-            why = f"Re-basing this write's identity values failed: {e}"
-            raise metadata_conflict(info, w, why).error() from None
-        rebased = replace(rebased, actions=actions)
+        rebased = _shift_identity(info, w, rebased, decision.identity)
     if decision.rows is not None:
         try:
             _change_rows(rebased, decision.rows)
         except (CannotEvaluate, OSError, ValueError):
             if decision.if_fails is None:
                 raise
-            raise decision.if_fails.error() from None
+        else:
+            return rebased
+        raise decision.if_fails.error()  # (raised outside the handler, as the rules raised it)
     return rebased
+
+
+def _shift_identity(
+    info: TransactionInfo, w: WinnerSummary, rebased: TransactionInfo, shift: IdentityShift
+) -> TransactionInfo:
+    """``rebased`` with its new files holding generated identity values rewritten; a conflict if that fails."""
+    try:
+        actions = identity_rebase.rewrite_files(rebased, shift)
+    except (OSError, ValueError, ImportError) as e:
+        failure: Exception = e
+    else:
+        return replace(rebased, actions=actions)
+    raise metadata_conflict(info, w, f"Re-basing this write's identity values failed: {failure}").error()
 
 
 def _change_rows(info: TransactionInfo, changes: RowChanges) -> None:

@@ -39,9 +39,14 @@ __all__ = ["check_winner", "discard_dropped_dvs", "discard_rebase_dvs", "discard
 def check_winner(info: TransactionInfo, winner: WinnerSummary) -> TransactionInfo:
     """Raise the first conflict between ``info`` and ``winner``, else return the rebased info."""
     for rule in WINNER_RULES:
-        info = _carry_out(info, winner, rule(info, winner))
+        decision = rule(info, winner)
+        if decision is not None:
+            info = _carry_out(info, winner, decision)
     for r in winner.removes:
-        info = _carry_out(info, winner, check_delete_delete(info, winner, r))
+        if r.path in info.removes:  # (the rule decides nothing for a file we do not remove: skip the call)
+            decision = check_delete_delete(info, winner, r)
+            if decision is not None:
+                info = _carry_out(info, winner, decision)
     return info
 
 

@@ -147,13 +147,14 @@ def absorb_into_own_compaction(
     found = _own_output_of(info, ours)
     if found is None:
         return None
-    g, src = found
+    g, src, base = found
     their_rows = newly_deleted(info, theirs)
-    mapped = RL.map_rows(info.compaction_bases[ours.path], their_rows, src.offset)
+    mapped = RL.map_rows(base, their_rows, src.offset)
     current = RL.dv_rows(info.table, g.deletion_vector)
     new_g = NewVector(g, current | RowIndexSet.from_iter(mapped))
     # Remove the file as the winner left it (its new vector), still without changing data.
-    return RowChanges(frozenset({id(ours), id(g)}), (theirs[1].remove(data_change=False), new_g))
+    new = (theirs[1].remove(data_change=False), new_g)
+    return RowChanges(frozenset({id(ours), id(g)}), new, bases={ours.path: base})
 
 
 def _absorb_by_content(
@@ -185,17 +186,18 @@ def absorb_emptied_into_own_compaction(info: TransactionInfo, ours: RemoveFile) 
     found = _own_output_of(info, ours)
     if found is None:
         return None
-    g, src = found
-    if live_rows(info, ours, info.compaction_bases[ours.path]) != src.live_rows:
+    g, src, base = found
+    if live_rows(info, ours, base) != src.live_rows:
         return None
     merged = RL.dv_rows(info.table, g.deletion_vector) | RowIndexSet.from_iter(
         range(src.offset, src.offset + src.live_rows)
     )
     total = g.num_records
+    bases = {ours.path: base}
     if total is not None and len(merged) >= total:
-        return RowChanges(frozenset({id(ours), id(g)}), (), rebased_away=True)
+        return RowChanges(frozenset({id(ours), id(g)}), (), rebased_away=True, bases=bases)
     new_g = NewVector(replace(g, stats=loose_stats(g.stats)), merged)
-    return RowChanges(frozenset({id(ours), id(g)}), (new_g,), rebased_away=True)
+    return RowChanges(frozenset({id(ours), id(g)}), (new_g,), rebased_away=True, bases=bases)
 
 
 def yield_to_compaction(info: TransactionInfo, ours: RemoveFile) -> RowChanges | None:
@@ -270,16 +272,19 @@ def _own_tagged(info: TransactionInfo, path: str) -> tuple[AddFile, RL.Compactio
     return None
 
 
-def _own_output_of(info: TransactionInfo, ours: RemoveFile) -> tuple[AddFile, RL.CompactionSource] | None:
-    """Our compaction output holding input ``ours``, if its mapping was made from our base vector."""
+def _own_output_of(info: TransactionInfo, ours: RemoveFile) -> tuple[AddFile, RL.CompactionSource, Any] | None:
+    """Our compaction output holding input ``ours``, if its mapping was made from our base vector, with
+    that vector's rows: as recorded by an earlier rebase of ``ours`` (``TransactionInfo.compaction_bases``;
+    ``ours`` is then the winner's version of the file), else read now (recorded when the rebase is made)."""
     found = _own_tagged(info, ours.path)
     if found is None:
         return None
-    if ours.path not in info.compaction_bases:
+    base = info.compaction_bases.get(ours.path)
+    if base is None:
         if found[1].dv_id != ours.dv_id:
             return None
-        info.compaction_bases[ours.path] = RL.dv_rows(info.table, ours.deletion_vector)
-    return found
+        base = RL.dv_rows(info.table, ours.deletion_vector)
+    return found[0], found[1], base
 
 
 def is_compaction(info: TransactionInfo) -> bool:

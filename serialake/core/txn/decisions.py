@@ -11,16 +11,17 @@ and by identity values) returns one of:
   ``rows``, the row-level changes (our actions dropped, new ones added, the deletion vectors
   to write for them), and ``identity``, the identity values to shift in our new files.
 
-Rules decide; they write nothing and delete nothing. ``rebasing.check_winner`` runs them in
-order and carries out each decision before the next rule sees the transaction: it raises the
-conflict, writes the deletion vectors and data files, deletes those a rebase dropped, and raises
-``Rebase.if_fails`` when carrying out a rebase fails (the file-level outcome).
+Rules decide: they write nothing, delete nothing and change no ``TransactionInfo`` (they
+read deletion vectors, and data rows and footers through its row reader). ``rebasing.check_winner``
+runs them in order and carries out each decision before the next rule sees the transaction: it
+raises the conflict, writes the deletion vectors and data files, deletes those a rebase dropped,
+and raises ``Rebase.if_fails`` when carrying out a rebase fails (the file-level outcome).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from serialake.core.model.actions import Action, AddFile, Metadata
@@ -66,11 +67,14 @@ class RowChanges:
     Each ``NewVector`` of ``new`` becomes its add with a deletion vector written for its rows.
     ``rebased_away``: the winners did some of our work (a compaction's), so the commit's file
     metrics are counted again, and a commit left with nothing but its commitInfo writes nothing.
+    ``bases``: the deleted rows of our compaction inputs' base vectors, by path, read to make this
+    rebase: recorded (``TransactionInfo.compaction_bases``) for later rebases of the same inputs.
     """
 
     drop: frozenset[int]
     new: tuple[Action | NewVector, ...]
     rebased_away: bool = False
+    bases: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

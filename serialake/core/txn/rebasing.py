@@ -88,6 +88,7 @@ def _change_rows(info: TransactionInfo, changes: RowChanges) -> None:
     """Make a rebase's row changes in ``info``: vectors written, actions replaced, dropped vectors deleted."""
     new = [_with_new_vector(info, a) if isinstance(a, NewVector) else a for a in changes.new]
     info.replace_actions(set(changes.drop), new)
+    info.compaction_bases.update(changes.bases)
     if changes.rebased_away:
         info.rebased_away = True
     discard_dropped_dvs(info)  # e.g. the vector an earlier rebase of the same file wrote

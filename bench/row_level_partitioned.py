@@ -10,7 +10,7 @@
    (row level: "after"); the false-conflict rate is conflicts / commit attempts.
 2. The commit path's cost of the row-level check, in one process: a commit with no concurrent
    winner against a commit that a winner (an UPDATE of another row of the same file) forces to
-   rebase; and the conflict check alone per winner (``conflicts.check_winner``, timed).
+   rebase; and the conflict check alone per winner (``rebasing.check_winner``, timed).
 
 Figures are reported, never asserted. Usage: ``python -m bench.row_level_partitioned [--quick]``.
 """
@@ -167,7 +167,7 @@ def _check_rows(path: str, layout: dict[str, tuple[int, int]], writers: int, ops
 def check_cost(root: str, runs: int) -> dict[str, Any]:
     """Median ms: a commit with no concurrent winner, a commit rebased over one winner, the check alone."""
     from serialake.core import DeltaLog
-    from serialake.core.txn import transaction
+    from serialake.core.txn import commit_loop
 
     path = os.path.join(root, "cost")
     layout = create(path, 4 * runs // ROWS_PER_WRITER_PER_FILE + 1, True)  # rows for 4 * runs updates per file
@@ -175,7 +175,7 @@ def check_cost(root: str, runs: int) -> dict[str, Any]:
     p, first = layout[shared]
     log = DeltaLog(path)
     checks: list[float] = []
-    real = transaction.check_winner
+    real = commit_loop.check_winner
 
     def timed(*args: Any, **kwargs: Any) -> Any:
         t0 = time.perf_counter()
@@ -184,7 +184,7 @@ def check_cost(root: str, runs: int) -> dict[str, Any]:
         finally:
             checks.append(time.perf_counter() - t0)
 
-    transaction.check_winner = timed  # type: ignore[assignment]
+    commit_loop.check_winner = timed  # type: ignore[assignment]
     alone, rebased = [], []
     try:
         for k in range(runs):
@@ -202,7 +202,7 @@ def check_cost(root: str, runs: int) -> dict[str, Any]:
             rebased.append(time.perf_counter() - t0)
         per_winner = checks[per_winner_start:]
     finally:
-        transaction.check_winner = real  # type: ignore[assignment]
+        commit_loop.check_winner = real  # type: ignore[assignment]
     ms = 1000.0
     return {"commit_alone_ms": statistics.median(alone) * ms, "commit_rebased_ms": statistics.median(rebased) * ms,
             "check_per_winner_ms": statistics.median(per_winner) * ms,

@@ -340,14 +340,14 @@ def retire_keys(log: DeltaLog, first_live: Callable[[int], int]) -> int | None:
 # -- worker process ---------------------------------------------------------------------------
 def _disable_conflict_checks() -> None:
     """Negative control: every winner passes (patched where the commit loop looks it up)."""
-    import serialake.core.txn.conflicts as conflicts
-    import serialake.core.txn.transaction as transaction
+    import serialake.core.txn.commit_loop as commit_loop
+    import serialake.core.txn.reads as reads
 
     def no_check(info: Any, winner: Any) -> Any:
         return info
 
-    conflicts.check_winner = no_check
-    transaction.check_winner = no_check
+    commit_loop.check_winner = no_check
+    reads.check_winner = no_check
 
 
 def _is_local(table: str) -> bool:

@@ -108,6 +108,15 @@ class RowReader:
         except OSError as e:
             raise CannotEvaluate(f"data file {add.path} is not readable here ({e})") from None
 
+    def footer_rows(self, f: Any) -> int:
+        """The number of rows of ``f``'s data file (an add or a remove), from its Parquet footer.
+
+        Raises ``OSError`` or ``ValueError`` when the footer cannot be read.
+        """
+        from serialake.core.model.paths import absolute_path, parquet_metadata
+
+        return int(parquet_metadata(absolute_path(self.table_path, f.path), f.size).num_rows)
+
     def _table(self, add: AddFile, columns: set[str]) -> Any:
         import pyarrow.parquet as pq
 

@@ -16,39 +16,38 @@ Rows are located in the outputs through the in-order mapping a bin-packing outpu
 without it (sorted by ZORDER or clustering, or written by another engine) is searched by row
 content (``core.txn.row_matching``): equal rows are interchangeable, so marking any free equal
 copy gives the serial outcome. What cannot be located keeps the conflict (the functions
-return False).
+return None).
 
-Rebasing writes deletion vectors; each is recorded in ``TransactionInfo.rebase_dvs`` and its
-file deleted once no action of ours uses it (``discard_rebase_dvs``): when a later rebase
-replaces it, and when the commit fails.
+Each function decides: it returns the row-level changes of the rebase (``decisions.RowChanges``:
+our actions dropped, the new ones, the deletion vectors to write as ``NewVector``), and
+writes nothing. Rows are read to decide: deletion vectors, data rows and Parquet footers, the
+latter two through the transaction's row reader (``TransactionInfo.reader``).
+``rebasing.check_winner`` carries the changes out (writes the vectors, deletes those dropped).
 """
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from serialake.core.dv.deletion_vectors import RowIndexSet
 from serialake.core.dv.dv_policy import loose_stats
-from serialake.core.model.actions import Action, AddFile, CommitInfo, FileAction, RemoveFile
-from serialake.core.txn import identity_rebase, row_matching
+from serialake.core.model.actions import Action, AddFile, FileAction, RemoveFile
 from serialake.core.txn import row_level as RL
+from serialake.core.txn import row_matching
+from serialake.core.txn.decisions import NewVector, RowChanges
 
 if TYPE_CHECKING:
-    from serialake.core.txn.conflicts import TransactionInfo, WinnerSummary
+    from serialake.core.txn.summaries import TransactionInfo, WinnerSummary
 
 __all__ = [
     "absorb_emptied_into_own_compaction",
     "absorb_into_own_compaction",
     "carry_emptied_into_compaction",
     "carry_into_compaction",
-    "discard_dropped_dvs",
-    "discard_rebase_dvs",
     "is_compaction",
     "newly_deleted",
-    "write_dv",
     "yield_to_compaction",
 ]
 
@@ -58,19 +57,20 @@ __all__ = [
 
 def carry_into_compaction(
     info: TransactionInfo, w: WinnerSummary, own: tuple[RemoveFile, AddFile], r: RemoveFile
-) -> bool:
+) -> RowChanges | None:
     """A winner compacted our file F: mark our newly deleted rows of F in its outputs instead."""
     mine = newly_deleted(info, own)
     for g in w.adds:
         src = next((s for s in RL.compaction_sources(g) or () if s.path == r.path and s.dv_id == r.dv_id), None)
         if src is not None:
             base = RL.dv_rows(info.table, r.deletion_vector)
-            _mark_in_winner_outputs(info, [(g, RL.map_rows(base, mine, src.offset))], {id(own[0]), id(own[1])})
-            return True
+            return _mark_in_winner_outputs(info, [(g, RL.map_rows(base, mine, src.offset))], {id(own[0]), id(own[1])})
     return _carry_by_content(info, w, r, mine, {id(own[0]), id(own[1])})
 
 
-def carry_emptied_into_compaction(info: TransactionInfo, w: WinnerSummary, ours: RemoveFile, r: RemoveFile) -> bool:
+def carry_emptied_into_compaction(
+    info: TransactionInfo, w: WinnerSummary, ours: RemoveFile, r: RemoveFile
+) -> RowChanges | None:
     """We remove F with all its rows; a winner compacted F: mark all of F's rows deleted in its outputs."""
     for g in w.adds:
         src = next((s for s in RL.compaction_sources(g) or () if s.path == r.path and s.dv_id == r.dv_id), None)
@@ -78,13 +78,14 @@ def carry_emptied_into_compaction(info: TransactionInfo, w: WinnerSummary, ours:
             continue
         base = RL.dv_rows(info.table, ours.deletion_vector)
         if live_rows(info, ours, base) != src.live_rows:
-            return False
-        _mark_in_winner_outputs(info, [(g, range(src.offset, src.offset + src.live_rows))], {id(ours)})
-        return True
+            return None
+        return _mark_in_winner_outputs(info, [(g, range(src.offset, src.offset + src.live_rows))], {id(ours)})
     return _carry_by_content(info, w, r, None, {id(ours)})
 
 
-def _carry_by_content(info: TransactionInfo, w: WinnerSummary, r: RemoveFile, rows: Any, drop: set[int]) -> bool:
+def _carry_by_content(
+    info: TransactionInfo, w: WinnerSummary, r: RemoveFile, rows: Any, drop: set[int]
+) -> RowChanges | None:
     """``rows`` of F (None: every live row) located by content in the winner's outputs and marked there.
 
     Only a winner that is a compaction holds F's rows unchanged in its outputs of F's partition;
@@ -92,7 +93,7 @@ def _carry_by_content(info: TransactionInfo, w: WinnerSummary, r: RemoveFile, ro
     without the rows we marked (``taken``).
     """
     if not _winner_is_compaction(w):
-        return False
+        return None
     ours = {a.path: a for a in info.adds}
     outputs: list[AddFile] = []
     taken: dict[str, Any] = {}
@@ -104,20 +105,21 @@ def _carry_by_content(info: TransactionInfo, w: WinnerSummary, r: RemoveFile, ro
         taken[g.path] = RL.dv_rows(info.table, (prior or g).deletion_vector)
     placed = _locate(info, r, rows, outputs, taken)
     if placed is None:
-        return False
+        return None
     by_path = {g.path: g for g in outputs}
-    _mark_in_winner_outputs(info, [(by_path[p], idx) for p, idx in placed.items()], drop)
-    return True
+    return _mark_in_winner_outputs(info, [(by_path[p], idx) for p, idx in placed.items()], drop)
 
 
-def _mark_in_winner_outputs(info: TransactionInfo, marks: Sequence[tuple[AddFile, Any]], drop: set[int]) -> None:
+def _mark_in_winner_outputs(
+    info: TransactionInfo, marks: Sequence[tuple[AddFile, Any]], drop: set[int]
+) -> RowChanges:
     """Replace actions ``drop`` by marking rows of winner outputs deleted: ``marks`` = ``(G, rows of G)``.
 
     One ``remove(G)`` + ``add(G, vector)`` per G however many of our files it holds (an earlier
     mark of G, ours, is replaced); a G left without a live row is only removed; a G we already
     remove whole is left so.
     """
-    new: list[Action] = []
+    new: list[Action | NewVector] = []
     for g, rows in marks:
         prior = next((a for a in info.adds if a.path == g.path), None)
         if prior is not None:
@@ -129,52 +131,48 @@ def _mark_in_winner_outputs(info: TransactionInfo, marks: Sequence[tuple[AddFile
         merged = RL.dv_rows(info.table, (prior or g).deletion_vector) | RowIndexSet.from_iter(rows)
         total = g.num_records
         if total is None or len(merged) < total:
-            dv = write_dv(info, merged)
-            new.append(replace(g, deletion_vector=dv, data_change=True, stats=loose_stats(g.stats)))
-    info.replace_actions(drop, new)
-    discard_dropped_dvs(info)
+            new.append(NewVector(replace(g, data_change=True, stats=loose_stats(g.stats)), merged))
+    return RowChanges(frozenset(drop), tuple(new))
 
 
 # -- a compaction meeting a DML or a compaction of its input ----------------------------------------
 
 
-def absorb_into_own_compaction(info: TransactionInfo, theirs: tuple[RemoveFile, AddFile], ours: RemoveFile) -> bool:
+def absorb_into_own_compaction(
+    info: TransactionInfo, theirs: tuple[RemoveFile, AddFile], ours: RemoveFile
+) -> RowChanges | None:
     """We compact a file F a winner marked rows of: carry its deletions into our output."""
     if _own_tagged(info, ours.path) is None:
         return _absorb_by_content(info, theirs, ours)
     found = _own_output_of(info, ours)
     if found is None:
-        return False
-    g, src = found
+        return None
+    g, src, base = found
     their_rows = newly_deleted(info, theirs)
-    mapped = RL.map_rows(info.compaction_bases[ours.path], their_rows, src.offset)
+    mapped = RL.map_rows(base, their_rows, src.offset)
     current = RL.dv_rows(info.table, g.deletion_vector)
-    new_g = RL.with_dv(g, write_dv(info, current | RowIndexSet.from_iter(mapped)))
+    new_g = NewVector(g, current | RowIndexSet.from_iter(mapped))
     # Remove the file as the winner left it (its new vector), still without changing data.
-    info.replace_actions({id(ours), id(g)}, [theirs[1].remove(data_change=False), new_g])
-    discard_dropped_dvs(info)
-    return True
+    new = (theirs[1].remove(data_change=False), new_g)
+    return RowChanges(frozenset({id(ours), id(g)}), new, bases={ours.path: base})
 
 
-def _absorb_by_content(info: TransactionInfo, theirs: tuple[RemoveFile, AddFile], ours: RemoveFile) -> bool:
+def _absorb_by_content(
+    info: TransactionInfo, theirs: tuple[RemoveFile, AddFile], ours: RemoveFile
+) -> RowChanges | None:
     """``absorb_into_own_compaction`` for outputs without a row mapping: the rows found by content."""
     if not is_compaction(info):
-        return False
+        return None
     marked = _mark_in_own_outputs(info, ours, newly_deleted(info, theirs))
     if marked is None:
-        return False
+        return None
     drop, new, emptied = marked
     drop.add(id(ours))
     new.insert(0, theirs[1].remove(data_change=False))
-    if emptied:
-        rebase_away(info, drop, new)
-    else:
-        info.replace_actions(drop, new)
-        discard_dropped_dvs(info)
-    return True
+    return RowChanges(frozenset(drop), tuple(new), rebased_away=emptied)
 
 
-def absorb_emptied_into_own_compaction(info: TransactionInfo, ours: RemoveFile) -> bool:
+def absorb_emptied_into_own_compaction(info: TransactionInfo, ours: RemoveFile) -> RowChanges | None:
     """A winner removed our input F with all its rows (no re-add): they are deleted rows of our output.
 
     F's rows are marked deleted in the output holding them and our remove of F is dropped
@@ -182,28 +180,27 @@ def absorb_emptied_into_own_compaction(info: TransactionInfo, ours: RemoveFile) 
     other inputs stay, as every row of those was deleted by winners too.
     """
     if not is_compaction(info):
-        return False
+        return None
     if _own_tagged(info, ours.path) is None:
         return _drop_input_by_content(info, ours)
     found = _own_output_of(info, ours)
     if found is None:
-        return False
-    g, src = found
-    if live_rows(info, ours, info.compaction_bases[ours.path]) != src.live_rows:
-        return False
+        return None
+    g, src, base = found
+    if live_rows(info, ours, base) != src.live_rows:
+        return None
     merged = RL.dv_rows(info.table, g.deletion_vector) | RowIndexSet.from_iter(
         range(src.offset, src.offset + src.live_rows)
     )
     total = g.num_records
+    bases = {ours.path: base}
     if total is not None and len(merged) >= total:
-        rebase_away(info, {id(ours), id(g)}, [])
-    else:
-        new_g = replace(g, deletion_vector=write_dv(info, merged), stats=loose_stats(g.stats))
-        rebase_away(info, {id(ours), id(g)}, [new_g])
-    return True
+        return RowChanges(frozenset({id(ours), id(g)}), (), rebased_away=True, bases=bases)
+    new_g = NewVector(replace(g, stats=loose_stats(g.stats)), merged)
+    return RowChanges(frozenset({id(ours), id(g)}), (new_g,), rebased_away=True, bases=bases)
 
 
-def yield_to_compaction(info: TransactionInfo, ours: RemoveFile) -> bool:
+def yield_to_compaction(info: TransactionInfo, ours: RemoveFile) -> RowChanges | None:
     """A winning compaction also compacted our input F (same base vector): its rows are in the winner's outputs.
 
     Each of our outputs whose ``compactedFrom`` lists F goes, with our removes of all its
@@ -212,30 +209,28 @@ def yield_to_compaction(info: TransactionInfo, ours: RemoveFile) -> bool:
     content, and our remove of F is dropped, as for an input a DML emptied.
     """
     if not is_compaction(info):
-        return False
+        return None
     outputs = [g for g in info.adds if any(s.path == ours.path for s in RL.compaction_sources(g) or ())]
     if not outputs:
         return _drop_input_by_content(info, ours)
     inputs = {s.path for g in outputs for s in RL.compaction_sources(g) or ()}
     drop = {id(g) for g in outputs} | {id(r) for r in info.removes.values() if r.path in inputs}
-    rebase_away(info, drop, [])
-    return True
+    return RowChanges(frozenset(drop), (), rebased_away=True)
 
 
-def _drop_input_by_content(info: TransactionInfo, ours: RemoveFile) -> bool:
+def _drop_input_by_content(info: TransactionInfo, ours: RemoveFile) -> RowChanges | None:
     """Every live row of our input F left the table through a winner: mark them deleted in our outputs
     (found by content) and drop our remove of F. An output left without a live row is dropped."""
     marked = _mark_in_own_outputs(info, ours, None)
     if marked is None:
-        return False
+        return None
     drop, new, _ = marked
-    rebase_away(info, drop | {id(ours)}, new)
-    return True
+    return RowChanges(frozenset(drop | {id(ours)}), tuple(new), rebased_away=True)
 
 
 def _mark_in_own_outputs(
     info: TransactionInfo, source: RemoveFile, rows: Any
-) -> tuple[set[int], list[Action], bool] | None:
+) -> tuple[set[int], list[Action | NewVector], bool] | None:
     """``rows`` of our input ``source`` (None: every live row) located by content in our outputs of its
     partition: ``(outputs replaced, their marked copies, whether one was left without a live row)``,
     or None when some row cannot be located. Marked outputs' stats become loose."""
@@ -245,7 +240,7 @@ def _mark_in_own_outputs(
     if placed is None:
         return None
     drop: set[int] = set()
-    new: list[Action] = []
+    new: list[Action | NewVector] = []
     emptied = False
     for g in outputs:
         if not placed.get(g.path):
@@ -256,7 +251,7 @@ def _mark_in_own_outputs(
         if total is not None and len(merged) >= total:
             emptied = True
             continue
-        new.append(replace(g, deletion_vector=write_dv(info, merged), stats=loose_stats(g.stats)))
+        new.append(NewVector(replace(g, stats=loose_stats(g.stats)), merged))
     return drop, new, emptied
 
 
@@ -277,16 +272,19 @@ def _own_tagged(info: TransactionInfo, path: str) -> tuple[AddFile, RL.Compactio
     return None
 
 
-def _own_output_of(info: TransactionInfo, ours: RemoveFile) -> tuple[AddFile, RL.CompactionSource] | None:
-    """Our compaction output holding input ``ours``, if its mapping was made from our base vector."""
+def _own_output_of(info: TransactionInfo, ours: RemoveFile) -> tuple[AddFile, RL.CompactionSource, Any] | None:
+    """Our compaction output holding input ``ours``, if its mapping was made from our base vector, with
+    that vector's rows: as recorded by an earlier rebase of ``ours`` (``TransactionInfo.compaction_bases``;
+    ``ours`` is then the winner's version of the file), else read now (recorded when the rebase is made)."""
     found = _own_tagged(info, ours.path)
     if found is None:
         return None
-    if ours.path not in info.compaction_bases:
+    base = info.compaction_bases.get(ours.path)
+    if base is None:
         if found[1].dv_id != ours.dv_id:
             return None
-        info.compaction_bases[ours.path] = RL.dv_rows(info.table, ours.deletion_vector)
-    return found
+        base = RL.dv_rows(info.table, ours.deletion_vector)
+    return found[0], found[1], base
 
 
 def is_compaction(info: TransactionInfo) -> bool:
@@ -309,75 +307,14 @@ def newly_deleted(info: TransactionInfo, pair: tuple[RemoveFile, AddFile]) -> An
 
 
 def live_rows(info: TransactionInfo, f: RemoveFile, base: Any) -> int | None:
-    """Rows of ``f`` not in ``base`` (deleted rows): numRecords from stats, else the Parquet footer."""
+    """Rows of ``f`` not in ``base`` (deleted rows): numRecords from stats, else the Parquet footer
+    (read by the transaction's row reader)."""
     n = f.num_records
     if n is None:
-        from serialake.core.model.paths import absolute_path, parquet_metadata
-
+        if info.reader is None:
+            return None
         try:
-            n = parquet_metadata(absolute_path(info.table, f.path), f.size).num_rows
+            n = info.reader.footer_rows(f)
         except (OSError, ValueError):
             return None
     return n - len(base)
-
-
-def write_dv(info: TransactionInfo, rows: Any) -> Any:
-    """A new deletion vector of ``rows``, remembered so that it is deleted if rebasing drops it."""
-    dv = RL.write_dv(info.table, rows)
-    info.rebase_dvs.append(dv)
-    return dv
-
-
-def discard_dropped_dvs(info: TransactionInfo) -> None:
-    """Delete the vectors rebasing wrote that no action of ours references any more (never committed)."""
-    discard_rebase_dvs(info, info.actions)
-
-
-def discard_rebase_dvs(info: TransactionInfo, keep: Iterable[Action] = ()) -> None:
-    """Delete the deletion vector files rebasing wrote (``info.rebase_dvs``) that no add of ``keep`` uses.
-
-    Rebasing writes a new vector each time it merges rows into one of our adds; a later rebase
-    may replace that add again, and a failed commit references none of them. Only vectors in
-    ``info.rebase_dvs`` are ever deleted: never a winner's, nor those the operation wrote itself
-    (its caller's to clean up). ``OptimisticTransaction.commit`` calls this when the commit fails
-    (``keep`` empty) and after it commits (``keep``: the actions committed).
-    """
-    keep = list(keep)
-    identity_rebase.discard_rebase_files(info, keep)  # data files re-basing identity values wrote
-    if not info.rebase_dvs:  # (every commit comes here; almost none rebased a vector)
-        return
-
-    from serialake.core.dv.deletion_vectors import dv_absolute_path
-    from serialake.storage.datafiles import Access
-
-    used = {a.dv_id for a in keep if isinstance(a, AddFile)}
-    for dv in [d for d in info.rebase_dvs if d.unique_id not in used]:
-        info.rebase_dvs.remove(dv)
-        path = dv_absolute_path(info.table, dv) if dv.storage_type == "u" else None
-        if path:
-            with contextlib.suppress(OSError):
-                Access().delete(path)  # (local or remote; a missing file is no error)
-
-
-def rebase_away(info: TransactionInfo, drop: set[int], new: list[Action]) -> None:
-    """Drop our compaction's actions whose work the winners did; recount its file metrics."""
-    info.replace_actions(drop, new)
-    info.rebased_away = True
-    discard_dropped_dvs(info)
-    ci = info.actions[0] if info.actions else None
-    metrics = ci.values.get("operationMetrics") if isinstance(ci, CommitInfo) else None
-    if not isinstance(ci, CommitInfo) or not isinstance(metrics, dict):
-        return
-    adds = info.adds
-    removes = list(info.removes.values())
-    counts = {
-        "numAddedFiles": len(adds),
-        "numFilesAdded": len(adds),
-        "numRemovedFiles": len(removes),
-        "numFilesRemoved": len(removes),
-        "numAddedBytes": sum(a.size or 0 for a in adds),
-        "numRemovedBytes": sum(r.size or 0 for r in removes),
-        "numDeletionVectorsRemoved": sum(1 for r in removes if r.deletion_vector is not None),
-    }
-    recounted = {k: str(counts[k]) if k in counts else v for k, v in metrics.items()}
-    info.actions[0] = CommitInfo({**ci.values, "operationMetrics": recounted})

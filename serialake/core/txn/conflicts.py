@@ -1,9 +1,14 @@
-"""Conflict rules: check one transaction against one winning commit.
+"""Conflict rules: decide about one transaction against one winning commit.
 
-The checks run in Delta's order and the first failing one decides the exception:
-protocol, metadata, domain metadata, app transactions, appends, delete-vs-read,
-delete-vs-delete. Passing a winner may *rebase* the transaction (adopt the winner's
-protocol or allow-listed metadata); the caller then checks the next winner.
+Each rule returns a decision (``decisions``): ``None`` (no conflict: go on as is), a
+``Conflict`` (the exception class, ``ConflictReason``, reason and details), or a ``Rebase``
+(adopt the winner's protocol or allow-listed metadata, move identity values past its
+allocation, or change rows through deletion vectors). The rules write and delete nothing:
+``rebasing.check_winner`` runs them in Delta's order (``WINNER_RULES``, then
+``check_delete_delete`` for each file the winner removed), carries out each decision before
+the next rule sees the transaction, and raises the first conflict: protocol, metadata,
+domain metadata, app transactions, appends, delete-vs-read, delete-vs-delete. The caller
+then checks the next winner.
 
 Where we go further than OSS Delta (by design, see conflict-matrix.md):
 - a winner's ``dataChange=false`` adds and removes (compaction) rearrange rows without
@@ -16,35 +21,30 @@ Where we go further than OSS Delta (by design, see conflict-matrix.md):
   clustering) wrote none (``serialake.core.txn.row_matching``; docs/concurrency.md, "Compactions");
   a compaction left with nothing to write commits nothing.
 
-Rebasing by rows writes new deletion vectors; each is recorded (``TransactionInfo.rebase_dvs``)
-and its file deleted once no action of ours uses it: when a later rebase replaces it, and
-when the commit fails (``compaction_rebase.discard_rebase_dvs``, called by ``OptimisticTransaction.commit``).
+To decide, row-level rules read: deletion vectors (``row_level.dv_rows``), and data rows
+and Parquet footers through the transaction's row reader (``TransactionInfo.reader``, with the
+read predicates' row evaluators). Carrying out a rebase by rows writes new deletion vectors;
+each is recorded (``TransactionInfo.rebase_dvs``) and its file deleted once no action of ours
+uses it: when a later rebase replaces it, and when the commit fails (``rebasing.discard_rebase_dvs``,
+called by ``OptimisticTransaction.commit``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from functools import cached_property
+from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from serialake.core.dv.deletion_vectors import RowIndexSet
 from serialake.core.model import features
 from serialake.core.model import properties as props
-from serialake.core.model.actions import (
-    Action,
-    AddFile,
-    CommitInfo,
-    DomainMetadata,
-    Metadata,
-    Protocol,
-    RemoveFile,
-    SetTransaction,
-)
+from serialake.core.model.actions import AddFile, CommitInfo, Metadata, Protocol, RemoveFile
 from serialake.core.predicates import row_eval
 from serialake.core.txn import compaction_rebase as CR
 from serialake.core.txn import identity_rebase
 from serialake.core.txn import row_level as RL
+from serialake.core.txn.decisions import Conflict, Decision, NewVector, Rebase, RowChanges
+from serialake.core.txn.summaries import ReadPredicate, TransactionInfo, WinnerSummary
 from serialake.exceptions import (
     ConcurrentAppendException,
     ConcurrentDeleteDeleteException,
@@ -67,276 +67,76 @@ FEATURE_ENABLEMENT_KEYS = {
 }
 
 
-@dataclass(frozen=True)
-class WinnerSummary:
-    """What conflict checking needs to know about one winning commit.
-
-    Its adds are ``AddFile`` objects, or, for a commit read from the log, their checked JSON
-    objects (``log.CommitEntry.items``): rules read paths, partition values and flags through
-    ``add_fields`` and build the ``AddFile`` of a file they look at closely with ``add_at``,
-    so checking a winner of many files builds no object per file.
-    """
-
-    version: int
-    commit_info: CommitInfo | None
-    protocol: Protocol | None
-    metadata: Metadata | None
-    add_rows: tuple[Any, ...]  # each add: an AddFile or its checked JSON object (a dict)
-    removes: tuple[RemoveFile, ...]
-    txns: tuple[SetTransaction, ...]
-    domains: tuple[DomainMetadata, ...]
-
-    @classmethod
-    def of(cls, version: int, actions: Sequence[Any]) -> WinnerSummary:
-        """The summary of a commit's actions (``CommitEntry.items``: adds may be JSON objects)."""
-        ci = proto = meta = None
-        adds: list[Any] = []
-        removes: list[RemoveFile] = []
-        txns: list[SetTransaction] = []
-        domains: list[DomainMetadata] = []
-        for a in actions:
-            t = type(a)
-            if t is AddFile or t is dict:
-                adds.append(a)
-            elif t is RemoveFile:
-                removes.append(a)
-            elif t is CommitInfo:
-                ci = a
-            elif t is SetTransaction:
-                txns.append(a)
-            elif t is DomainMetadata:
-                domains.append(a)
-            elif t is Metadata:
-                meta = a
-            elif t is Protocol:
-                proto = a
-        return cls(version, ci, proto, meta, tuple(adds), tuple(removes), tuple(txns), tuple(domains))
-
-    @property
-    def operation(self) -> str | None:
-        return self.commit_info.operation if self.commit_info else None
-
-    @cached_property
-    def adds(self) -> tuple[AddFile, ...]:
-        """Every add as an ``AddFile``."""
-        return tuple(self.add_at(i) for i in range(len(self.add_rows)))
-
-    @cached_property
-    def _built(self) -> dict[int, AddFile]:
-        return {}
-
-    def add_at(self, i: int) -> AddFile:
-        """The ``AddFile`` of the i-th add (built once)."""
-        row = self.add_rows[i]
-        if type(row) is not dict:
-            return row
-        built = self._built.get(i)
-        if built is None:
-            built = self._built[i] = AddFile._from_obj(row)
-        return built
-
-    def add_fields(self) -> Iterator[tuple[int, str, dict[str, str | None] | None, bool]]:
-        """``(index, path, partition values, dataChange)`` of each add, no object built."""
-        for i, row in enumerate(self.add_rows):
-            if type(row) is dict:
-                yield i, row["path"], row["partitionValues"], row["dataChange"]
-            else:
-                yield i, row.path, row.partition_values, row.data_change
-
-    @cached_property
-    def removed_paths(self) -> frozenset[str]:
-        return frozenset(r.path for r in self.removes)
-
-    @cached_property
-    def dv_updates(self) -> dict[str, tuple[RemoveFile, AddFile]]:
-        """Files this winner changed through deletion vectors: path -> (old remove, new add)."""
-        if not self.removes:
-            return {}
-        removed = self.removed_paths
-        same_path = [self.add_at(i) for i, path, _, _ in self.add_fields() if path in removed]
-        return RL.dv_update_pairs({r.path: r for r in self.removes}, same_path)
-
-    @property
-    def is_blind_append(self) -> bool:
-        """Per Delta, a winner without commitInfo counts as not blind."""
-        return bool(self.commit_info and self.commit_info.is_blind_append is True)
-
-    @property
-    def txn_id(self) -> str | None:
-        return self.commit_info.txn_id if self.commit_info else None
-
-
-@dataclass(frozen=True)
-class ReadPredicate:
-    """A predicate a transaction read with: its text and a compiled partition matcher."""
-
-    text: str
-    matches: Callable[[Mapping[str, str | None]], bool]
-    whole_table: bool = False
-    expr: Any = None  # the full predicate (data columns too), for row-level checks
-    may_match_stats: Callable[[Mapping[str, str | None], Any], bool] | None = None
-    # The operation's own condition on rows the driver leaves undecided (see row_eval.RowEvaluator).
-    row_evaluator: row_eval.RowEvaluator | None = None
-    # ``expr`` is only a necessary condition of the read (MERGE: its target side): rows the driver
-    # finds TRUE are confirmed by ``row_evaluator`` too; the driver only rules rows out.
-    confirm_rows: bool = False
-
-
-@dataclass(frozen=True)
-class MatchedRows:
-    """The live rows of one file that matched the transaction's reads, declared by the operation.
-
-    Positions are physical rows of the file as read: with ``base``'s deletion vector.
-    """
-
-    base: AddFile
-    rows: RowIndexSet
-
-
-@dataclass
-class TransactionInfo:
-    """The current transaction as conflict checking sees it; rebased between winners."""
-
-    table: str
-    read_version: int
-    read_metadata: Metadata | None
-    read_protocol: Protocol | None
-    isolation_level: str
-    read_predicates: list[ReadPredicate]
-    read_files: dict[str, AddFile]
-    read_whole_table: bool
-    read_app_ids: set[str]
-    actions: list[Action]
-    metadata: Metadata | None  # metadata this txn writes
-    protocol: Protocol | None  # protocol this txn writes
-    is_blind_append: bool
-    txn_id: str
-    removes: dict[str, RemoveFile] = field(default_factory=dict)
-    app_ids_written: dict[str, int] = field(default_factory=dict)
-    domains_written: set[str] = field(default_factory=set)
-    row_level: bool = False  # deletion vectors on and row-level concurrency applies
-    compaction_carry: bool = False  # deletion vectors on: deletes carry over compactions
-    reader: Any = None  # row_eval.RowReader, to evaluate predicates on rows
-    compaction_bases: dict[str, Any] = field(default_factory=dict)  # our compaction inputs' base vectors
-    matched_rows: dict[str, MatchedRows] = field(default_factory=dict)  # path -> rows our reads matched
-    rebased_away: bool = False  # a rebase dropped actions whose work a winner had already done
-    # Vectors rebasing wrote: deleted when dropped, or when the commit fails (``discard_rebase_dvs``).
-    rebase_dvs: list[Any] = field(default_factory=list)
-    # Identity values stored past the marks read, per column (lower-case name -> identity.Allocation),
-    # and the data files re-basing them wrote (``core.txn.identity_rebase``).
-    identity_allocations: dict[str, Any] = field(default_factory=dict)
-    rebase_files: list[str] = field(default_factory=list)
-
-    def __post_init__(self) -> None:
-        for a in self.actions:
-            if isinstance(a, RemoveFile):
-                self.removes[a.path] = a
-            elif isinstance(a, SetTransaction):
-                self.app_ids_written[a.app_id] = a.version
-            elif isinstance(a, DomainMetadata):
-                self.domains_written.add(a.domain)
-
-    @property
-    def adds(self) -> list[AddFile]:
-        return [a for a in self.actions if isinstance(a, AddFile)]
-
-    @property
-    def nothing_left(self) -> bool:
-        """Rebasing dropped every action (not the commitInfo): the winners already did this work."""
-        return self.rebased_away and all(isinstance(a, CommitInfo) for a in self.actions)
-
-    def replace_actions(self, drop: set[int], new: list[Action]) -> None:
-        """Rebase: drop actions (by identity) and append new ones, keeping ``removes`` in sync."""
-        self.actions = [a for a in self.actions if id(a) not in drop] + new
-        self.removes = {a.path: a for a in self.actions if isinstance(a, RemoveFile)}
-
-
-def _fail(
+def _conflict(
     exc: type[DeltaConcurrentModificationException],
     conflict_reason: ConflictReason,
     reason: str,
     info: TransactionInfo,
     winner: WinnerSummary,
     **kw: Any,
-) -> DeltaConcurrentModificationException:
-    """The exception ``exc`` for a conflict with ``winner``: why (the rule's ``ConflictReason`` and in
-    words), with the winner's version and operation."""
-    return exc(
+) -> Conflict:
+    """The conflict ``exc`` with ``winner``: why (the rule's ``ConflictReason`` and in words), with the
+    winner's version and operation."""
+    return Conflict(
+        exc,
+        conflict_reason,
         reason,
-        conflict_reason=conflict_reason,
-        table=info.table,
-        read_version=info.read_version,
-        winning_version=winner.version,
-        winning_operation=winner.operation,
-        winning_commit_info=dict(winner.commit_info.values) if winner.commit_info else None,
-        **kw,
+        {
+            "table": info.table,
+            "read_version": info.read_version,
+            "winning_version": winner.version,
+            "winning_operation": winner.operation,
+            "winning_commit_info": dict(winner.commit_info.values) if winner.commit_info else None,
+            **kw,
+        },
     )
 
 
-def check_winner(info: TransactionInfo, winner: WinnerSummary) -> TransactionInfo:
-    """Raise the first conflict between ``info`` and ``winner``, else return the rebased info."""
-    info = _check_protocol(info, winner)
-    info = _check_metadata(info, winner)
-    _check_domains(info, winner)
-    _check_app_ids(info, winner)
-    _check_appends(info, winner)
-    _check_delete_read(info, winner)
-    return _check_delete_delete(info, winner)
-
-
-def _check_protocol(info: TransactionInfo, w: WinnerSummary) -> TransactionInfo:
+def check_protocol(info: TransactionInfo, w: WinnerSummary) -> Decision:
     if w.protocol is None:
-        return info
+        return None
     if info.read_version < 0:
-        return _raise(
-            _fail(
-                ProtocolChangedException,
-                ConflictReason.CONCURRENT_CREATE,
-                "The table was created concurrently: another writer committed the first version "
-                "of this path first.",
-                info,
-                w,
-                help="Another job created this table at the same time. Reload it and retry the write "
-                "(as an append, or with createIfNotExists).",
-            )
+        return _conflict(
+            ProtocolChangedException,
+            ConflictReason.CONCURRENT_CREATE,
+            "The table was created concurrently: another writer committed the first version "
+            "of this path first.",
+            info,
+            w,
+            help="Another job created this table at the same time. Reload it and retry the write "
+            "(as an append, or with createIfNotExists).",
         )
     if info.protocol is not None:
         if replaces_table(w.operation) and replaces_table(_own_operation(info)):
-            return _raise(_replaced_concurrently(info, w))
-        return _raise(
-            _fail(
-                ProtocolChangedException,
-                ConflictReason.PROTOCOL_CHANGE,
-                "The protocol was changed concurrently, and this transaction changes it too.",
-                info,
-                w,
-            )
+            return _replaced_concurrently(info, w)
+        return _conflict(
+            ProtocolChangedException,
+            ConflictReason.PROTOCOL_CHANGE,
+            "The protocol was changed concurrently, and this transaction changes it too.",
+            info,
+            w,
         )
     before = info.read_protocol or Protocol()
     dropped = features.table_features(before) - features.table_features(w.protocol)
     if dropped:
-        return _raise(
-            _fail(
-                ProtocolChangedException,
-                ConflictReason.FEATURE_DROPPED,
-                f"A concurrent commit dropped table feature(s) {', '.join(sorted(dropped))}.",
-                info,
-                w,
-            )
+        return _conflict(
+            ProtocolChangedException,
+            ConflictReason.FEATURE_DROPPED,
+            f"A concurrent commit dropped table feature(s) {', '.join(sorted(dropped))}.",
+            info,
+            w,
         )
     try:
         features.check_writable(w.protocol, None, info.table)
     except UnsupportedFeatureError as e:
-        return _raise(
-            _fail(
-                ProtocolChangedException,
-                ConflictReason.UNSUPPORTED_PROTOCOL,
-                f"The table was upgraded concurrently: {e}",
-                info,
-                w,
-            )
+        return _conflict(
+            ProtocolChangedException,
+            ConflictReason.UNSUPPORTED_PROTOCOL,
+            f"The table was upgraded concurrently: {e}",
+            info,
+            w,
         )
-    return replace(info, read_protocol=w.protocol)
+    return Rebase(replace(info, read_protocol=w.protocol))
 
 
 def replaces_table(operation: str | None) -> bool:
@@ -350,8 +150,8 @@ def _own_operation(info: TransactionInfo) -> str | None:
     return ci.operation if ci is not None else None
 
 
-def _replaced_concurrently(info: TransactionInfo, w: WinnerSummary) -> DeltaConcurrentModificationException:
-    return _fail(
+def _replaced_concurrently(info: TransactionInfo, w: WinnerSummary) -> Conflict:
+    return _conflict(
         ProtocolChangedException,
         ConflictReason.CONCURRENT_REPLACE,
         f"The table was created or replaced concurrently by a {w.operation} commit while this "
@@ -382,29 +182,34 @@ def _allowed_metadata_change(before: Metadata | None, after: Metadata) -> bool:
     return True
 
 
-def _check_metadata(info: TransactionInfo, w: WinnerSummary) -> TransactionInfo:
+def check_metadata(info: TransactionInfo, w: WinnerSummary) -> Decision:
     if w.metadata is None:
-        return info
+        return None
     if info.metadata is not None and replaces_table(w.operation) and replaces_table(_own_operation(info)):
-        _raise(_replaced_concurrently(info, w))  # e.g. a winner that wrote no protocol action
+        return _replaced_concurrently(info, w)  # e.g. a winner that wrote no protocol action
     if info.metadata is None and _allowed_metadata_change(info.read_metadata, w.metadata):
-        return replace(info, read_metadata=w.metadata)
+        return Rebase(replace(info, read_metadata=w.metadata))
     rebased, why = identity_rebase.rebase(info, w)  # a concurrent identity allocation: move ours past it
     if rebased is not None:
         return rebased
+    return metadata_conflict(info, w, why)
+
+
+def metadata_conflict(info: TransactionInfo, w: WinnerSummary, why: str | None) -> Conflict:
+    """``MetadataChangedException`` for winner ``w``'s metadata change; ``why``: what kept an identity
+    allocation from being re-based (also when rewriting the files failed), if that is all it was."""
+    assert w.metadata is not None
     what = _describe_metadata_change(info.read_metadata, w.metadata)
     # The winner's change alone would have been adopted (``why``: an identity allocation only) but ours
     # writes metadata too; otherwise the winner's change itself fails this transaction.
     both = info.metadata is not None and (why is not None or _allowed_metadata_change(info.read_metadata, w.metadata))
-    return _raise(
-        _fail(
-            MetadataChangedException,
-            ConflictReason.BOTH_CHANGE_METADATA if both else ConflictReason.METADATA_CHANGE,
-            f"The table metadata was changed by a concurrent commit ({what})."
-            + (f" {why}" if why else " This transaction changes the metadata too." if info.metadata else ""),
-            info,
-            w,
-        )
+    return _conflict(
+        MetadataChangedException,
+        ConflictReason.BOTH_CHANGE_METADATA if both else ConflictReason.METADATA_CHANGE,
+        f"The table metadata was changed by a concurrent commit ({what})."
+        + (f" {why}" if why else " This transaction changes the metadata too." if info.metadata else ""),
+        info,
+        w,
     )
 
 
@@ -428,35 +233,33 @@ def _describe_metadata_change(before: Metadata | None, after: Metadata) -> str:
     return "; ".join(parts) or "metadata rewritten"
 
 
-def _check_domains(info: TransactionInfo, w: WinnerSummary) -> None:
+def check_domains(info: TransactionInfo, w: WinnerSummary) -> Decision:
     for d in w.domains:
         if d.domain in info.domains_written:
-            _raise(
-                _fail(
-                    ConcurrentTransactionException,
-                    ConflictReason.SAME_DOMAIN,
-                    f"Domain metadata '{d.domain}' was written concurrently.",
-                    info,
-                    w,
-                    detail=f"domain {d.domain}",
-                )
+            return _conflict(
+                ConcurrentTransactionException,
+                ConflictReason.SAME_DOMAIN,
+                f"Domain metadata '{d.domain}' was written concurrently.",
+                info,
+                w,
+                detail=f"domain {d.domain}",
             )
+    return None
 
 
-def _check_app_ids(info: TransactionInfo, w: WinnerSummary) -> None:
+def check_app_ids(info: TransactionInfo, w: WinnerSummary) -> Decision:
     for t in w.txns:
         ours = info.app_ids_written.get(t.app_id)
         if t.app_id in info.read_app_ids or (ours is not None and t.version >= ours):
-            _raise(
-                _fail(
-                    ConcurrentTransactionException,
-                    ConflictReason.SAME_APP_ID,
-                    f"Application '{t.app_id}' committed version {t.version} concurrently.",
-                    info,
-                    w,
-                    detail=f"appId={t.app_id} version={t.version}",
-                )
+            return _conflict(
+                ConcurrentTransactionException,
+                ConflictReason.SAME_APP_ID,
+                f"Application '{t.app_id}' committed version {t.version} concurrently.",
+                info,
+                w,
+                detail=f"appId={t.app_id} version={t.version}",
             )
+    return None
 
 
 def _append_rows(info: TransactionInfo, w: WinnerSummary) -> list[tuple[int, str, dict[str, str | None] | None]]:
@@ -478,12 +281,12 @@ def _append_rows(info: TransactionInfo, w: WinnerSummary) -> list[tuple[int, str
     return [(i, path, pv) for i, path, pv, data_change in w.add_fields() if data_change and path not in removed]
 
 
-def _check_appends(info: TransactionInfo, w: WinnerSummary) -> None:
+def check_appends(info: TransactionInfo, w: WinnerSummary) -> Decision:
     if info.is_blind_append or not info.read_predicates:
-        return
+        return None
     candidates = _append_rows(info, w)
     if not candidates:
-        return
+        return None
     for pred in info.read_predicates:
         seen: dict[tuple[tuple[str, str | None], ...], bool] = {}
         for i, path, values in candidates:
@@ -502,24 +305,23 @@ def _check_appends(info: TransactionInfo, w: WinnerSummary) -> None:
             if hit:
                 partition = dict(pv) if pv else None
                 read = "the whole table" if pred.whole_table else f"'{pred.text}'"
-                _raise(
-                    _fail(
-                        ConcurrentAppendException,
-                        ConflictReason.ROW_LEVEL_CHANGES
-                        if row_checked
-                        else ConflictReason.EMPTY_READ_PREDICATES
-                        if pred.whole_table
-                        else ConflictReason.FILE_LEVEL_CHANGES,
-                        f"Files were added to {_where(partition)} by a concurrent "
-                        f"{w.operation or 'commit'}, and this transaction read {read}.",
-                        info,
-                        w,
-                        partition=partition,
-                        file=path,
-                        detail=f"read predicate: {read}",
-                        help=_append_help(info, w, pred),
-                    )
+                return _conflict(
+                    ConcurrentAppendException,
+                    ConflictReason.ROW_LEVEL_CHANGES
+                    if row_checked
+                    else ConflictReason.EMPTY_READ_PREDICATES
+                    if pred.whole_table
+                    else ConflictReason.FILE_LEVEL_CHANGES,
+                    f"Files were added to {_where(partition)} by a concurrent "
+                    f"{w.operation or 'commit'}, and this transaction read {read}.",
+                    info,
+                    w,
+                    partition=partition,
+                    file=path,
+                    detail=f"read predicate: {read}",
+                    help=_append_help(info, w, pred),
                 )
+    return None
 
 
 def _where(partition: dict[str, str | None] | None) -> str:
@@ -637,59 +439,70 @@ def _same_base(a: RemoveFile, b: RemoveFile) -> bool:
     return RL.same_dv(a.deletion_vector, b.deletion_vector)
 
 
-def _check_delete_read(info: TransactionInfo, w: WinnerSummary) -> None:
+def check_delete_read(info: TransactionInfo, w: WinnerSummary) -> Decision:
     for r in w.removes:
         if not r.data_change:
             continue  # compaction: the rows still exist, in another file
         if (r.path in info.read_files or info.read_whole_table) and not _row_level_read_ok(info, w, r):
             read = info.read_files.get(r.path)
-            _raise(
-                _fail(
-                    ConcurrentDeleteReadException,
-                    ConflictReason.ROW_LEVEL_CHANGES
-                    if _row_level_read_checked(info, w, r)
-                    else ConflictReason.FILE_REMOVED,
-                    f"A file this transaction read was removed by a concurrent {w.operation or 'commit'}.",
-                    info,
-                    w,
-                    partition=dict(read.partition_values) if read and read.partition_values else None,
-                    file=r.path,
-                )
-            )
-
-
-def _check_delete_delete(info: TransactionInfo, w: WinnerSummary) -> TransactionInfo:
-    for r in w.removes:
-        ours = info.removes.get(r.path)
-        if ours is None:
-            continue
-        if _resolve_same_file(info, w, r, ours):
-            continue
-        _raise(
-            _fail(
-                ConcurrentDeleteDeleteException,
-                ConflictReason.FILE_REMOVED,
-                f"A file this transaction removes was also removed by a concurrent {w.operation or 'commit'}.",
+            return _conflict(
+                ConcurrentDeleteReadException,
+                ConflictReason.ROW_LEVEL_CHANGES
+                if _row_level_read_checked(info, w, r)
+                else ConflictReason.FILE_REMOVED,
+                f"A file this transaction read was removed by a concurrent {w.operation or 'commit'}.",
                 info,
                 w,
-                partition=dict(r.partition_values) if r.partition_values else None,
+                partition=dict(read.partition_values) if read and read.partition_values else None,
                 file=r.path,
             )
-        )
-    return info
+    return None
 
 
-def _raise(exc: BaseException) -> Any:
-    raise exc
+def check_delete_delete(info: TransactionInfo, w: WinnerSummary, r: RemoveFile) -> Decision:
+    """A file the winner removed (``r``) that this transaction removes too: a rebase by rows where
+    the rows allow (``if_fails``: the file-level conflict), else a conflict."""
+    ours = info.removes.get(r.path)
+    if ours is None:
+        return None
+    file_level = _conflict(
+        ConcurrentDeleteDeleteException,
+        ConflictReason.FILE_REMOVED,
+        f"A file this transaction removes was also removed by a concurrent {w.operation or 'commit'}.",
+        info,
+        w,
+        partition=dict(r.partition_values) if r.partition_values else None,
+        file=r.path,
+    )
+    decided = _resolve_same_file(info, w, r, ours)
+    if decided is None:
+        return file_level
+    if isinstance(decided, Conflict):
+        return decided
+    return Rebase(info, rows=decided, if_fails=file_level)
 
 
-def _resolve_same_file(info: TransactionInfo, w: WinnerSummary, r: RemoveFile, ours: RemoveFile) -> bool:
-    """Rebase ``info`` over a winner that also removed our file, when rows allow; True if done.
+#: The rules that look at the whole winner, in Delta's order; ``check_delete_delete`` follows,
+#: once for each file the winner removed (``rebasing.check_winner`` runs them).
+WINNER_RULES: tuple[Callable[[TransactionInfo, WinnerSummary], Decision], ...] = (
+    check_protocol,
+    check_metadata,
+    check_domains,
+    check_app_ids,
+    check_appends,
+    check_delete_read,
+)
 
-    Raises ``ConcurrentDeleteDeleteException`` when both deleted the same rows.
+
+def _resolve_same_file(
+    info: TransactionInfo, w: WinnerSummary, r: RemoveFile, ours: RemoveFile
+) -> RowChanges | Conflict | None:
+    """The rebase of ``info`` over a winner that also removed our file, when rows allow; None if none.
+
+    A ``ConcurrentDeleteDeleteException`` conflict when both deleted the same rows.
     """
     if not (info.row_level or info.compaction_carry) or not _same_base(r, ours):
-        return False
+        return None
     try:
         own = _own_dv_update(info, r.path)
         theirs = _winner_dv_update(w, r.path)
@@ -700,7 +513,7 @@ def _resolve_same_file(info: TransactionInfo, w: WinnerSummary, r: RemoveFile, o
         if theirs is not None and not ours.data_change and info.compaction_carry:
             return CR.absorb_into_own_compaction(info, theirs, ours)
         if not info.compaction_carry or own is not None or theirs is not None:
-            return False
+            return None
         if not r.data_change and not ours.data_change:
             return CR.yield_to_compaction(info, ours)
         if not r.data_change and not any(a.path == r.path for a in info.adds):
@@ -708,35 +521,31 @@ def _resolve_same_file(info: TransactionInfo, w: WinnerSummary, r: RemoveFile, o
         if r.data_change and not ours.data_change and not any(a.path == r.path for a in w.adds):
             return CR.absorb_emptied_into_own_compaction(info, ours)
     except (row_eval.CannotEvaluate, OSError, ValueError):
-        return False
-    return False
+        return None
+    return None
 
 
 def _merge_vectors(
     info: TransactionInfo, w: WinnerSummary, own: tuple[RemoveFile, AddFile], theirs: tuple[RemoveFile, AddFile]
-) -> bool:
+) -> RowChanges | Conflict:
     """Both marked rows of one file deleted: disjoint rows merge into one vector."""
     mine = CR.newly_deleted(info, own)
     their_rows = CR.newly_deleted(info, theirs)
     overlap = mine & their_rows
     if len(overlap):
         rows = sorted(overlap)[:5]
-        _raise(
-            _fail(
-                ConcurrentDeleteDeleteException,
-                ConflictReason.SAME_ROWS_DELETED,
-                f"A concurrent {w.operation or 'commit'} deleted or updated the same row(s) of a file "
-                f"this transaction changes (row indexes {rows}{'...' if len(overlap) > 5 else ''}).",
-                info,
-                w,
-                partition=dict(own[0].partition_values) if own[0].partition_values else None,
-                file=own[0].path,
-                detail=f"{len(overlap)} row(s) changed by both",
-                help="Both operations changed the same rows. Retry this one: it will see the other's result.",
-            )
+        return _conflict(
+            ConcurrentDeleteDeleteException,
+            ConflictReason.SAME_ROWS_DELETED,
+            f"A concurrent {w.operation or 'commit'} deleted or updated the same row(s) of a file "
+            f"this transaction changes (row indexes {rows}{'...' if len(overlap) > 5 else ''}).",
+            info,
+            w,
+            partition=dict(own[0].partition_values) if own[0].partition_values else None,
+            file=own[0].path,
+            detail=f"{len(overlap)} row(s) changed by both",
+            help="Both operations changed the same rows. Retry this one: it will see the other's result.",
         )
     merged = RL.dv_rows(info.table, theirs[1].deletion_vector) | mine
-    new_add = RL.with_dv(own[1], CR.write_dv(info, merged))
-    info.replace_actions({id(own[0]), id(own[1])}, [theirs[1].remove(), new_add])
-    CR.discard_dropped_dvs(info)  # e.g. the vector an earlier rebase of this file wrote
-    return True
+    # Our add of the file carries the merged rows; the vector an earlier rebase of it wrote is dropped.
+    return RowChanges(frozenset({id(own[0]), id(own[1])}), (theirs[1].remove(), NewVector(own[1], merged)))

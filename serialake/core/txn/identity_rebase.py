@@ -6,10 +6,12 @@ with ``MetadataChangedException``. Here the second re-bases instead, when that i
 new files are its own and unpublished, so every value it *generated* moves by one constant,
 the smallest multiple of the step that puts them all past the winner's mark
 (``identity.rebase_shift``): still unique, still ``start + k * step``, and its mark becomes
-its last generated value. Files are rewritten on the driver with pyarrow (read, shift the
-column, write a new file with fresh min/max stats, replace the add); the files replaced
-are deleted by the writer's clean-up once the commit no longer references them
-(``core.txn.written``), and files written here that end up unused by ``discard_rebase_files``.
+its last generated value. ``rebase`` decides (a ``decisions.Rebase`` whose ``identity``
+names the shifts); ``rewrite_files`` carries it out, called by ``rebasing.check_winner``:
+files are rewritten on the driver with pyarrow (read, shift the column, write a new file
+with fresh min/max stats, replace the add); the files replaced are deleted by the writer's
+clean-up once the commit no longer references them (``core.txn.written``), and files written
+here that end up unused by ``rebasing.discard_rebase_files``.
 
 Only values past the mark the transaction read can meet a winner's generated ones, and the
 writer declares what it stored there (``identity.Allocation``, through
@@ -41,12 +43,13 @@ from typing import TYPE_CHECKING, Any
 from serialake.core.model import identity
 from serialake.core.model.actions import Action, AddCDCFile, AddFile, Metadata, now_ms
 from serialake.core.model.schema import physical_name
+from serialake.core.txn.decisions import IdentityShift, Rebase
 from serialake.exceptions import DeltaAnalysisException
 
 if TYPE_CHECKING:
-    from serialake.core.txn.conflicts import TransactionInfo, WinnerSummary
+    from serialake.core.txn.summaries import TransactionInfo, WinnerSummary
 
-__all__ = ["changes_only_marks", "discard_rebase_files", "rebase"]
+__all__ = ["changes_only_marks", "rebase", "rewrite_files"]
 
 
 def changes_only_marks(before: Metadata | None, after: Metadata | None) -> bool:
@@ -56,11 +59,12 @@ def changes_only_marks(before: Metadata | None, after: Metadata | None) -> bool:
     return before is not None and identity.same_but_marks(before, after)
 
 
-def rebase(info: TransactionInfo, w: WinnerSummary) -> tuple[TransactionInfo | None, str | None]:
+def rebase(info: TransactionInfo, w: WinnerSummary) -> tuple[Rebase | None, str | None]:
     """``info`` re-based over winner ``w``'s identity allocation, or ``(None, why it conflicts)``.
 
-    ``why`` is None when the winner's metadata change is not an identity allocation at all
-    (the caller reports the change as usual).
+    The rebase's ``identity`` names the values to shift in our new files (None: nothing
+    generated to move); ``rewrite_files`` rewrites them. ``why`` is None when the winner's
+    metadata change is not an identity allocation at all (the caller reports the change as usual).
     """
     read, theirs, ours = info.read_metadata, w.metadata, info.metadata
     if read is None or theirs is None or not identity.same_but_marks(read, theirs):
@@ -115,26 +119,23 @@ def rebase(info: TransactionInfo, w: WinnerSummary) -> tuple[TransactionInfo | N
             allocations[key] = alloc.shifted(shift)
         new_marks[c.name] = alloc.last + shift
     actions = list(info.actions)
-    if shifts:
-        try:
-            actions = _rewrite_files(info, read, shifts)
-        except (OSError, ValueError, ImportError) as e:
-            return None, f"Re-basing this write's identity values failed: {e}"
     new_meta: Metadata | None = None
     if ours is not None:
         schema = identity.with_high_water_marks(theirs.schema, new_marks)
         new_meta = replace(theirs, schema_string=schema.to_json())
         actions = [new_meta if a is ours else a for a in actions]
     rebased = replace(info, read_metadata=theirs, metadata=new_meta, actions=actions, identity_allocations=allocations)
-    return rebased, None
+    return Rebase(rebased, identity=IdentityShift(read, tuple(shifts)) if shifts else None), None
 
 
-def _rewrite_files(
-    info: TransactionInfo, read: Metadata, shifts: list[tuple[identity.IdentityColumn, int, int]]
-) -> list[Action]:
-    """``info.actions`` with each new file holding generated values replaced by a shifted copy."""
-    fields = {f.name.lower(): f for f in read.schema.fields}
-    cols = [(physical_name(fields[c.name.lower()]), c, first, shift) for c, first, shift in shifts]
+def rewrite_files(info: TransactionInfo, shift: IdentityShift) -> list[Action]:
+    """``info.actions`` with each new file holding generated values replaced by a shifted copy.
+
+    The files written are recorded in ``info.rebase_files``. Raises ``OSError``, ``ValueError``
+    or ``ImportError`` when a file cannot be read or written (or a value leaves the range).
+    """
+    fields = {f.name.lower(): f for f in shift.read.schema.fields}
+    cols = [(physical_name(fields[c.name.lower()]), c, first, n) for c, first, n in shift.shifts]
     out: list[Action] = []
     for a in info.actions:
         if isinstance(a, AddFile) and a.data_change and a.path not in info.removes:
@@ -217,20 +218,3 @@ def _rewrite_one(info: TransactionInfo, a: AddFile | AddCDCFile, cols: list[Any]
                     stats[part][key] = value
         new_stats = json.dumps(stats, separators=(",", ":"))
     return replace(a, path=new_path, size=size, stats=new_stats, modification_time=now_ms())
-
-
-def discard_rebase_files(info: TransactionInfo, keep: Any = ()) -> None:
-    """Delete the files re-basing wrote (``info.rebase_files``) that no action of ``keep`` references."""
-    if not info.rebase_files:
-        return
-    from serialake.core.model.paths import absolute_path
-    from serialake.storage.datafiles import Access
-
-    used = {a.path for a in keep if isinstance(a, (AddFile, AddCDCFile))}
-    for path in [p for p in info.rebase_files if p not in used]:
-        info.rebase_files.remove(path)
-        try:
-            full = absolute_path(info.table, path)
-            Access.here(full).delete(full)
-        except OSError:
-            pass

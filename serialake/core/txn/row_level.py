@@ -20,7 +20,8 @@ resolution applies (``enabled``, ``compaction_enabled``), reading and writing ve
 (``dv_rows``, ``write_dv``, ``with_dv``, ``same_dv``), the compaction row mapping
 (``COMPACTED_FROM_TAG``, ``compaction_sources``, ``map_rows``) and the DV updates of a commit
 (``dv_update_pairs``). The rules that use them are in ``serialake.core.txn.conflicts`` and
-``serialake.core.txn.compaction_rebase``.
+``serialake.core.txn.compaction_rebase``; the vectors their decisions call for are written by
+``serialake.core.txn.rebasing``.
 """
 
 from __future__ import annotations

@@ -1,26 +1,22 @@
 """Optimistic transactions: record what was read, then validate and commit.
 
 A transaction is pinned to the snapshot it started from. It records its reads
-(``filter_files``, ``read_whole_table``, ``txn_version``), and ``commit`` writes the next
-version with put-if-absent. When another writer won that version, the winners are read
-(only the new commit files, by their summary) and checked in order by
-``serialake.core.txn.conflicts``; with no conflict the commit is retried at the next version.
-A commit whose outcome was lost is recognised on retry by its ``txnId``.
+(``filter_files``, ``read_whole_table``, ``record_read``, ``txn_version``; ``reads``), and
+``commit`` checks its actions (``commit_checks``), builds what conflict checking sees of it
+(``summaries.TransactionInfo``) and hands it to the commit loop (``commit_loop``), which writes
+the next version with put-if-absent, checks the winners of each version it lost and
+retries. What a commit is given and returns (``CommitOptions``, ``CommitResult``) lives in
+``options``; both are importable from here.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import posixpath
-import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
-from urllib.parse import unquote
 
-from serialake.core.log import cdf
 from serialake.core.model import column_mapping, features, uniform
 from serialake.core.model import properties as props
 from serialake.core.model.actions import (
@@ -31,44 +27,40 @@ from serialake.core.model.actions import (
     FileAction,
     Metadata,
     Protocol,
-    RemoveFile,
     SetTransaction,
-    actions_to_jsonl,
     now_ms,
 )
 from serialake.core.predicates import row_eval
-from serialake.core.txn import identity_rebase, row_level
-from serialake.core.txn.compaction_rebase import discard_rebase_dvs
-from serialake.core.txn.conflicts import (
-    MatchedRows,
-    ReadPredicate,
-    TransactionInfo,
-    WinnerSummary,
-    check_winner,
+from serialake.core.txn import commit_loop, identity_rebase, row_level
+from serialake.core.txn.commit_checks import (
+    check_append_only,
+    check_change_data_feed,
+    check_duplicates,
+    check_paths,
+)
+from serialake.core.txn.commit_loop import ict_enablement, in_commit_timestamps
+from serialake.core.txn.options import (
+    DEFAULT_OPTIONS,
+    READ_TABLES_KEY,
+    TRANSIENT_WRITE_RETRIES,
+    UNKNOWN_WRITE_RETRIES,
+    VERSION,
+    CommitOptions,
+    CommitResult,
+    new_txn_id,
 )
 from serialake.core.txn.post_commit import after_commit
+from serialake.core.txn.reads import HistoryRead, check_history_reads, planned_read
+from serialake.core.txn.rebasing import discard_rebase_dvs
+from serialake.core.txn.summaries import MatchedRows, ReadPredicate, TransactionInfo
 from serialake.exceptions import (
     CommitFailedError,
     CommitOutcomeUnknownError,
-    CommitWriteFailedError,
-    CorruptLogError,
     DeltaAnalysisException,
     DeltaConcurrentModificationException,
     DeltaIllegalArgumentException,
-    FileAlreadyExistsError,
     InvalidPropertyError,
-    UnsupportedFeatureError,
 )
-from serialake.storage.base import (
-    TRANSIENT_ERRNOS,
-    LogStore,
-    PreparedPut,
-    WriteNotDoneError,
-    WriteNotDurableError,
-    errno_text,
-    os_error_advice,
-)
-from serialake.storage.s3 import S3_SCHEMES
 
 if TYPE_CHECKING:
     from serialake.core.dv.deletion_vectors import RowIndexSet
@@ -76,105 +68,17 @@ if TYPE_CHECKING:
     from serialake.core.log.snapshot import Snapshot
     from serialake.core.predicates.row_eval import RowEvaluator
 
-VERSION = "serialake"
-
-READ_TABLES_KEY = "serialake.readTables"  # commitInfo: tables (and versions) a write was computed from
-
-COMMIT_MAX_ATTEMPTS = "commit.max-attempts"
-COMMIT_MAX_ATTEMPTS_DEFAULT = 10_000
-COMMIT_MAX_DURATION_S = "commit.max-duration-s"
-COMMIT_MAX_DURATION_S_DEFAULT = 600.0
-#: Retries of a commit write that certainly failed with a transient errno (EINTR, EAGAIN, EIO, EBUSY).
-TRANSIENT_WRITE_RETRIES = 3
-#: Commit writes in a row whose outcome was unknown (each then checked in the log) before giving up.
-UNKNOWN_WRITE_RETRIES = 20
-COMMIT_BACKOFF_BASE_S = "commit.backoff-base-s"
-COMMIT_BACKOFF_BASE_S_DEFAULT = 0.0005
-COMMIT_BACKOFF_MAX_S = "commit.backoff-max-s"
-COMMIT_BACKOFF_MAX_S_DEFAULT = 0.05
-
-
-@dataclass(frozen=True)
-class CommitOptions:
-    """Retry policy of the commit loop."""
-
-    max_attempts: int = COMMIT_MAX_ATTEMPTS_DEFAULT
-    max_duration_s: float = COMMIT_MAX_DURATION_S_DEFAULT
-    backoff_base_s: float = COMMIT_BACKOFF_BASE_S_DEFAULT
-    backoff_max_s: float = COMMIT_BACKOFF_MAX_S_DEFAULT
-
-
-_DEFAULT_OPTIONS = CommitOptions()
-
-#: Transaction ids not handed out yet (``new_txn_id``); emptied in a forked child.
-_TXN_IDS: list[str] = []
-_TXN_IDS_BATCH = 64
-_TXN_IDS_LOCK = threading.Lock()
-
-
-def new_txn_id() -> str:
-    """A random (version 4, RFC 4122 variant) UUID for a transaction's ``commitInfo.txnId``, as text.
-
-    Drawn from a pool filled ``_TXN_IDS_BATCH`` at a time from one ``os.urandom`` call (the
-    source ``uuid.uuid4`` reads), so a commit makes one system call fewer. A forked child
-    empties the pool it inherited, so two processes never hand out the same id.
-    """
-    try:
-        return _TXN_IDS.pop()  # (atomic: the common path takes no lock)
-    except IndexError:
-        pass
-    with _TXN_IDS_LOCK:
-        if not _TXN_IDS:
-            _TXN_IDS.extend(_uuid4_texts(os.urandom(16 * _TXN_IDS_BATCH)))
-        return _TXN_IDS.pop()
-
-
-def _uuid4_texts(raw: bytes) -> list[str]:
-    """``str(uuid.UUID(bytes=chunk, version=4))`` of each 16-byte chunk of ``raw``, formatted directly."""
-    out = []
-    h = raw.hex()
-    for i in range(0, len(h), 32):
-        c = h[i : i + 32]
-        variant = "89ab"[int(c[16], 16) & 3]  # the two top bits of byte 8: 10
-        out.append(f"{c[:8]}-{c[8:12]}-4{c[13:16]}-{variant}{c[17:20]}-{c[20:]}")
-    return out
-
-
-def _after_fork_in_child() -> None:
-    global _TXN_IDS_LOCK
-    _TXN_IDS_LOCK = threading.Lock()  # (a thread of the parent may have held it at the fork)
-    _TXN_IDS.clear()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
-
-
-@dataclass(frozen=True)
-class HistoryRead:
-    """A read of the table at a version before the transaction's own (see ``record_read``)."""
-
-    version: int
-    predicate: ReadPredicate
-    files: dict[str, AddFile]
-    metadata: Metadata
-    protocol: Protocol
-
-
-@dataclass(frozen=True)
-class CommitResult:
-    """What a successful commit did: its version, attempts, and the winners it rebased over.
-
-    ``work_already_done``: rebasing over the winners left nothing to write (e.g. a compaction
-    whose every output a concurrent compaction already made); no version was written and
-    ``version`` is the latest winner checked, the version that already reflects the work.
-    """
-
-    version: int
-    attempts: int
-    winners_checked: int
-    duration_s: float
-    work_already_done: bool = False
+# Names used across serialake from here (their home is ``options``).
+__all__ = [
+    "READ_TABLES_KEY",
+    "TRANSIENT_WRITE_RETRIES",
+    "UNKNOWN_WRITE_RETRIES",
+    "VERSION",
+    "CommitOptions",
+    "CommitResult",
+    "OptimisticTransaction",
+    "new_txn_id",
+]
 
 
 class OptimisticTransaction:
@@ -192,7 +96,7 @@ class OptimisticTransaction:
         self.snapshot = snapshot
         self.read_version = snapshot.version if snapshot is not None else -1
         self.txn_id = new_txn_id()
-        self.options = options or _DEFAULT_OPTIONS
+        self.options = options or DEFAULT_OPTIONS
         self._isolation_override = _parse_level(isolation_level) if isolation_level else None
         self._new_metadata: Metadata | None = None
         self._new_protocol: Protocol | None = None
@@ -343,7 +247,7 @@ class OptimisticTransaction:
         if self.snapshot is None:
             self.read_predicates.append(ReadPredicate("TRUE", lambda pv: True, whole_table=True))
             return []
-        pred, files = _planned_read(self.snapshot, predicates, row_evaluator)
+        pred, files = planned_read(self.snapshot, predicates, row_evaluator)
         if confirm_rows and row_evaluator is not None:
             pred = replace(pred, confirm_rows=True)
         self.read_predicates.append(pred)
@@ -391,7 +295,7 @@ class OptimisticTransaction:
         if version < 0:
             raise DeltaIllegalArgumentException(f"Table {self.table_path}: a read at version {version}")
         snap = self.delta_log.snapshot(version=version)
-        pred, files = _planned_read(snap, predicates)
+        pred, files = planned_read(snap, predicates)
         self.history_reads.append(HistoryRead(version, pred, {f.path: f for f in files}, snap.metadata, snap.protocol))
         self.read_predicates.append(pred)
         if pred.whole_table:
@@ -521,7 +425,7 @@ class OptimisticTransaction:
         if protos:
             self.update_protocol(protos[0])
         body = [a for a in actions if not isinstance(a, (Metadata, Protocol, CommitInfo))]
-        _check_duplicates(body, table)
+        check_duplicates(body, table)
         if self.snapshot is None:
             if self._new_metadata is None:
                 raise DeltaAnalysisException(
@@ -532,12 +436,12 @@ class OptimisticTransaction:
         protocol = self.protocol
         assert protocol is not None
         features.check_writable(protocol, self.metadata, table)
-        self._check_append_only(body)
+        check_append_only(body, self.metadata, table)
         meta = self.metadata
         if meta is not None and meta.derived(_compat_v2):
             uniform.check_adds(body, meta.configuration, table)
-        self._check_change_data_feed(body, operation, operation_parameters)
-        _check_paths(body, table, self._external_path_allowed)
+        check_change_data_feed(body, operation, operation_parameters, self.metadata, table)
+        check_paths(body, table, self._external_path_allowed)
 
         file_actions = [a for a in body if isinstance(a, FileAction)]
         only_files = len(file_actions) == len(body)
@@ -572,15 +476,15 @@ class OptimisticTransaction:
             "engineInfo": f"{VERSION}",
             "txnId": self.txn_id,
         }
-        if meta is not None and meta.derived(_in_commit_timestamps):
+        if meta is not None and meta.derived(in_commit_timestamps):
             # In-commit timestamps must strictly increase: after the read snapshot's (rebased later).
             floor = (self.snapshot.timestamp + 1) if self.snapshot is not None else 0
             ci_values = {"inCommitTimestamp": max(ci_values["timestamp"], floor), **ci_values}
-            if self.snapshot is not None and not self.snapshot.metadata.derived(_in_commit_timestamps):
+            if self.snapshot is not None and not self.snapshot.metadata.derived(in_commit_timestamps):
                 # Turned on for a table with earlier commits: readers must know from which version on
                 # the commits carry one (rebased later, with the version).
                 assert self._new_metadata is not None
-                self._new_metadata = _ict_enablement(
+                self._new_metadata = ict_enablement(
                     self._new_metadata, self.read_version + 1, ci_values["inCommitTimestamp"]
                 )
         if user_metadata is not None:
@@ -623,293 +527,20 @@ class OptimisticTransaction:
             identity_allocations=dict(self.identity_allocations),
         )
 
+
     def _check_history_reads(self, info: TransactionInfo) -> None:
-        """Check reads made at versions before ours against the commits between them and ours.
-
-        Each commit after a read's version (up to the transaction's own) is checked, in
-        order, with the usual rules, as if the transaction had started at that read.
-        """
-        if not self.history_reads:
-            return
-        first = min(r.version for r in self.history_reads)
-        entries = self.delta_log.commits_after(first, limit=self.read_version - first)
-        if (entries[-1].version if entries else first) < self.read_version:
-            raise CommitFailedError(
-                f"Table {self.table_path}: this write was computed from a read of version {first}, but the "
-                f"commits after it up to version {self.read_version} are no longer in the log (log cleanup), so "
-                "the read cannot be checked against them. Nothing was committed: read the table again and retry."
-            )
-        for entry in entries:
-            reads = [r for r in self.history_reads if r.version < entry.version]
-            if entry.version > self.read_version or not reads:
-                continue
-            files: dict[str, AddFile] = {}
-            for r in reads:
-                files.update(r.files)
-            earliest = min(reads, key=lambda r: r.version)
-            view = replace(
-                info,
-                read_version=earliest.version,
-                read_metadata=earliest.metadata,
-                read_protocol=earliest.protocol,
-                read_predicates=[r.predicate for r in reads],
-                read_files=files,
-                read_whole_table=any(r.predicate.whole_table for r in reads),
-                read_app_ids=set(),
-                is_blind_append=False,
-                # App ids and domains were read at our own version: only data actions matter here.
-                actions=[a for a in info.actions if isinstance(a, (CommitInfo, AddFile, RemoveFile))],
-                removes={},
-                app_ids_written={},
-                domains_written=set(),
-                compaction_bases={},
-                matched_rows={},
-                rebase_dvs=[],
-            )
-            try:
-                check_winner(view, WinnerSummary.of(entry.version, entry.items))
-            finally:
-                discard_rebase_dvs(view)  # a view is only checked: its rebased actions are never committed
-
-    def _check_change_data_feed(
-        self, body: list[Action], operation: str, parameters: Mapping[str, Any] | None
-    ) -> None:
-        """Refuse, on a CDF table, a rewrite without its change data files (readers would misread it).
-
-        Appends, whole-file deletes, deletion-vector deletes and overwrites need none (``core.log.cdf``).
-        """
-        meta = self.metadata
-        if meta is None or not meta.derived(cdf.enabled):
-            return
-        reason = cdf.commit_needs_change_data(body, operation, parameters)
-        if reason is not None:
-            raise UnsupportedFeatureError(
-                f"Table {self.table_path} has delta.enableChangeDataFeed=true: this commit rewrites data "
-                f"({reason}) without change data files (cdc actions), which change-feed readers would "
-                "misread. Write the changed rows under _change_data/ in the same commit, or unset the property."
-            )
-
-    def _check_append_only(self, body: list[Action]) -> None:
-        meta = self.metadata
-        if meta is None or not meta.derived(_append_only):
-            return
-        for a in body:
-            if isinstance(a, RemoveFile) and a.data_change:
-                raise DeltaAnalysisException(
-                    f"Table {self.table_path} is append-only (delta.appendOnly=true): this commit removes "
-                    f"data file {a.path}. Unset the property to delete or update rows."
-                )
+        if self.history_reads:
+            check_history_reads(self.delta_log, self.history_reads, self.read_version, info)
 
     def _commit_loop(self, info: TransactionInfo, started: float) -> CommitResult:
-        body = _Body(self.delta_log.store)
-        try:
-            return self._attempts(info, started, body)
-        finally:
-            body.close()
-
-    def _attempts(self, info: TransactionInfo, started: float, body: _Body) -> CommitResult:
-        """Put the commit at the next version until it lands, checking the winners of each version lost."""
-        dlog = self.delta_log
-        attempt_version = info.read_version + 1
-        attempts = 0
-        checked = 0
-        last_checked = info.read_version
-        opts = self.options
-        uncertain_version: int | None = None  # an attempt that may have landed, not yet ruled out
-        transient_failures = 0
-        unknown_failures = 0  # attempts in a row whose outcome was unknown
-        last_error: OSError | None = None
-        # Where other writers committed lately, some will have landed while the body was written and
-        # synced: read them first rather than make a put they refuse (one lost race fewer per commit).
-        look_first = dlog.contended
-        while True:
-            looked_first = look_first and body.ready(dlog.commit_path(attempt_version), info.actions)
-            look_first = False
-            if not looked_first:
-                attempts += 1
-                try:
-                    body.put(dlog.commit_path(attempt_version), info.actions)
-                    after_commit(  # landed: caching it for this process's reads is a step after the commit
-                        "cache the commit for this process's reads", info.table, attempt_version,
-                        dlog.remember_commit, attempt_version, info.actions, operation=_operation(info),
-                    )  # fmt: skip
-                    dlog.contended = checked > 0
-                    self.committed_actions = list(info.actions)
-                    return CommitResult(attempt_version, attempts, checked, time.monotonic() - started)
-                except FileAlreadyExistsError:
-                    unknown_failures = 0
-                except WriteNotDurableError as e:
-                    raise CommitOutcomeUnknownError(
-                        f"Commit to {info.table}: version {attempt_version} was written and is visible, but syncing "
-                        f"{dlog.log_path} failed ({errno_text(e)}), so it may not survive a crash of this machine. "
-                        f"Look for commitInfo.txnId = {info.txn_id} in the log after a crash before retrying.",
-                        txn_id=info.txn_id,
-                        version=attempt_version,
-                    ) from e
-                except WriteNotDoneError as e:
-                    # Certainly not written: retry a transient error briefly, otherwise fail now.
-                    if e.errno in TRANSIENT_ERRNOS and transient_failures < TRANSIENT_WRITE_RETRIES:
-                        transient_failures += 1
-                        time.sleep(0.005 * 4**transient_failures)
-                        continue
-                    if uncertain_version is not None:  # an earlier attempt may still have landed
-                        raise self._outcome_unknown(info, uncertain_version, attempts, started, last_error) from e
-                    raise self._write_failed(
-                        info, attempt_version, f"could not {e.phase} for version {attempt_version}", e
-                    ) from e
-                except OSError as e:
-                    # Outcome unknown (e.g. the link's result was lost): the winners check below finds
-                    # our own txnId if the commit did land.
-                    uncertain_version = attempt_version
-                    unknown_failures += 1
-                    last_error = e
-            # Check every commit after the last one checked, in order, up to the newest there is now:
-            # more winners often landed while this one was written (1.9 a commit at 4 writers), and
-            # reading on to the first missing name costs less than a put refused at each of them.
-            try:
-                winners = dlog.commits_after(last_checked)
-                log_read = True
-            except (FileNotFoundError, CorruptLogError):
-                raise  # a corrupt winner is not an I/O hiccup: retrying would spin
-            except OSError:
-                winners = []  # a failed read of the log: back off and try again
-                log_read = False
-            for entry in winners:
-                summary = WinnerSummary.of(entry.version, entry.items)
-                self._check_winner_is_valid(summary)
-                if summary.txn_id == info.txn_id:
-                    self.committed_actions = list(entry.actions)
-                    return CommitResult(entry.version, attempts, checked, time.monotonic() - started)
-                info = check_winner(info, summary)
-                _rebase_ict(info, summary)
-                checked += 1
-                last_checked = entry.version
-            if log_read:
-                # Read after the attempt returned, the log does not hold our txnId: it did not land
-                # (a late landing would make the next put at that version fail, never duplicate).
-                uncertain_version = None
-            if info.nothing_left:  # the winners did all of our work: write nothing
-                self.committed_actions = []
-                return CommitResult(last_checked, attempts, checked, time.monotonic() - started, True)
-            attempt_version = last_checked + 1
-            elapsed = time.monotonic() - started
-            if unknown_failures >= UNKNOWN_WRITE_RETRIES and last_error is not None:
-                # The store keeps failing without saying how: stop rather than spin for minutes.
-                if uncertain_version is not None:
-                    raise self._outcome_unknown(info, uncertain_version, attempts, started, last_error)
-                raise self._write_failed(
-                    info, attempt_version, f"{unknown_failures} writes in a row of version {attempt_version} "
-                    "failed and each time the log showed it had not landed", last_error,
-                ) from last_error
-            if attempts >= opts.max_attempts or elapsed > opts.max_duration_s:
-                if uncertain_version is not None:
-                    raise self._outcome_unknown(info, uncertain_version, attempts, started, last_error)
-                raise CommitFailedError(
-                    f"Commit to {info.table} gave up after {attempts} attempts and {elapsed:.1f}s "
-                    f"(no conflict found; the table is under heavy contention). Nothing was committed. "
-                    f"Raise CommitOptions.max_attempts / max_duration_s to wait longer."
-                )
-            if not winners and not looked_first:
-                # Nothing new to check but the put failed: an I/O error. Back off before retrying.
-                time.sleep(min(opts.backoff_max_s, opts.backoff_base_s * (2 ** min(attempts, 10))))
-            # Winners that do not conflict: the next version at once. Someone made progress, so this
-            # cannot livelock, and waiting would only let more winners in before the retry.
-
-    def _write_failed(
-        self, info: TransactionInfo, version: int, what: str, error: OSError
-    ) -> CommitWriteFailedError:
-        """The error for a commit write that certainly did not land: cause, errno and what to do."""
-        log_path = self.delta_log.log_path
-        return CommitWriteFailedError(
-            f"Commit to {info.table} failed: {what} ({errno_text(error)}); "
-            f"{os_error_advice(error.errno, log_path)}. Nothing was committed, so retrying the operation is safe.",
-            table=info.table,
-            path=self.delta_log.commit_path(version),
-            errno=error.errno,
-            strerror=error.strerror,
-            version=version,
-        )
-
-    def _outcome_unknown(
-        self, info: TransactionInfo, version: int, attempts: int, started: float, error: OSError | None
-    ) -> CommitOutcomeUnknownError:
-        """The error for giving up while the attempt at ``version`` may have landed (the log could not be read)."""
-        elapsed = time.monotonic() - started
-        cause = f" ({errno_text(error)})" if error is not None else ""
-        return CommitOutcomeUnknownError(
-            f"Commit to {info.table} gave up after {attempts} attempts and {elapsed:.1f}s; the write of version "
-            f"{version} failed with an I/O error that hides whether it landed{cause}, and the log could not be "
-            f"read afterwards to find out. Look for commitInfo.txnId = {info.txn_id} in the log before "
-            "retrying, or the write may be applied twice.",
-            txn_id=info.txn_id,
-            version=version,
-        )
-
-    def _check_winner_is_valid(self, winner: WinnerSummary) -> None:
-        """A winner's partition values parse as their columns' types (the rest was checked when it was parsed).
-
-        Nothing is committed on top of a commit no Delta reader may accept.
-        """
-        meta = winner.metadata or self.metadata
-        if meta is None or not meta.partition_columns:
-            return
-        from serialake.core.log.snapshot import _invalid
-        from serialake.core.model.validate import InvalidActionError, check_partition_values
-
-        for _, path, values, _ in winner.add_fields():
-            if values:
-                try:
-                    check_partition_values(meta, values.items())
-                except InvalidActionError as e:
-                    e.data_file = path
-                    raise _invalid(e, self.table_path, winner.version) from None
-
+        result, self.committed_actions = commit_loop.run(self.delta_log, info, started, self.options, self.metadata)
+        return result
     # -- context manager: ``with log.start_transaction() as txn`` --------------------
     def __enter__(self) -> OptimisticTransaction:
         return self
 
     def __exit__(self, *exc: Any) -> None:
         return None
-
-
-def _planned_read(
-    snapshot: Snapshot, predicates: Sequence[Any] | None, row_evaluator: RowEvaluator | None = None
-) -> tuple[ReadPredicate, list[AddFile]]:
-    """The read predicate of ``predicates`` over ``snapshot`` and the files it may match there."""
-    from serialake.core.predicates import expressions as E
-    from serialake.core.predicates.skipping import compile_predicate
-
-    exprs = [E.parse_predicate(p) if isinstance(p, str) else p for p in (predicates or [])]
-    part_cols = list(snapshot.partition_columns)
-    full = E.conjunction(exprs)
-    part_expr = E.partition_filter(exprs, part_cols)
-    match_part = compile_predicate(part_expr, snapshot.schema, part_cols)
-    match_full = compile_predicate(full, snapshot.schema, part_cols)
-    if _is_true(full):
-        files = snapshot.all_files
-    else:  # vectorized over the checkpoint's rows; only the files selected are built
-        from serialake.core.predicates.arrow_skipping import cached_matcher
-
-        files = snapshot.file_state.select(
-            # A checkpoint's stats_parsed holds the same stats as the JSON, already typed: no parse.
-            cached_matcher(full, snapshot.schema, part_cols, stats_parsed="prefer"),
-            lambda f: match_full(f.partition_values or {}, f.parsed_stats()),
-        )
-    pred = ReadPredicate(
-        E.to_sql(part_expr),
-        lambda pv: match_part(pv, None),
-        whole_table=_is_true(part_expr),
-        expr=full,
-        may_match_stats=match_full,
-        row_evaluator=row_evaluator,
-    )
-    return pred, files
-
-
-def _is_true(expr: Any) -> bool:
-    from serialake.core.predicates import expressions as E
-
-    return E.to_sql(expr).strip().upper() == "TRUE"
 
 
 def _param(v: Any) -> str:
@@ -925,115 +556,9 @@ def _parse_level(level: str) -> str:
     )
 
 
-def _check_duplicates(body: list[Action], table: str) -> None:
-    seen_add: set[str] = set()
-    seen_remove: set[str] = set()
-    apps: dict[str, int] = {}
-    for a in body:
-        if isinstance(a, AddFile):
-            if a.path in seen_add:
-                raise DeltaIllegalArgumentException(f"Commit to {table} adds file {a.path} twice")
-            seen_add.add(a.path)
-        elif isinstance(a, RemoveFile):
-            if a.path in seen_remove:
-                raise DeltaIllegalArgumentException(f"Commit to {table} removes file {a.path} twice")
-            seen_remove.add(a.path)
-        elif isinstance(a, SetTransaction):
-            if a.app_id in apps and apps[a.app_id] != a.version:
-                raise DeltaIllegalArgumentException(
-                    f"Commit to {table} sets two versions for application {a.app_id}"
-                )
-            apps[a.app_id] = a.version
-
-
-def _check_paths(body: list[Action], table: str, external_allowed: Any) -> None:
-    """Every file path stays in the table directory, unless ``external_allowed(path)`` says it may
-    not (a shallow clone's files, by absolute path)."""
-    for a in body:
-        if isinstance(a, (AddFile, RemoveFile, AddCDCFile)):
-            p = a.path
-            if p and "%" not in p and ":" not in p and ".." not in p and p[0] != "/":
-                continue  # a plain relative path (the common case): inside the table
-            p = unquote(p)
-            if p.startswith("file:"):
-                p = p[5:].lstrip("/")
-                p = "/" + p
-            if "://" in p:
-                scheme = p.split("://", 1)[0].lower()
-                if scheme not in S3_SCHEMES:
-                    raise DeltaIllegalArgumentException(
-                        f"Data file path '{a.path}' uses the URI scheme '{scheme}', which serialake does not serve"
-                    )
-                if not _inside_s3_table(p, table) and not external_allowed(a.path):
-                    raise DeltaIllegalArgumentException(
-                        f"Data file path '{a.path}' is outside table {table}"
-                    )
-                continue
-            if p.startswith("/"):
-                inside = (p + "/").startswith(table.rstrip("/") + "/") or p.startswith(table.rstrip("/") + "/")
-                if not inside and not external_allowed(a.path):
-                    raise DeltaIllegalArgumentException(
-                        f"Data file path '{a.path}' escapes the table directory of {table}"
-                    )
-                continue
-            norm = posixpath.normpath(p)
-            if norm == ".." or norm.startswith("../") or p == "":
-                raise DeltaIllegalArgumentException(
-                    f"Data file path '{a.path}' escapes the table directory of {table}"
-                )
-
-
-def _inside_s3_table(uri: str, table: str) -> bool:
-    """Whether S3 object ``uri`` lies under S3 table ``table`` (``s3`` and ``s3a`` alike)."""
-    if "://" not in table or table.split("://", 1)[0].lower() not in S3_SCHEMES:
-        return False
-    inner = uri.split("://", 1)[1].rstrip("/")
-    root = table.split("://", 1)[1].rstrip("/")
-    return inner.startswith(root + "/")
-
-
-class _Body:
-    """A commit's body as its store prepared it (``LogStore.prepare_put``): made once, put at version
-    after version until one is free, and made anew only when rebasing over a winner changed the actions."""
-
-    def __init__(self, store: LogStore) -> None:
-        self.store = store
-        self.actions: list[Action] = []
-        self.prepared: PreparedPut | None = None
-
-    def put(self, path: str, actions: list[Action]) -> None:
-        self._prepared(actions).put(path)
-
-    def ready(self, path: str, actions: list[Action]) -> bool:
-        """``PreparedPut.ready`` of the body of ``actions``: whether the slow part of a put was done now."""
-        return self._prepared(actions).ready(path)
-
-    def _prepared(self, actions: list[Action]) -> PreparedPut:
-        # Actions are immutable and rebasing replaces those it changes: the same objects, the same body.
-        same = len(actions) == len(self.actions) and all(a is b for a, b in zip(actions, self.actions, strict=True))
-        if self.prepared is None or not same:
-            self.close()
-            self.actions = list(actions)
-            self.prepared = self.store.prepare_put(actions_to_jsonl(self.actions))
-        return self.prepared
-
-    def close(self) -> None:
-        if self.prepared is not None:
-            self.prepared.close()
-            self.prepared = None
-
-
 # What a commit asks of the table's properties, worked out once per metadata (``Metadata.derived``).
 def _isolation_level(meta: Metadata) -> str:
     return props.isolation_level(meta.configuration)
-
-
-def _append_only(meta: Metadata) -> bool:
-    return bool(props.get(meta.configuration, props.APPEND_ONLY))
-
-
-def _in_commit_timestamps(meta: Metadata) -> bool:
-    return bool(props.get(meta.configuration, props.ENABLE_ICT))
 
 
 def _compat_v2(meta: Metadata) -> bool:
@@ -1042,35 +567,3 @@ def _compat_v2(meta: Metadata) -> bool:
 
 def _iceberg_enabled(meta: Metadata) -> bool:
     return uniform.iceberg_enabled(meta.configuration)
-
-
-def _operation(info: TransactionInfo) -> str:
-    """The operation a commit records (``commitInfo.operation``), for messages."""
-    ci = info.actions[0] if info.actions else None
-    return str(ci.values.get("operation", "WRITE")) if isinstance(ci, CommitInfo) else "WRITE"
-
-
-def _rebase_ict(info: TransactionInfo, winner: WinnerSummary) -> None:
-    """Keep our in-commit timestamp above every winner's (the protocol requires it to increase)."""
-    ci = info.actions[0]
-    if not isinstance(ci, CommitInfo) or "inCommitTimestamp" not in ci.values:
-        return
-    theirs = winner.commit_info.values.get("inCommitTimestamp") if winner.commit_info else None
-    if theirs is not None and int(theirs) >= int(ci.values["inCommitTimestamp"]):
-        values = dict(ci.values)
-        values["inCommitTimestamp"] = int(theirs) + 1
-        info.actions[0] = ci = CommitInfo(values)
-    meta = info.metadata
-    if meta is not None and props.ICT_ENABLEMENT_VERSION in meta.configuration and (
-        info.read_metadata is None or not info.read_metadata.derived(_in_commit_timestamps)
-    ):  # this commit turns them on: it now lands after the winner
-        info.metadata = _ict_enablement(meta, winner.version + 1, int(ci.values["inCommitTimestamp"]))
-        info.actions = [info.metadata if a is meta else a for a in info.actions]
-
-
-def _ict_enablement(meta: Metadata, version: int, timestamp: int) -> Metadata:
-    """``meta`` recording that in-commit timestamps start at ``version``, whose ICT is ``timestamp``."""
-    conf = dict(meta.configuration)
-    conf[props.ICT_ENABLEMENT_VERSION] = str(version)
-    conf[props.ICT_ENABLEMENT_TIMESTAMP] = str(timestamp)
-    return replace(meta, configuration=conf)

@@ -257,7 +257,7 @@ def test_commit_bodies_are_compact_utf8_json_that_read_back_alike() -> None:
 def test_txn_ids_are_version_4_uuids_never_shared_with_a_forked_child() -> None:
     import uuid
 
-    from serialake.core.txn.transaction import _uuid4_texts, new_txn_id
+    from serialake.core.txn.options import _uuid4_texts, new_txn_id
 
     raw = os.urandom(16 * 50)
     assert _uuid4_texts(raw) == [str(uuid.UUID(bytes=raw[i : i + 16], version=4)) for i in range(0, 800, 16)]

@@ -188,3 +188,21 @@ def test_shift_overflow_is_a_conflict_naming_the_column(tmp_path: Path) -> None:
     w.commit([_allocate(log, w, [top - 1, top])], "WRITE")
     with pytest.raises(MetadataChangedException, match="Identity column 'id'.*overflow BIGINT"):
         t.commit([t_add], "WRITE")
+
+
+def test_files_that_cannot_be_rewritten_are_a_conflict_saying_why(tmp_path: Path) -> None:
+    """The rebase was decided, rewriting our file failed (it is gone): ``MetadataChangedException``, as before."""
+    from serialake.exceptions import ConflictReason
+
+    log = _table(tmp_path)
+    t, w = log.start_transaction(), log.start_transaction()
+    t_add = _allocate(log, t, [1, 2])
+    w_add = _allocate(log, w, [1, 2])
+    w.commit([w_add], "WRITE")
+    os.remove(os.path.join(log.table_path, t_add.path))
+    with pytest.raises(MetadataChangedException, match="Re-basing this write's identity values failed") as e:
+        t.commit([t_add], "WRITE")
+    assert e.value.conflict_reason is ConflictReason.BOTH_CHANGE_METADATA
+    assert "The table metadata was changed by a concurrent commit (schema)." in str(e.value)
+    assert e.value.__context__ is None  # raised as the rule raised it, not while handling the OSError
+    assert [n for n in os.listdir(log.table_path) if n.endswith(".parquet")] == [w_add.path]  # none of ours left

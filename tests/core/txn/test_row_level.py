@@ -133,6 +133,29 @@ def test_r2_same_row_fails(tmp_path):
     assert _live_ids(log) == [0, 1, 2, 3, 4, 6, 7, 8, 9]
 
 
+def test_r1_a_merged_vector_that_cannot_be_written_keeps_the_file_level_conflict(tmp_path, monkeypatch):
+    """Rebasing decided (the rows are disjoint), carrying it out failed: the file-level conflict, as before."""
+    from serialake.core.txn import row_level
+    from serialake.exceptions import ConflictReason
+
+    log, f = _table(tmp_path)
+    t = log.start_transaction()
+    t_actions = _delete(t, log, [5])
+    w = log.start_transaction()
+    w.commit(_delete(w, log, [9]), operation="DELETE")
+
+    def full(table_path, rows):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(row_level, "write_dv", full)
+    with pytest.raises(ConcurrentDeleteDeleteException) as e:
+        t.commit(t_actions, operation="DELETE")
+    assert e.value.conflict_reason is ConflictReason.FILE_REMOVED
+    assert "A file this transaction removes was also removed by a concurrent DELETE" in str(e.value)
+    assert e.value.winning_version == 1 and f.path in str(e.value)
+    assert _live_ids(log) == [0, 1, 2, 3, 4, 5, 6, 7, 8]
+
+
 def test_winner_deleting_a_row_we_read_fails(tmp_path):
     log, _ = _table(tmp_path)
     t = log.start_transaction()  # reads x >= 8, deletes row 9 only (e.g. a MERGE that matched 8 and 9)

@@ -305,8 +305,9 @@ def test_nan_rows_are_located(spark: SparkSession, tmp_table: str, order: str) -
 def test_a_search_past_its_bound_keeps_the_conflict(
     spark: SparkSession, tmp_table: str, order: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Past ``MAX_MATCH_BYTES`` the rows are not searched: the second committer fails, as without a
-    mapping (ConcurrentDeleteDeleteException, FILE_REMOVED), and the table is what the first one left."""
+    """Past ``MAX_MATCH_BYTES`` the rows are not searched (a bound of one byte: not even the input's row
+    group is read): the second committer fails, as without a mapping (ConcurrentDeleteDeleteException,
+    FILE_REMOVED), and the table is what the first one left."""
     from serialake.core.txn import row_matching
 
     monkeypatch.setattr(row_matching, "MAX_MATCH_BYTES", 1)
@@ -321,6 +322,49 @@ def test_a_search_past_its_bound_keeps_the_conflict(
     _check(spark, tmp_table, CHANGES["delete"].after(rows) if deleted else rows)
     clustered = {f.clustering_provider == clustering.PROVIDER for f in DeltaLog.for_table(tmp_table).update().all_files}
     assert clustered == {not deleted}
+
+
+@pytest.mark.parametrize("order", ORDERS)
+def test_an_output_larger_than_the_bound_is_searched_by_row_group(
+    spark: SparkSession, tmp_table: str, order: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The clustering OPTIMIZE writes one file of 30 row groups (``parquet.block.row.count.limit``),
+    larger than ``MAX_MATCH_BYTES`` (patched down to half the inputs' column chunks), and the DELETE's
+    rows (k = 4) are clustered into its last row groups: each search reads only the input's row group
+    holding its row and the output's row groups its footer statistics admit, within the bound, so both
+    commit, in either order, with exactly the DELETE's rows gone."""
+    from serialake.core.txn import row_matching
+
+    groups = [[_row(i) for i in range(n * 200, (n + 1) * 200)] for n in range(3)]
+    ids = (2, 252, 597)  # one row of each input, with k = 4: clustered last
+    spark.conf.set("parquet.block.row.count.limit", "20")
+    try:
+        _make(spark, tmp_table, groups)
+        snap = DeltaLog.for_table(tmp_table).update()
+        chunks = 0
+        for f in snap.all_files:
+            meta = pq.ParquetFile(os.path.join(tmp_table, decode_path(f.path))).metadata
+            assert meta.num_row_groups == 10
+            chunks += sum(meta.row_group(r).column(j).total_compressed_size
+                          for r in range(meta.num_row_groups) for j in range(meta.num_columns))  # fmt: skip
+        bound = chunks // 2
+        monkeypatch.setattr(row_matching, "MAX_MATCH_BYTES", bound)
+
+        def cluster(spark: SparkSession, path: str, hook: Hook) -> DmlResult:
+            return dml.optimize(spark, path, target_file_size=1 << 30).run_compaction(before_commit=hook)
+
+        def delete(spark: SparkSession, path: str, hook: Hook) -> DmlResult:
+            return dml.run_delete(spark, path, f"id IN {ids}", before_commit=hook)
+
+        opt, d = _pair(spark, tmp_table, cluster, delete, order == "compaction_first")
+    finally:
+        spark.conf.unset("parquet.block.row.count.limit")
+    assert {opt.version, d.version} == {snap.version + 1, snap.version + 2}
+    (out,) = _adds(tmp_table, opt.version)
+    meta = pq.ParquetFile(os.path.join(tmp_table, decode_path(out.path))).metadata
+    assert meta.num_row_groups == 30 and (out.size or 0) > bound  # the former bound on file sizes refused
+    _check(spark, tmp_table, [r for g in groups for r in g if r[0] not in ids])
+    assert _marked_ids(tmp_table, {out.path}) == sorted(ids)
 
 
 @pytest.mark.parametrize("order", ORDERS)

@@ -22,49 +22,71 @@ every NaN equals every NaN: Spark's ``=`` says so, its grouping and joins normal
 SQL function shows a NaN's payload bits, so rows differing only there are as interchangeable as
 equal rows. The
 assignment is one to one (an output row is used once, never one already deleted, ``taken``)
-and deterministic: outputs in path order, lowest row first. The change data feed is
-unaffected: the compaction writes none, and the DML's change rows carry the same values
-whichever copy is marked.
+and deterministic: outputs in path order, their row groups in file order, lowest row first.
+The change data feed is unaffected: the compaction writes none, and the DML's change rows
+carry the same values whichever copy is marked.
 
 Where it refuses (``None``; the caller then keeps the file-level conflict): the table has the
 ``rowTracking`` feature (equal rows differ in their row ids; serialake writes no such table
-today, the rule stands for when it does), the bytes to read exceed ``MAX_MATCH_BYTES``, a file
-is not readable here or its column types cannot be compared exactly, every data column is
-nested (nothing narrows the search before rows become Python values), or some row has no free
-equal row left.
+today, the rule stands for when it does), the row groups it has to read exceed
+``MAX_MATCH_BYTES`` (counted as below), a file is not readable here or its column types cannot
+be compared exactly, every data column is nested (nothing narrows the search before rows
+become Python values), or some row has no free equal row left.
 
-pyarrow only (no Spark): outputs are pruned with their stats where those are exact for the
-column type (integral and date bounds, null counts), candidates are filtered with
-``pyarrow.compute.is_in`` per column, and only the rows left are compared as Python values.
+pyarrow only (no Spark), reading Parquet row groups, only the table's data columns of them:
+of the input, the row groups holding the rows to locate (every row group when all live rows
+are); of the outputs, one row group at a time, in order, and only until every row is placed.
+An output is skipped when its Delta stats exclude every target row (integral and date bounds,
+null counts), a row group when its Parquet footer statistics do (integral, date and boolean
+bounds, timestamps compared at their stored unit, null counts), row by row: a target row is
+admitted only by bounds it lies within in every column. Floats (NaN, ``-0.0``), strings and
+binaries (bounds may be truncated) and decimals are not pruned on; missing statistics prune
+nothing. The bytes counted against ``MAX_MATCH_BYTES`` are the compressed sizes of the
+column chunks read (what is fetched from storage; pruned row groups and the files' other
+columns cost nothing), checked before each read. Candidate rows of a row group are filtered
+with ``pyarrow.compute.is_in`` per column, and only the rows left are compared as Python
+values.
 """
 
 from __future__ import annotations
 
+import json
 import struct
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import date
 from typing import Any
 
 from serialake.core.model import features
 from serialake.core.model.actions import AddFile, FileAction, Protocol
 from serialake.core.model.schema import StructField, physical_name
-from serialake.core.model.types import arrow_type, type_family
+from serialake.core.model.types import arrow_type, integral_bounds, type_family
 from serialake.core.predicates.row_eval import CannotEvaluate, RowReader
 from serialake.core.txn.row_level import compaction_sources, dv_rows
 
 __all__ = ["MAX_MATCH_BYTES", "candidate_outputs", "locate_rows"]
 
-#: The most bytes of data files (the input and the outputs left after pruning by stats) one search
-#: reads. Reading happens while committing, on the driver: beyond this a conflict is cheaper.
+#: The most bytes of Parquet column chunks one search reads (compressed, as stored: the input's row
+#: groups holding the rows looked for and the output row groups left after pruning). Reading happens
+#: while committing, on the driver: beyond this a conflict is cheaper.
 MAX_MATCH_BYTES = 512 * 1024 * 1024
 
 # Stats bounds Delta writes exactly for these families (strings are truncated, timestamps cut to
 # milliseconds, floats have NaN, so their bounds are left alone).
 _EXACT_BOUNDS = {"integral", "date"}
+# Parquet footer statistics are exact for these families (timestamps as the stored integers, at the
+# unit the column's logical type names).
+_EXACT_FOOTER_BOUNDS = {"integral", "date", "boolean", "timestamp"}
+# Microseconds (the table's timestamp unit) per unit of a Parquet timestamp.
+_TIMESTAMP_UNITS = {"milliseconds": 1000, "microseconds": 1}
 
 Placement = dict[str, list[int]]
 """Output path -> the row indexes of that output assigned to the rows looked for, ascending."""
+
+_Bounds = tuple[bool, Any]
+"""What one column of a file or row group may hold: ``(null possible, values)``, values None for any
+non-null value, False for none, or ``(low, high)``, Arrow scalars bounding them (both inclusive)."""
 
 
 def candidate_outputs(adds: Iterable[AddFile], source: FileAction) -> list[AddFile]:
@@ -90,8 +112,9 @@ def locate_rows(
     live in); ``rows`` its physical row indexes to locate (a ``RowIndexSet``; None: every live
     row). ``outputs`` are the compaction's adds that may hold them (``candidate_outputs``);
     ``taken`` maps an output's path to its rows already deleted or assigned (``RowIndexSet``),
-    which are never used. At most ``max_bytes`` (default ``MAX_MATCH_BYTES``) of files are read.
-    Refusals and unreadable files give None (see the module docstring).
+    which are never used. The row indexes placed are the outputs' physical row indexes (file
+    level, across row groups). At most ``max_bytes`` (default ``MAX_MATCH_BYTES``) of column
+    chunks are read. Refusals and unreadable files give None (see the module docstring).
     """
     import pyarrow as pa
 
@@ -102,6 +125,62 @@ def locate_rows(
         return _Search(reader, source, outputs, taken, bound).run(rows)
     except (CannotEvaluate, OSError, ValueError, pa.ArrowException):
         return None
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """Where the table's data columns are in one Parquet file.
+
+    ``names``: table column name -> the file's top-level column holding it (None where the file
+    lacks it, e.g. written before it was added). ``chunks``: the indexes of the column chunks
+    (Parquet leaf columns) of those file columns, what reading them fetches. ``chunk``: table
+    column name -> the index of its one column chunk, for the primitive columns the file has.
+    """
+
+    names: dict[str, str | None]
+    chunks: tuple[int, ...]
+    chunk: dict[str, int]
+
+    @classmethod
+    def of(cls, pf: Any, fields: Sequence[StructField]) -> _Layout:
+        schema = pf.schema_arrow
+        first: dict[str, tuple[str, int, int]] = {}  # lower-case name -> (name, first leaf, leaf count)
+        at = 0
+        for field in schema:
+            count = _leaf_count(field.type)
+            first[field.name.lower()] = (field.name, at, count)
+            at += count
+        if at != pf.metadata.num_columns:
+            raise CannotEvaluate(f"{at} leaf columns in the schema of a file with {pf.metadata.num_columns}")
+        names: dict[str, str | None] = {}
+        chunks: list[int] = []
+        chunk: dict[str, int] = {}
+        for f in fields:
+            found = first.get(physical_name(f).lower())
+            names[f.name] = found[0] if found is not None else None
+            if found is None:
+                continue
+            chunks.extend(range(found[1], found[1] + found[2]))
+            if found[2] == 1 and not _nested(f):
+                chunk[f.name] = found[1]
+        return cls(names, tuple(chunks), chunk)
+
+    def bytes(self, row_group: Any) -> int:
+        """The compressed size of this layout's column chunks in ``row_group`` (its metadata)."""
+        return sum(row_group.column(j).total_compressed_size for j in self.chunks)
+
+
+def _leaf_count(t: Any) -> int:
+    """How many Parquet leaf columns (column chunks per row group) a column of Arrow type ``t`` has."""
+    import pyarrow.types as pt
+
+    if pt.is_struct(t):
+        return sum(_leaf_count(t.field(i).type) for i in range(t.num_fields))
+    if pt.is_map(t):
+        return _leaf_count(t.key_type) + _leaf_count(t.item_type)
+    if pt.is_list(t) or pt.is_large_list(t) or pt.is_fixed_size_list(t):
+        return _leaf_count(t.value_type)
+    return 1
 
 
 class _Search:
@@ -118,88 +197,132 @@ class _Search:
         self.outputs = sorted((o for o in outputs if (o.partition_values or {}) == pv), key=lambda o: o.path)
         self.taken = taken
         self.max_bytes = max_bytes
+        self.read = 0  # bytes of column chunks read so far
         self.fields: list[StructField] = [f for f in reader.schema.fields if f.name.lower() not in parts]
 
     def run(self, rows: Any) -> Placement | None:
-        import numpy as np
-
-        if (self.source.size or 0) > self.max_bytes:
-            return None
         if any(_nested(f) for f in self.fields) and all(_nested(f) for f in self.fields):
             return None  # nothing to filter with: every row of every output would become Python values
-        columns, n = self._read(self.source)
+        target, k = self._targets(rows)
+        if not k:
+            return {}
+        wanted = Counter(_row_keys(target, self.fields, k))  # how many rows of each value are still to place
+        sets = self._value_sets(target)
+        placed: Placement = {}
+        left = k
+        for o in self.outputs:
+            if not left:
+                break
+            if not _may_hold(o, target, self.fields):
+                continue
+            for pos, key in self._candidates(o, target, sets):
+                if wanted[key] > 0:
+                    wanted[key] -= 1
+                    placed.setdefault(o.path, []).append(pos)
+                    left -= 1
+                    if not left:
+                        break  # the generator reads no further row group
+        return placed if not left else None
+
+    def _targets(self, rows: Any) -> tuple[dict[str, Any], int]:
+        """The rows to locate (``rows`` of the input, None: its live rows) as columns of the table's
+        types (None where the input lacks the column), and how many there are.
+
+        Only the input's row groups holding them are read; their row indexes are re-based onto
+        the rows of those row groups.
+        """
+        import numpy as np
+
+        pf = self.reader.parquet_file(self.source)
+        meta = pf.metadata
+        n = meta.num_rows
         base = dv_rows(self.reader.table_path, self.source.deletion_vector).to_numpy()
         if rows is None:
             idx = np.setdiff1d(np.arange(n, dtype=np.uint64), base, assume_unique=True)
         else:
             idx = rows.to_numpy()
             if len(idx) and (int(idx[-1]) >= n or np.isin(idx, base).any()):
-                raise ValueError(
-                    f"rows to locate of {self.source.path} are not live rows of it (file of {n} rows)"
-                )
+                raise ValueError(f"rows to locate of {self.source.path} are not live rows of it (file of {n} rows)")
         if not len(idx):
-            return {}
-        target = {f.name: _canonical(columns[f.name], f).take(idx) if columns[f.name] is not None else None
+            return {}, 0
+        idx = idx.astype(np.int64)
+        sizes = np.array([meta.row_group(r).num_rows for r in range(meta.num_row_groups)], dtype=np.int64)
+        starts = np.concatenate(([0], np.cumsum(sizes)))
+        group = np.searchsorted(starts, idx, side="right") - 1  # the row group of each row (empty ones skipped)
+        groups = np.unique(group)
+        read_starts = np.concatenate(([0], np.cumsum(sizes[groups])))  # where each lands in what is read
+        local = idx - starts[group] + read_starts[np.searchsorted(groups, group)]
+        columns = self._read(pf, _Layout.of(pf, self.fields), groups.tolist())
+        target = {f.name: _canonical(columns[f.name], f).take(local) if columns[f.name] is not None else None
                   for f in self.fields}  # fmt: skip
-        keys = _row_keys(target, self.fields, len(idx))
-        wanted = Counter(keys)  # how many rows of each value are still to place
-        outputs = [o for o in self.outputs if _may_hold(o, target, self.fields, len(idx))]
-        if (self.source.size or 0) + sum(o.size or 0 for o in outputs) > self.max_bytes:
-            return None
-        placed: Placement = {}
-        left = len(idx)
-        for o in outputs:
-            if not left:
-                break
-            for pos, key in self._candidates(o, target):
-                if wanted[key] > 0:
-                    wanted[key] -= 1
-                    placed.setdefault(o.path, []).append(pos)
-                    left -= 1
-        return placed if not left else None
+        return target, len(idx)
 
-    def _read(self, add: FileAction) -> tuple[dict[str, Any], int]:
-        """The table's data columns of ``add`` (logical name -> array; None where the file lacks the
-        column, e.g. written before it was added) and the file's row count."""
-        pf = self.reader.parquet_file(add)
-        n = pf.metadata.num_rows
-        in_file = {name.lower(): name for name in pf.schema_arrow.names}
-        wanted = {f.name: in_file.get(physical_name(f).lower()) for f in self.fields}
-        present = [c for c in wanted.values() if c is not None]
-        table = pf.read(columns=present) if present else None
-        out = {name: table.column(c).combine_chunks() if table is not None and c is not None else None
-               for name, c in wanted.items()}  # fmt: skip
-        return out, n
+    def _read(self, pf: Any, layout: _Layout, groups: Sequence[int]) -> dict[str, Any]:
+        """The table's data columns of row groups ``groups`` of ``pf`` (logical name -> array; None
+        where the file lacks the column), counted against the bound before they are read."""
+        self.read += sum(layout.bytes(pf.metadata.row_group(r)) for r in groups)
+        if self.read > self.max_bytes:
+            raise CannotEvaluate(f"the search would read more than {self.max_bytes} bytes of column chunks")
+        present = [c for c in layout.names.values() if c is not None]
+        table = pf.read_row_groups(groups, columns=present) if present else None
+        return {name: table.column(c).combine_chunks() if table is not None and c is not None else None
+                for name, c in layout.names.items()}  # fmt: skip
 
-    def _candidates(self, o: AddFile, target: Mapping[str, Any]) -> Iterable[tuple[int, tuple[Any, ...]]]:
+    def _value_sets(self, target: Mapping[str, Any]) -> dict[str, Any]:
+        """Per primitive column, the distinct values the target rows hold there (as ``_key_array``);
+        absent where no hash kernel serves the type (the exact comparison alone decides)."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        sets: dict[str, Any] = {}
+        for f in self.fields:
+            if _nested(f):
+                continue
+            values = target[f.name] if target[f.name] is not None else pa.nulls(1, arrow_type(f.data_type))
+            try:
+                sets[f.name] = pc.unique(_key_array(values))
+            except pa.ArrowNotImplementedError:
+                continue
+        return sets
+
+    def _candidates(
+        self, o: AddFile, target: Mapping[str, Any], sets: Mapping[str, Any]
+    ) -> Iterator[tuple[int, tuple[Any, ...]]]:
         """``(row, key)`` of the free rows of output ``o`` whose every primitive column holds a value
-        some target row holds there (a vectorised filter), ascending."""
+        some target row holds there (a vectorised filter), ascending; ``row`` is the file's physical
+        row index. Row groups are read one at a time, as the caller asks for more rows, and only
+        those whose footer statistics admit one of the target rows and that have a free row."""
         import numpy as np
         import pyarrow as pa
         import pyarrow.compute as pc
 
-        columns, n = self._read(o)
-        free = np.ones(n, dtype=bool)
+        pf = self.reader.parquet_file(o)
+        layout = _Layout.of(pf, self.fields)
         gone = self.taken.get(o.path)
-        if gone is not None and len(gone):
-            used = gone.to_numpy()
-            free[used[used < n].astype(np.int64)] = False
-        cand: dict[str, Any] = {}
-        for f in self.fields:
-            mine, values = _aligned(columns[f.name], target[f.name], n, f)
-            cand[f.name] = mine
-            if mine is None or _nested(f):
+        used = gone.to_numpy().astype(np.int64) if gone is not None and len(gone) else np.zeros(0, np.int64)
+        end = 0
+        for r in range(pf.metadata.num_row_groups):
+            meta = pf.metadata.row_group(r)
+            first, end = end, end + meta.num_rows
+            free = np.ones(meta.num_rows, dtype=bool)
+            free[used[(used >= first) & (used < end)] - first] = False
+            if not free.any():
                 continue
-            try:
-                hit = pc.is_in(_key_array(mine), value_set=pc.unique(_key_array(values)), skip_nulls=False)
-            except pa.ArrowNotImplementedError:
-                continue  # no hash kernel for the type: the exact comparison alone decides
-            free &= hit.to_numpy(zero_copy_only=False)
-        rows = np.nonzero(free)[0]
-        if not len(rows):
-            return []
-        picked = {name: col.take(pa.array(rows)) if col is not None else None for name, col in cand.items()}
-        return zip(rows.tolist(), _row_keys(picked, self.fields, len(rows)))
+            if not _some_row_within(target, self.fields, _footer_bounds(meta, layout, self.fields)):
+                continue
+            columns = self._read(pf, layout, [r])
+            cand: dict[str, Any] = {}
+            for f in self.fields:
+                mine = _aligned(columns[f.name], target[f.name], meta.num_rows, f)
+                cand[f.name] = mine
+                if mine is not None and f.name in sets:
+                    hit = pc.is_in(_key_array(mine), value_set=sets[f.name], skip_nulls=False)
+                    free &= hit.to_numpy(zero_copy_only=False)
+            rows = np.nonzero(free)[0]
+            if not len(rows):
+                continue
+            picked = {name: col.take(pa.array(rows)) if col is not None else None for name, col in cand.items()}
+            yield from zip((rows + first).tolist(), _row_keys(picked, self.fields, len(rows)))
 
 
 def _nested(f: StructField) -> bool:
@@ -239,22 +362,18 @@ def _canonical(arr: Any, f: StructField) -> Any:
         raise CannotEvaluate(f"column {f.name}: {have} to {want}: {e}") from None
 
 
-def _aligned(mine: Any, theirs: Any, n: int, f: StructField) -> tuple[Any, Any]:
-    """An output's column (``n`` rows, as read; None if the file lacks it) as the target rows' column,
-    and the values the target rows hold there. A column a file lacks (written before the column was
-    added) is null in every row of it."""
+def _aligned(mine: Any, theirs: Any, n: int, f: StructField) -> Any:
+    """An output's column (``n`` rows, as read; None if the file lacks it) as the target rows' column
+    ``theirs`` (None if the input lacks it): of the table's type, null in every row where the output
+    lacks the column (written before the column was added); None where neither file has it."""
     import pyarrow as pa
 
     mine = _canonical(mine, f) if mine is not None else None
-    if mine is None and theirs is None:
-        return None, None
     if mine is None:
-        return pa.nulls(n, theirs.type), theirs
-    if theirs is None:
-        return mine, pa.nulls(1, mine.type)
-    if mine.type != theirs.type:
+        return pa.nulls(n, theirs.type) if theirs is not None else None
+    if theirs is not None and mine.type != theirs.type:
         raise CannotEvaluate(f"column {f.name}: {mine.type} in one file, {theirs.type} in another")
-    return mine, theirs
+    return mine
 
 
 def _key_array(arr: Any) -> Any:
@@ -303,15 +422,37 @@ def _nested_key(v: Any) -> Any:
     return v
 
 
-def _may_hold(o: AddFile, target: Mapping[str, Any], fields: Sequence[StructField], k: int) -> bool:
-    """Whether some target row may be a row of ``o``, by ``o``'s stats.
+def _some_row_within(target: Mapping[str, Any], fields: Sequence[StructField], bounds: Mapping[str, _Bounds]) -> bool:
+    """Whether one of the target rows lies within ``bounds`` in every column they bound (row by
+    row, not column by column; a column without bounds, or one the input lacks, bounds nothing)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    maybe: Any = None  # per target row: within the bounds of every column so far
+    for f in fields:
+        col, bound = target[f.name], bounds.get(f.name)
+        if col is None or bound is None:
+            continue
+        null_ok, values = bound
+        if values is None and null_ok:
+            continue
+        if values is None or values is False:
+            value_ok: Any = pa.scalar(values is None)
+        else:
+            value_ok = pc.and_(pc.greater_equal(col, values[0]), pc.less_equal(col, values[1]))
+        ok = pc.if_else(pc.is_null(col), pa.scalar(null_ok), value_ok)
+        maybe = ok if maybe is None else pc.and_(maybe, ok)
+    return maybe is None or bool(pc.any(maybe).as_py())
+
+
+def _may_hold(o: AddFile, target: Mapping[str, Any], fields: Sequence[StructField]) -> bool:
+    """Whether some target row may be a row of ``o``, by ``o``'s Delta stats.
 
     Bounds are used for integral and date columns (exact in Delta's stats; with a deletion
     vector they still bound the live rows, the only rows used); null counts for primitive
     columns only on a file without a deletion vector (a count of physical rows then).
     """
     import pyarrow as pa
-    import pyarrow.compute as pc
 
     stats = o.parsed_stats()
     if not stats:
@@ -319,29 +460,23 @@ def _may_hold(o: AddFile, target: Mapping[str, Any], fields: Sequence[StructFiel
     lows, highs = stats.get("minValues") or {}, stats.get("maxValues") or {}
     nulls = stats.get("nullCount") or {}
     records = stats.get("numRecords")
-    maybe = pa.array([True] * k)
+    bounds: dict[str, _Bounds] = {}
     for f in fields:
         col = target[f.name]
         if col is None or _nested(f):
             continue
         key = physical_name(f)
         exact_counts = o.deletion_vector is None and isinstance(nulls.get(key), int)
-        null_ok = not (exact_counts and nulls[key] == 0)
-        value_ok: Any = None  # None: any non-null value may be there
+        values: Any = None
         if exact_counts and records is not None and nulls[key] == records:
-            value_ok = pa.scalar(False)  # every row null
+            values = False  # every row null
         elif type_family(f.data_type) in _EXACT_BOUNDS and key in lows and key in highs:
             try:
-                lo, hi = _bound(lows[key], f, col.type), _bound(highs[key], f, col.type)
+                values = (_bound(lows[key], f, col.type), _bound(highs[key], f, col.type))
             except (TypeError, ValueError, pa.ArrowException):
-                lo = hi = None
-            if lo is not None:
-                value_ok = pc.and_(pc.greater_equal(col, lo), pc.less_equal(col, hi))
-        if value_ok is None and null_ok:
-            continue
-        ok = pc.if_else(pc.is_null(col), pa.scalar(null_ok), value_ok if value_ok is not None else pa.scalar(True))
-        maybe = pc.and_(maybe, pc.fill_null(ok, True))
-    return bool(pc.any(maybe).as_py())
+                values = None
+        bounds[f.name] = (not (exact_counts and nulls[key] == 0), values)
+    return _some_row_within(target, fields, bounds)
 
 
 def _bound(value: Any, f: StructField, arrow: Any) -> Any:
@@ -352,3 +487,66 @@ def _bound(value: Any, f: StructField, arrow: Any) -> Any:
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"bound {value!r} of integral column {f.name}")
     return pa.scalar(value, pa.int64())
+
+
+def _footer_bounds(meta: Any, layout: _Layout, fields: Sequence[StructField]) -> dict[str, _Bounds]:
+    """What each column may hold in one row group (``meta``, its metadata), by its column chunk's
+    Parquet statistics: exact for every row of it (a deletion vector or taken rows only leave
+    fewer). A column the file lacks holds only nulls; missing statistics bound nothing."""
+    bounds: dict[str, _Bounds] = {}
+    for f in fields:
+        j = layout.chunk.get(f.name)
+        if layout.names[f.name] is None:
+            bounds[f.name] = (True, False)
+        elif j is not None and type_family(f.data_type) in _EXACT_FOOTER_BOUNDS:
+            stats = meta.column(j).statistics
+            if stats is None:
+                continue
+            counted = stats.has_null_count
+            if counted and stats.null_count == meta.num_rows:
+                bounds[f.name] = (True, False)  # every row null
+            else:
+                values = _footer_range(stats, f) if stats.has_min_max else None
+                bounds[f.name] = (not (counted and stats.null_count == 0), values)
+    return bounds
+
+
+def _footer_range(stats: Any, f: StructField) -> Any:
+    """The values a column chunk's statistics bound, as ``_Bounds`` values (``(low, high)``, False when
+    no value of the table column's type is within them), or None where the statistics are not
+    exact for the column (another stored type, a timestamp not stored as INT64 at ms, us or ns).
+
+    Integers compare by value (a narrower stored type, type widening); dates by their day
+    numbers; timestamps by the stored integers brought to microseconds, rounding the range inward
+    from nanoseconds (a value equals a microsecond one only when a multiple of 1000)."""
+    import pyarrow as pa
+
+    family = type_family(f.data_type)
+    arrow = arrow_type(f.data_type)
+    kind = stats.logical_type.type
+    if family == "boolean":
+        lo, hi = stats.min, stats.max
+        ok = stats.physical_type == "BOOLEAN" and isinstance(lo, bool) and isinstance(hi, bool)
+        return (pa.scalar(lo, arrow), pa.scalar(hi, arrow)) if ok else None
+    if family == "integral" and stats.physical_type in ("INT32", "INT64") and kind in ("INT", "NONE"):
+        lo, hi = stats.min, stats.max
+        limits = integral_bounds(f.data_type) or (-(1 << 63), (1 << 63) - 1)
+    elif family == "date" and stats.physical_type == "INT32" and kind == "DATE":
+        lo, hi = stats.min_raw, stats.max_raw
+        limits = (-(1 << 31), (1 << 31) - 1)
+    elif family == "timestamp" and stats.physical_type == "INT64" and kind == "TIMESTAMP":
+        unit = json.loads(stats.logical_type.to_json()).get("timeUnit")
+        lo, hi = stats.min_raw, stats.max_raw
+        if unit == "nanoseconds":
+            lo, hi = -(-lo // 1000), hi // 1000
+        elif unit in _TIMESTAMP_UNITS:
+            lo, hi = lo * _TIMESTAMP_UNITS[unit], hi * _TIMESTAMP_UNITS[unit]
+        else:
+            return None
+        limits = (-(1 << 63), (1 << 63) - 1)
+    else:
+        return None
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in (lo, hi)):
+        return None
+    lo, hi = max(lo, limits[0]), min(hi, limits[1])  # the table column's values lie within the limits
+    return (pa.scalar(lo, arrow), pa.scalar(hi, arrow)) if lo <= hi else False

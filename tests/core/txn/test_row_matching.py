@@ -11,15 +11,17 @@ import math
 import os
 import uuid
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 
 from serialake.core.dv.deletion_vectors import RowIndexSet, write_deletion_vector
-from serialake.core.model.actions import AddFile, Protocol, RemoveFile
+from serialake.core.model.actions import AddFile, FileAction, Protocol, RemoveFile
 from serialake.core.model.schema import StructType
 from serialake.core.predicates.row_eval import RowReader
 from serialake.core.txn import row_matching
@@ -46,11 +48,13 @@ def _reader(table: Path, fields: Sequence[tuple[str, Any]] = FIELDS, parts: Sequ
 
 def _file(table: Path, rows: Sequence[Row], schema: pa.Schema = ARROW, *, pv: dict[str, str | None] | None = None,
           stats: dict[str, Any] | None = None, tags: dict[str, str] | None = None,
-          name: str = "part") -> AddFile:  # fmt: skip
-    """A data file of ``rows``; ``name`` starts its path (outputs are searched in path order)."""
+          name: str = "part", **write: Any) -> AddFile:  # fmt: skip
+    """A data file of ``rows``; ``name`` starts its path (outputs are searched in path order); ``write``
+    goes to ``pq.write_table`` (``row_group_size``, ``write_statistics``, ``coerce_timestamps``)."""
     rel = f"{name}-{uuid.uuid4().hex}.parquet"
     cols = list(zip(*rows)) if rows else [[] for _ in schema]
-    pq.write_table(pa.table([pa.array(list(c), f.type) for c, f in zip(cols, schema)], schema=schema), table / rel)
+    data = pa.table([pa.array(list(c), f.type) for c, f in zip(cols, schema)], schema=schema)
+    pq.write_table(data, table / rel, **write)
     return AddFile(path=rel, partition_values=pv or {}, size=os.path.getsize(table / rel), modification_time=0,
                    data_change=False, stats=json.dumps(stats) if stats is not None else None, tags=tags)
 
@@ -265,13 +269,17 @@ def test_null_counts_are_not_trusted_on_a_file_with_a_vector(tmp_path: Path) -> 
 
 
 def test_size_bound(tmp_path: Path) -> None:
+    """The bound is on the compressed bytes of the column chunks read, the input's and the outputs'."""
     reader = _reader(tmp_path)
     src = _source(tmp_path, [(1, "a", 1.0)])
     g = _file(tmp_path, [(1, "a", 1.0)])
+    need = _chunk_bytes(tmp_path, src, [0]) + _chunk_bytes(tmp_path, g, [0])
     assert row_matching.MAX_MATCH_BYTES == 512 * 1024 * 1024
+    assert need < (src.size or 0) + (g.size or 0)  # footers and headers are not counted
     assert _locate(reader, src, [0], [g]) == {g.path: [0]}
-    assert _locate(reader, src, [0], [g], max_bytes=(src.size or 0) + (g.size or 0) - 1) is None
-    assert _locate(reader, src, [0], [g], max_bytes=(src.size or 0) + (g.size or 0)) == {g.path: [0]}
+    assert _locate(reader, src, [0], [g], max_bytes=need - 1) is None
+    assert _locate(reader, src, [0], [g], max_bytes=need) == {g.path: [0]}
+    assert _locate(reader, src, [0], [g], max_bytes=0) is None
 
 
 def test_row_tracking_refuses(tmp_path: Path) -> None:
@@ -324,3 +332,181 @@ def test_every_primitive_type(tmp_path: Path) -> None:
         variants.append(tuple(other))
     g = _file(tmp_path, [*variants, row], schema=arrow)
     assert _locate(reader, src, [0], [g]) == {g.path: [len(row)]}
+
+
+# -- row groups: only those needed are read --------------------------------------------------------------
+
+
+@dataclass
+class _CountingReader(RowReader):
+    """A RowReader that records each read of row groups: ``(file path, row groups)``."""
+
+    reads: list[tuple[str, tuple[int, ...]]] = field(default_factory=list)
+
+    def parquet_file(self, add: Any) -> Any:
+        pf = super().parquet_file(add)
+        reads = self.reads
+
+        class Recorded:
+            metadata = pf.metadata
+            schema_arrow = pf.schema_arrow
+
+            def read_row_groups(self, groups: Sequence[int], columns: Sequence[str] | None = None) -> pa.Table:
+                reads.append((add.path, tuple(groups)))
+                return pf.read_row_groups(groups, columns=columns)
+
+        return Recorded()
+
+
+def _counting(table: Path, fields: Sequence[tuple[str, Any]] = FIELDS) -> _CountingReader:
+    return _CountingReader(str(table), SimpleNamespace(schema=_schema(fields), partition_columns=()))
+
+
+def _chunk_bytes(table: Path, f: FileAction, groups: Sequence[int]) -> int:
+    """The compressed size of every column chunk of row groups ``groups`` of ``f``."""
+    meta = pq.ParquetFile(table / f.path).metadata
+    return sum(meta.row_group(r).column(j).total_compressed_size for r in groups for j in range(meta.num_columns))
+
+
+def _groups_read(reader: _CountingReader, f: FileAction) -> list[int]:
+    return [r for path, groups in reader.reads if path == f.path for r in groups]
+
+
+def _sorted_rows(n: int) -> list[Row]:
+    return [(i, f"s{i % 7}", i / 4) for i in range(n)]
+
+
+def test_only_the_output_row_groups_that_may_hold_the_rows_are_read(tmp_path: Path) -> None:
+    """An output of 20 row groups sorted by id: the rows sought sit in two of them, and only those are
+    read (one at a time), under a bound the whole file exceeds. Positions are the file's row indexes."""
+    reader = _counting(tmp_path)
+    out_rows = _sorted_rows(200)
+    src = _source(tmp_path, [out_rows[57], out_rows[3], out_rows[151]])
+    g = _file(tmp_path, out_rows, row_group_size=10)
+    assert pq.ParquetFile(tmp_path / g.path).metadata.num_row_groups == 20
+    need = _chunk_bytes(tmp_path, src, [0]) + _chunk_bytes(tmp_path, g, [0, 5, 15])
+    whole = _chunk_bytes(tmp_path, src, [0]) + _chunk_bytes(tmp_path, g, range(20))
+    assert need < whole // 4 and (g.size or 0) > need  # the former bound on file sizes would refuse
+    placed = _locate(reader, src, [0, 1, 2], [g], max_bytes=need)
+    assert placed == {g.path: [3, 57, 151]}
+    _check_placed(tmp_path, src, [0, 1, 2], [g], placed)
+    assert reader.reads == [(src.path, (0,)), (g.path, (0,)), (g.path, (5,)), (g.path, (15,))]
+    assert _locate(reader, src, [0, 1, 2], [g], max_bytes=need - 1) is None
+
+
+def test_reading_stops_once_every_row_is_placed(tmp_path: Path) -> None:
+    """Without footer statistics every row group may hold the rows: they are read in order, and the
+    search stops at the row group that places the last row (path order across outputs)."""
+    reader = _counting(tmp_path)
+    out_rows = _sorted_rows(100)
+    src = _source(tmp_path, [out_rows[42], out_rows[12]])
+    a = _file(tmp_path, out_rows, row_group_size=10, write_statistics=False, name="a")
+    b = _file(tmp_path, out_rows, row_group_size=10, write_statistics=False, name="b")
+    assert pq.ParquetFile(tmp_path / a.path).metadata.row_group(0).column(0).statistics is None
+    assert _locate(reader, src, [0, 1], [b, a]) == {a.path: [12, 42]}
+    assert _groups_read(reader, a) == [0, 1, 2, 3, 4] and _groups_read(reader, b) == []
+    # The copies in a are taken: b is read, again only up to the row group of the last row.
+    reader.reads.clear()
+    assert _locate(reader, src, [0, 1], [a, b], taken={a.path: [12, 42]}) == {b.path: [12, 42]}
+    assert _groups_read(reader, a) == [0, 1, 2, 3, 4, 5, 6, 7, 8, 9] and _groups_read(reader, b) == [0, 1, 2, 3, 4]
+
+
+def test_row_groups_without_a_free_row_are_not_read(tmp_path: Path) -> None:
+    reader = _counting(tmp_path)
+    dup = (5, "same", 1.0)
+    src = _source(tmp_path, [dup])
+    g = _file(tmp_path, [dup, dup, (6, "x", 0.0), dup], row_group_size=2)
+    assert _locate(reader, src, [0], [g], taken={g.path: [0, 1]}) == {g.path: [3]}
+    assert _groups_read(reader, g) == [1]
+
+
+def test_only_the_input_row_groups_holding_the_rows_are_read(tmp_path: Path) -> None:
+    reader = _counting(tmp_path)
+    rows = _sorted_rows(100)
+    src = _source(tmp_path, rows, deleted=range(0, 30), row_group_size=10)
+    g = _file(tmp_path, list(reversed(rows)))
+    assert _locate(reader, src, [93, 97], [g]) == {g.path: [2, 6]}
+    assert _groups_read(reader, src) == [9]
+    assert _locate(reader, src, [5 + 30, 77, 78], [g]) == {g.path: [21, 22, 64]}  # re-based across groups
+    assert _groups_read(reader, src) == [9, 3, 7]
+    # Every live row: the row groups its vector deleted whole are not read.
+    placed = _locate(reader, src, None, [g])
+    assert placed == {g.path: list(range(70))}
+    assert _groups_read(reader, src)[3:] == [3, 4, 5, 6, 7, 8, 9]
+    _check_placed(tmp_path, src, range(30, 100), [g], placed)
+
+
+def test_footer_statistics_are_checked_row_by_row(tmp_path: Path) -> None:
+    """A row group is read when one target row lies within its bounds in every column; targets that
+    only together cover the bounds of each column do not make it read."""
+    from datetime import date
+
+    fields = [("id", "long"), ("d", "date"), ("b", "boolean")]
+    arrow = pa.schema([("id", pa.int64()), ("d", pa.date32()), ("b", pa.bool_())])
+    reader = _counting(tmp_path, fields)
+    d1, d2 = date(2024, 1, 1), date(2024, 6, 1)
+    src = _source(tmp_path, [(1, d2, True), (2, d1, False)], schema=arrow)
+    # Row group 0: ids 1..2 and dates d1..d1 (each column admits some target, no target row fits both);
+    # row group 1: booleans only true; row group 2 holds both rows.
+    g = _file(tmp_path, [(1, d1, True), (2, d1, True), (2, d2, True), (2, d1, True), (2, d1, False), (1, d2, True)],
+              schema=arrow, row_group_size=2)  # fmt: skip
+    assert _locate(reader, src, [0, 1], [g]) == {g.path: [4, 5]}
+    assert _groups_read(reader, g) == [2]
+
+
+def test_footer_null_counts_prune_exactly(tmp_path: Path) -> None:
+    """A null target value keeps the row groups with nulls (null_count > 0) and only those; a
+    non-null one skips row groups that are all null; a column the file lacks is null throughout."""
+    fields = [("id", "long"), ("k", "long")]
+    arrow = pa.schema([("id", pa.int64()), ("k", pa.int64())])
+    reader = _counting(tmp_path, fields)
+    src = _source(tmp_path, [(5, None), (5, 7)], schema=arrow)
+    g = _file(tmp_path, [(5, 1), (5, 2), (None, None), (None, None), (5, None), (5, 3), (5, 7), (5, 7)],
+              schema=arrow, row_group_size=2)  # fmt: skip
+    assert _locate(reader, src, [0], [g]) == {g.path: [4]}
+    assert _groups_read(reader, g) == [2]  # row groups 0 and 3 have no null k; 1 has only null ids
+    reader.reads.clear()
+    assert _locate(reader, src, [1], [g]) == {g.path: [6]}
+    assert _groups_read(reader, g) == [3]  # k is 1..2 in row group 0, null in 1, 3 or null in 2
+    older = _file(tmp_path, [(6,), (5,), (5,)], schema=pa.schema([("id", pa.int64())]), row_group_size=1)
+    reader.reads.clear()
+    assert _locate(reader, src, [0], [older]) == {older.path: [1]}  # no k in the file: null there
+    assert _groups_read(reader, older) == [1]
+    reader.reads.clear()
+    assert _locate(reader, src, [1], [older]) is None
+    assert _groups_read(reader, older) == []  # k = 7 cannot be null
+
+
+@pytest.mark.parametrize("unit", ["ms", "us", "ns"])
+def test_timestamp_footer_bounds_at_the_stored_unit(tmp_path: Path, unit: str) -> None:
+    """Parquet timestamp bounds are exact at the stored unit: a target at a row group's last value is
+    found there, and row groups whose range holds no target microsecond are skipped."""
+    from datetime import datetime
+
+    fields = [("t", "timestamp_ntz")]
+    reader = _counting(tmp_path, fields)
+    stamps = [datetime(2024, 1, 1, 0, 0, s) for s in range(8)]
+    src = _source(tmp_path, [(stamps[3],), (stamps[6],)], schema=pa.schema([("t", pa.timestamp("us"))]))
+    g = _file(tmp_path, [(t,) for t in stamps], schema=pa.schema([("t", pa.timestamp(unit))]), row_group_size=2,
+              coerce_timestamps=None if unit == "ns" else unit)  # fmt: skip
+    meta = pq.ParquetFile(tmp_path / g.path).metadata.row_group(1).column(0).statistics
+    assert meta.physical_type == "INT64" and meta.logical_type.type == "TIMESTAMP"
+    assert _locate(reader, src, [0, 1], [g]) == {g.path: [3, 6]}
+    assert _groups_read(reader, g) == [1, 3]
+
+
+def test_footer_statistics_of_a_column_after_nested_ones(tmp_path: Path) -> None:
+    """A column's statistics are its own column chunk's, counted past the leaves of nested columns
+    before it (here pt.a holds -id: its bounds would prune every row group)."""
+    point = pa.struct([("a", pa.int64()), ("b", pa.float64())])
+    arrow = pa.schema([("pt", point), ("tags", pa.list_(pa.string())), ("id", pa.int64())])
+    nested = {"type": "struct", "fields": [{"name": "a", "type": "long", "nullable": True, "metadata": {}},
+                                           {"name": "b", "type": "double", "nullable": True, "metadata": {}}]}
+    fields = [("pt", nested), ("tags", {"type": "array", "elementType": "string", "containsNull": True}),
+              ("id", "long")]  # fmt: skip
+    reader = _counting(tmp_path, fields)
+    rows = [({"a": -i, "b": i / 2}, [f"t{i}"], i) for i in range(1, 7)]
+    src = _source(tmp_path, [rows[4]], schema=arrow)
+    g = _file(tmp_path, rows, schema=arrow, row_group_size=2)
+    assert _locate(reader, src, [0], [g]) == {g.path: [4]}
+    assert _groups_read(reader, g) == [2]

@@ -16,7 +16,8 @@ from serialake.core import DeltaLog
 from serialake.core.tables import catalog
 from serialake.core.txn.post_commit import after_commit
 from serialake.exceptions import DeltaAnalysisException, DeltaIllegalArgumentException, DeltaTableNotFoundError
-from serialake.spark import io, isolation
+from serialake.spark import isolation
+from serialake.spark.backend import backend
 from serialake.spark.read import read
 from serialake.spark.write import MODES, write
 from serialake.spark.write_settings import check_write_options, session_flag
@@ -280,9 +281,8 @@ def _register(name: str, location: str, given: str | None, version: int | None, 
 
 def _column_sql(df: DataFrame, condition: Any) -> str:
     """The SQL text of a Column condition (``overwrite(F.col("p") == 1)``), as Spark analyses it over ``df``."""
-    java = getattr(condition, "_jc", None)  # None: a Column without a JVM expression (Spark Connect)
     try:
-        sql = io.plan_condition_sql(df._jdf.filter(java)) if java is not None else None
+        sql = backend(df.sparkSession).column_sql(df, condition)
     except Exception:  # noqa: BLE001 - Spark refused the condition (e.g. an unknown column)
         sql = None
     if sql is None:

@@ -40,7 +40,7 @@ def spark_session(app_name: str = "serialake", *, master: str | None = None, **c
     (``spark.pyspark.python``) unless ``conf`` or ``PYSPARK_PYTHON`` names another: on a
     standalone cluster their Python must match the driver's.
     """
-    from serialake.spark.dropin import configure
+    from serialake.dropin import configure
 
     active = SparkSession.getActiveSession()
     if active is not None:

@@ -50,9 +50,10 @@ from serialake.core.txn.post_commit import after_commit
 from serialake.exceptions import DeltaAnalysisException, DeltaError, DeltaIllegalArgumentException
 from serialake.spark import isolation
 from serialake.spark.backend import backend
-from serialake.spark.dropin_write import _option, _write_options
 from serialake.spark.streaming import batch_txn
 from serialake.spark.write import write
+from serialake.spark.write_settings import recorded_option as _option
+from serialake.spark.write_settings import recorded_write_options as _write_options
 
 __all__ = ["QUERY_ID_PROPERTY", "SinkQuery", "idempotent", "start"]
 

@@ -43,11 +43,11 @@ from pyspark.sql.readwriter import DataFrameReader, DataFrameWriter, DataFrameWr
 from pyspark.sql.utils import to_str
 
 from serialake.core.tables import catalog
+from serialake.dropin import write as dropin_write
 from serialake.exceptions import DeltaIllegalArgumentException
-from serialake.spark import dropin_write
 from serialake.spark.backend import backend
-from serialake.spark.dropin_write import _option
 from serialake.spark.errors import raising_pyspark
+from serialake.spark.write_settings import recorded_option as _option
 
 __all__ = ["ENABLED_CONF", "configure", "is_configured", "serialake_calls"]
 

@@ -23,7 +23,7 @@ __version__ = "0.1.0"
 
 _LAZY: dict[str, tuple[str, str | None]] = {
     "spark_session": ("serialake.spark.session", "spark_session"),
-    "configure": ("serialake.spark.dropin", "configure"),
+    "configure": ("serialake.dropin", "configure"),
     "write": ("serialake.spark.write", "write"),
     "read": ("serialake.spark.read", "read"),
     "DeltaTable": ("serialake.spark.table", "DeltaTable"),

@@ -37,7 +37,7 @@ import posixpath
 import re
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlparse
@@ -47,6 +47,7 @@ from pyspark.sql import DataFrame, SparkSession
 from serialake.core.model.actions import AddFile, encode_path
 from serialake.core.model.paths import parquet_metadata
 from serialake.exceptions import DeltaIllegalArgumentException, UnsupportedFeatureError, WrittenFileMissingError
+from serialake.spark.backend import backend
 from serialake.storage import is_local_path
 from serialake.storage.datafiles import Access
 from serialake.storage.local import fsync_dir
@@ -68,10 +69,6 @@ __all__ = [
 
 DATA_IO_CONF = "spark.serialake.dataFiles.io"
 _SETTINGS = ("auto", "spark", "python")
-_SINK_CLASSES = (
-    "org.apache.spark.sql.execution.streaming.sinks.FileStreamSink",  # Spark 4.1+
-    "org.apache.spark.sql.execution.streaming.FileStreamSink",  # Spark 2.0 - 4.0
-)
 JOB_RECORD_DIR = "_spark_metadata"
 _JOB_DIR = re.compile(r"[0-9a-f]{16}")  # ``write_direct``'s fresh directory per job
 _IO_THREADS = 8
@@ -124,16 +121,7 @@ def spark_opens(spark: SparkSession, location: str) -> bool:
     """Whether Spark's Hadoop configuration has a file system class for ``location``'s scheme."""
     if is_local_path(location):
         return True
-    from py4j.protocol import Py4JJavaError
-
-    jvm = spark.sparkContext._jvm
-    assert jvm is not None
-    conf = spark._jsparkSession.sessionState().newHadoopConf()
-    try:
-        jvm.org.apache.hadoop.fs.FileSystem.getFileSystemClass(_scheme(hadoop_uri(location)), conf)
-    except Py4JJavaError:
-        return False
-    return True
+    return backend(spark).opens(hadoop_uri(location))
 
 
 def _scheme(uri: str) -> str:
@@ -170,20 +158,29 @@ def write_direct(
     prefix = uuid.uuid4().hex[:16]  # (``_JOB_DIR``)
     out_dir = posixpath.join(table_path, prefix)
     options = {"maxRecordsPerFile": str(int(max_records_per_file))} if max_records_per_file else {}
-    sink = _file_sink(spark, hadoop_uri(out_dir), partition_columns, options)
-    _make_active(spark)
-    sc = spark.sparkContext
+    door = backend(spark)
+    sink = door.file_sink(hadoop_uri(out_dir), partition_columns, options)
+    if sink is None:
+        raise UnsupportedFeatureError(
+            f"This Spark ({spark.version}) has no streaming file sink class: "
+            f"set {DATA_IO_CONF}=python to write from the executors' Python"
+        )
+    # As ``df.write`` does before it plans: the sink plans the write (a sort by partition
+    # columns) in the calling JVM thread, where Spark's plan nodes take their session from
+    # the thread's active session; from a Python thread other than the one that built the
+    # session there is none (a partitioned write failed: ``SparkPlan.session()``).
+    door.make_active()
     tag = f"serialake-write-{prefix}"
-    sc.addJobTag(tag)
+    door.add_job_tag(tag)
     try:
-        sink.addBatch(0, df._jdf)  # a failed job raises as ``df.write`` would (pyspark converts it)
+        sink.write(df)  # a failed job raises as ``df.write`` would (pyspark converts it)
     except BaseException:
         _settle_failed_job(spark, tag)
         _delete_job_directory(spark, table_path, out_dir)
         _remove_record_directory(spark, out_dir)
         raise
     finally:
-        sc.removeJobTag(tag)
+        door.remove_job_tag(tag)
     try:
         return finish_job(table_path, prefix, indexed, data_change=data_change, describe=describe, stats_of=stats_of)
     finally:
@@ -199,32 +196,16 @@ def _settle_failed_job(spark: SparkSession, tag: str, timeout_s: float = 120.0) 
     is ordered); waiting for each stage's active tasks to reach 0 waits for their own
     clean-up too. Bounded: past ``timeout_s`` the caller deletes what is there by then.
     """
-    sc = spark.sparkContext
+    door = backend(spark)
     try:
-        sc.cancelJobsWithTag(tag)
-        tracker = sc._jsc.sc().statusTracker()
+        door.cancel_tagged_jobs(tag)
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            if not _job_tasks_running(tracker, tag):
+            if not door.tagged_tasks_running(tag):
                 return
             time.sleep(0.05)
     except Exception:  # noqa: BLE001 - best effort: the job's files are deleted whatever happens here
         return
-
-
-def _job_tasks_running(tracker: Any, tag: str) -> bool:
-    for job_id in tracker.getJobIdsForTag(tag):
-        job = tracker.getJobInfo(job_id)
-        if job.isEmpty():
-            continue
-        info = job.get()
-        if str(info.status()) in ("RUNNING", "UNKNOWN"):
-            return True
-        for stage_id in info.stageIds():
-            stage = tracker.getStageInfo(stage_id)
-            if not stage.isEmpty() and stage.get().numActiveTasks() > 0:
-                return True
-    return False
 
 
 def _delete_job_directory(spark: SparkSession, table_path: str, out_dir: str) -> None:
@@ -249,10 +230,7 @@ def _remove_record_directory(spark: SparkSession, out_dir: str) -> None:
     if is_local_path(out_dir):
         return
     try:
-        jvm = spark.sparkContext._jvm
-        assert jvm is not None
-        path = jvm.org.apache.hadoop.fs.Path(hadoop_uri(posixpath.join(out_dir, JOB_RECORD_DIR)))
-        path.getFileSystem(spark._jsparkSession.sessionState().newHadoopConf()).delete(path, True)
+        backend(spark).delete_path(hadoop_uri(posixpath.join(out_dir, JOB_RECORD_DIR)))
     except Exception:  # noqa: BLE001 - an empty marker left behind is harmless; VACUUM ignores it
         pass
 
@@ -296,43 +274,6 @@ def is_job_record(parts: Sequence[str]) -> bool:
     record, ``<16 hex digits>/_spark_metadata/...``: left only by a job that died before its
     files were committed, so VACUUM removes it once older than the retention."""
     return len(parts) > 2 and parts[1] == JOB_RECORD_DIR and is_job_dir(parts[0])
-
-
-def _make_active(spark: SparkSession) -> None:
-    """Make ``spark`` the JVM thread's active session, as ``df.write`` does before it plans.
-
-    The sink plans the write (a sort by partition columns) in the calling JVM thread, and
-    Spark's plan nodes take their session from that thread's active session: from a Python
-    thread other than the one that built the session there is none, and a partitioned write
-    failed with a NullPointerException (``SparkPlan.session()``).
-    """
-    jvm = spark.sparkContext._jvm
-    assert jvm is not None
-    jvm.org.apache.spark.sql.SparkSession.setActiveSession(spark._jsparkSession)
-
-
-def _file_sink(spark: SparkSession, uri: str, partition_columns: Sequence[str], options: Mapping[str, str]) -> Any:
-    """Spark's streaming Parquet file sink writing under ``uri`` (whichever package this Spark has it in)."""
-    from py4j.java_gateway import JavaClass
-
-    jvm = spark.sparkContext._jvm
-    assert jvm is not None
-    utils = jvm.org.apache.spark.api.python.PythonUtils
-    for name in _SINK_CLASSES:
-        cls = jvm
-        for part in name.split("."):
-            cls = getattr(cls, part)
-        if isinstance(cls, JavaClass):
-            options_map = jvm.java.util.HashMap()
-            for k, v in options.items():
-                options_map.put(k, v)
-            parquet = jvm.org.apache.spark.sql.execution.datasources.parquet.ParquetFileFormat()
-            columns = utils.toSeq(jvm.java.util.ArrayList(list(partition_columns)))
-            return cls(spark._jsparkSession, uri, parquet, columns, utils.toScalaMap(options_map))
-    raise UnsupportedFeatureError(
-        f"This Spark ({spark.version}) has no file sink class ({' or '.join(_SINK_CLASSES)}): "
-        f"set {DATA_IO_CONF}=python to write from the executors' Python"
-    )
 
 
 def _job_files(files: Access, table_path: str, out_dir: str) -> list[tuple[str, int, int]]:

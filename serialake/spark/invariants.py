@@ -31,6 +31,7 @@ from serialake.core.model import constraints, identity
 from serialake.core.model.schema import StructType
 from serialake.exceptions import DeltaAnalysisException
 from serialake.spark import io
+from serialake.spark.backend import backend
 
 __all__ = [
     "EXPLICIT_PREFIX",
@@ -332,8 +333,7 @@ def _analyse(empty: DataFrame, expression: str, what: str) -> DataFrame:
 
 def _deterministic(df: DataFrame) -> bool:
     """Whether the one expression ``df`` projects is deterministic (as Spark's analysed plan says)."""
-    plan = df._jdf.queryExecution().analyzed()
-    return bool(plan.projectList().apply(0).deterministic())
+    return backend(df.sparkSession).projects_deterministic(df)
 
 
 def _referenced(expression: str, schema: StructType) -> set[str]:

@@ -83,7 +83,6 @@ __all__ = [
     "hive_partition_values",
     "is_hidden",
     "partition_row",
-    "plan_condition_sql",
     "partition_schema",
     "typed_partition_value",
     "publish_staged",
@@ -512,27 +511,6 @@ def _check_written_rows(table_path: str, staging: str, adds: Sequence[AddFile], 
     raise StagingMismatchError(
         table=table_path, staging=staging, job_rows=int(job_rows), found_rows=found_rows, found_files=len(adds)
     )
-
-
-def plan_condition_sql(jdf: Any) -> str | None:
-    """The analysed condition of a (Java) Dataset's top Filter or Join plan as SQL, columns
-    qualified by their table; None for another shape.
-
-    Spark's resolution says which side every column belongs to, which a Column object alone
-    does not. Taking the Java Dataset lets callers analyse ``jdf.filter(column)`` without
-    going through PySpark's (possibly wrapped) ``DataFrame.filter``.
-    """
-    try:
-        plan = jdf.queryExecution().analyzed()
-        name = plan.getClass().getSimpleName()
-        if name == "Filter":
-            return str(plan.condition().sql())
-        if name == "Join":
-            cond = plan.condition()
-            return str(cond.get().sql()) if cond.isDefined() else None
-    except Exception:  # noqa: BLE001 - a best effort: an unparsed condition is read conservatively
-        return None
-    return None
 
 
 def require_local_data(table_path: str, what: str) -> None:

@@ -19,6 +19,7 @@ from serialake.core.predicates import expressions as P
 from serialake.core.predicates import skipping
 from serialake.exceptions import DeltaAnalysisException, DeltaIllegalArgumentException, DeltaTableNotFoundError
 from serialake.spark import io, isolation, scans
+from serialake.spark.backend import backend
 
 __all__ = ["check_version_readable", "read", "scan_files", "snapshot_df", "table_snapshot"]
 
@@ -124,8 +125,7 @@ SCAN_ATTRIBUTE = "_serialake_scan"
 def _column_sql(df: DataFrame, condition: Column) -> str | None:
     """A Column condition on ``df`` as SQL over the table's columns: Spark's analysis of the filter
     (through the JVM API: no Python wrapper runs), with the scan's alias taken off."""
-    java: Any = getattr(condition, "_jc", None)
-    sql = io.plan_condition_sql(df._jdf.filter(java))
+    sql = backend(df.sparkSession).column_sql(df, condition)
     if sql is None:
         return None
     expr = P.parse_predicate(sql)

@@ -40,6 +40,7 @@ from pyspark.sql import DataFrame, SparkSession
 from serialake.core.model.actions import AddFile, DeletionVectorDescriptor, encode_path
 from serialake.core.model.partition_values import format_partition_value, hive_escape, parse_partition_value
 from serialake.core.model.schema import ArrayType, DataType, MapType, StructField, StructType, physical_name
+from serialake.spark.backend import backend
 from serialake.storage.datafiles import Access
 
 __all__ = ["read_files", "write_files"]
@@ -454,7 +455,7 @@ def read_files(
         with_file_path=with_file_path,
         schema=arrow_schema,
     )
-    bins = _bins(files, table_path, spark.sparkContext.defaultParallelism)
+    bins = _bins(files, table_path, backend(spark).default_parallelism())
     listing = spark.createDataFrame(
         [(i, json.dumps(b)) for i, b in enumerate(bins)],
         T.StructType([T.StructField("bin", T.IntegerType(), False), T.StructField("files", T.StringType(), False)]),

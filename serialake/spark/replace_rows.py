@@ -24,7 +24,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pyspark.errors import AnalysisException
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -36,6 +35,7 @@ from serialake.core.model.actions import Action, AddCDCFile, AddFile, now_ms
 from serialake.core.txn.transaction import OptimisticTransaction
 from serialake.exceptions import DeltaAnalysisException, DeltaIllegalArgumentException
 from serialake.spark import cdf, io
+from serialake.spark.backend import backend
 
 __all__ = [
     "Matched",
@@ -233,35 +233,16 @@ def _resolve_on(spark: SparkSession, text: str, target: DataFrame, source: DataF
 def _condition_columns(spark: SparkSession, text: str) -> list[list[str]]:
     """The column references of a SQL condition (each as its name parts), in order, by Spark's parser."""
     try:
-        parsed = spark._jsparkSession.sessionState().sqlParser().parseExpression(text)
+        return backend(spark).expression_references(text)
     except Exception as e:  # noqa: BLE001 - Spark's ParseException, through py4j
         first = str(e).strip().split("\n", 1)[0]
         raise DeltaAnalysisException(f"Cannot parse the replaceOn condition '{text}': {first}") from None
-    out: list[list[str]] = []
-    pending = [parsed]
-    while pending:  # pre-order: the references in the order the text names them
-        node = pending.pop()
-        if node.getClass().getSimpleName() == "UnresolvedAttribute":
-            parts = node.nameParts()
-            out.append([str(parts.apply(j)) for j in range(parts.size())])
-            continue
-        children = node.children()
-        pending.extend(children.apply(j) for j in reversed(range(children.size())))
-    return out
 
 
 def _resolves(df: DataFrame, parts: Sequence[str]) -> bool:
     """Whether the column named by ``parts`` resolves on ``df``'s output (its plan's ``resolve``, as
     delta-spark asks; no job, no query)."""
-    spark = df.sparkSession
-    try:
-        jvm = spark._jvm
-        assert jvm is not None
-        names = jvm.PythonUtils.toSeq(list(parts))
-        resolver = spark._jsparkSession.sessionState().conf().resolver()
-        return bool(df._jdf.queryExecution().analyzed().resolve(names, resolver).isDefined())
-    except AnalysisException:
-        return False  # (ambiguous within one side: not one column of it)
+    return backend(df.sparkSession).resolves(df, parts)
 
 
 @dataclass

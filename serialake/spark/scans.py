@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import base64
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -37,6 +38,7 @@ from pyspark.sql import DataFrame
 from serialake.core.predicates import expressions as P
 from serialake.core.tables import cut
 from serialake.exceptions import ConsistentReadError
+from serialake.spark.backend import ScanConjunct, backend
 
 if TYPE_CHECKING:
     from serialake.core.log.snapshot import Snapshot
@@ -45,37 +47,6 @@ if TYPE_CHECKING:
 __all__ = ["SCAN_PREFIX", "TableScan", "check_consistent", "mark", "record_scans", "scans_of"]
 
 SCAN_PREFIX = "__serialake_scan__"
-
-# Plan nodes a filter above a scan passes through unchanged in meaning: a row of the scan
-# that fails the filter can never reach, or change, the result.
-_ROW_WISE = frozenset(
-    {
-        "Project",
-        "Filter",
-        "SubqueryAlias",
-        "View",
-        "Sort",
-        "Repartition",
-        "RepartitionByExpression",
-        "RebalancePartitions",
-        "ResolvedHint",
-        "Distinct",
-        "Generate",
-        "Union",
-    }
-)
-# Join type -> (sides that filters above the join constrain, sides that one-sided join
-# condition conjuncts constrain); 0 = left, 1 = right.
-_JOIN_SIDES: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = {
-    "INNER": ((0, 1), (0, 1)),
-    "CROSS": ((0, 1), (0, 1)),
-    "LEFT OUTER": ((0,), (1,)),
-    "RIGHT OUTER": ((1,), (0,)),
-    "FULL OUTER": ((), ()),
-    "LEFT SEMI": ((0,), (1,)),
-    "LEFT ANTI": ((0,), (1,)),
-}
-
 
 @dataclass(frozen=True)
 class TableScan:
@@ -109,11 +80,12 @@ def _unmark(name: str) -> dict[str, Any] | None:
 
 def scans_of(df: DataFrame) -> list[TableScan]:
     """Every marked scan in ``df``'s analyzed plan, subqueries and views included."""
-    plan = df._jdf.queryExecution().analyzed()
-    if SCAN_PREFIX not in plan.toString():
-        return []
+    found = backend(df.sparkSession).marked_relations(df, SCAN_PREFIX, lambda name: _unmark(name) is not None)
     out: list[TableScan] = []
-    _walk(plan, [], out)
+    for relation in found:
+        info = _unmark(relation.name)
+        if info is not None:
+            out.append(_scan(info, relation.conjuncts))
     return out
 
 
@@ -152,55 +124,8 @@ def check_consistent(found: list[TableScan], *, exclude: str | None = None, what
     cut.check_together(latest, what=what)
 
 
-# -- plan walking (py4j over Catalyst's analyzed plan) --------------------------------------
-
-
-def _seq(jseq: Any) -> list[Any]:
-    return [jseq.apply(i) for i in range(jseq.size())]
-
-
-def _walk(node: Any, constraints: list[Any], out: list[TableScan]) -> None:
-    """Collect scans below ``node``; ``constraints`` are conjuncts every row that matters satisfies."""
-    kind = node.getClass().getSimpleName()
-    if kind == "SubqueryAlias":
-        name = node.identifier().name()
-        if name.startswith(SCAN_PREFIX):
-            info = _unmark(name)
-            if info is not None:
-                out.append(_scan(info, node, constraints))
-                return
-    for sub in _seq(node.subqueries()):
-        _walk(sub, [], out)
-    children = _seq(node.children())
-    if kind == "Join":
-        _walk_join(node, children, constraints, out)
-        return
-    if kind == "Filter":
-        constraints = constraints + _conjuncts(node.condition())
-    elif kind not in _ROW_WISE:
-        constraints = []
-    for child in children:
-        _walk(child, constraints, out)
-
-
-def _walk_join(node: Any, children: list[Any], constraints: list[Any], out: list[TableScan]) -> None:
-    above, on = _JOIN_SIDES.get(node.joinType().sql().upper(), ((), ()))
-    condition = node.condition()
-    join_conjuncts = _conjuncts(condition.get()) if condition.isDefined() else []
-    for side, child in enumerate(children):
-        mine = (constraints if side in above else []) + (join_conjuncts if side in on else [])
-        _walk(child, mine, out)
-
-
-def _conjuncts(expr: Any) -> list[Any]:
-    if expr.getClass().getSimpleName() == "And":
-        return _conjuncts(expr.left()) + _conjuncts(expr.right())
-    return [expr]
-
-
-def _scan(info: dict[str, Any], node: Any, constraints: list[Any]) -> TableScan:
-    """The scan under marker ``node`` with the constraints that only read its columns."""
-    columns = {attr.exprId().id(): attr.name() for attr in _seq(node.output())}
+def _scan(info: dict[str, Any], constraints: Sequence[ScanConjunct]) -> TableScan:
+    """The scan a marker names, with the constraints (Spark's, over its columns only) on its rows."""
     exprs: list[P.Expr] = []
     if info.get("f"):
         try:
@@ -208,7 +133,7 @@ def _scan(info: dict[str, Any], node: Any, constraints: list[Any]) -> TableScan:
         except P.PredicateError:
             pass  # dropping a conjunct only widens the read
     for c in constraints:
-        converted = _to_predicate(c, columns)
+        converted = _to_predicate(c)
         if converted is not None:
             exprs.append(converted)
     # A filter pushed into the scan (``read.pushed_filter``) is also in the plan: count it once.
@@ -219,26 +144,18 @@ def _scan(info: dict[str, Any], node: Any, constraints: list[Any]) -> TableScan:
     return TableScan(str(info["t"]), int(info["v"]), P.conjunction(unique), bool(info.get("tt")))
 
 
-def _to_predicate(expr: Any, columns: dict[int, str]) -> P.Expr | None:
+def _to_predicate(conjunct: ScanConjunct) -> P.Expr | None:
     """A conjunct over the scan's columns only, as a predicate on table columns (None: not usable).
 
-    Columns are tied to the scan by Catalyst's expression ids, whatever they are called or
-    qualified as where the filter is; the text goes through ``expr.sql()``.
+    Columns are tied to the scan by Spark (``ScanConjunct.names``), whatever they are called or
+    qualified as where the filter is; the text is Spark's SQL of the conjunct.
     """
-    if not expr.deterministic():
-        return None
-    refs = _seq(expr.references().toSeq())
-    if not refs or any(r.exprId().id() not in columns for r in refs):
-        return None
-    names: dict[tuple[str, ...], str] = {}
-    for r in refs:
-        path = tuple(q.lower() for q in _seq(r.qualifier())) + (r.name().lower(),)
-        names[path] = columns[r.exprId().id()]
     from sqlglot import exp, parse_one
     from sqlglot.errors import SqlglotError
 
+    names = conjunct.names
     try:
-        tree = parse_one(expr.sql(), read="spark")
+        tree = parse_one(conjunct.sql, read="spark")
     except SqlglotError:
         return None
     unknown: list[str] = []

@@ -8,6 +8,8 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
+from serialake.spark.backend import backend
+
 __all__ = ["DEFAULT_CONF", "spark_session", "use_executor_python"]
 
 DEFAULT_MASTER = "local[2]"
@@ -49,7 +51,7 @@ def spark_session(app_name: str = "serialake", *, master: str | None = None, **c
     (``spark.pyspark.python``) unless ``conf`` or ``PYSPARK_PYTHON`` names another: on a
     standalone cluster their Python must match the driver's.
     """
-    from serialake.spark.dropin import configure
+    from serialake.dropin import configure
 
     active = SparkSession.getActiveSession()
     if active is not None:
@@ -65,7 +67,7 @@ def spark_session(app_name: str = "serialake", *, master: str | None = None, **c
         builder = builder.config(key, value)
     use_executor_python(settings.get("spark.pyspark.python"))
     spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("ERROR")
+    backend(spark).set_log_level("ERROR")
     _silence_task_failure_logs(spark)
     return configure(spark)
 
@@ -94,11 +96,6 @@ _TASK_FAILURE_LOGGERS = (
 def _silence_task_failure_logs(spark: SparkSession) -> None:
     """Turn off logs that duplicate errors the caller receives anyway (e.g. failed write checks)."""
     try:
-        jvm = spark.sparkContext._jvm
-        if jvm is None:
-            return
-        level = jvm.org.apache.logging.log4j.Level.OFF
-        for name in _TASK_FAILURE_LOGGERS:
-            jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(name, level)
+        backend(spark).silence_loggers(_TASK_FAILURE_LOGGERS)
     except Exception:  # noqa: BLE001 - cosmetic only (e.g. Spark Connect has no JVM handle)
         pass

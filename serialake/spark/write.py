@@ -36,6 +36,7 @@ from serialake.exceptions import (
     UnsupportedFeatureError,
 )
 from serialake.spark import invariants, io, scans, write_settings
+from serialake.spark.backend import backend
 from serialake.spark.invariants import check_rows
 from serialake.spark.replace_rows import (
     Matched,
@@ -163,7 +164,7 @@ def _reset_session_txn_version(spark: Any) -> None:
 def _deterministic(df: DataFrame) -> bool:
     """Whether Spark computes the same rows each time it runs ``df``'s plan (as far as its analysis knows)."""
     try:
-        return bool(df._jdf.queryExecution().analyzed().deterministic())
+        return backend(df.sparkSession).is_deterministic(df)
     except Exception:  # noqa: BLE001 - no JVM plan (Spark Connect): assume so, as a DML does
         return True
 

@@ -34,7 +34,7 @@ Session settings (``spark.databricks.delta.`` + key), checked when a write start
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from serialake.core.model import properties as props
 from serialake.exceptions import DeltaIllegalArgumentException
@@ -50,6 +50,9 @@ __all__ = [
     "WRITE_SETTINGS",
     "check_session_settings",
     "check_write_options",
+    "option_flag",
+    "recorded_option",
+    "recorded_write_options",
     "session_flag",
     "session_setting",
     "session_table_defaults",
@@ -260,3 +263,71 @@ def session_table_defaults() -> dict[str, str]:
 
 
 props.set_session_defaults_source(session_table_defaults)
+
+
+# -- the options a reader or writer chain recorded (``serialake.dropin``; the streaming sink) --
+
+
+def recorded_option(st: dict[str, Any], name: str) -> str | None:
+    """An option a reader or writer chain recorded (``serialake.dropin``), by name, case-insensitively
+    (as Spark's options are)."""
+    return st["options"].get(name.lower())
+
+
+def option_flag(value: str | None) -> bool:
+    """A ``true`` / ``false`` option's value (absent: false)."""
+    if value is None:
+        return False
+    text = value.strip().lower()
+    if text in ("true", "false"):
+        return text == "true"
+    raise DeltaIllegalArgumentException(f"Expected 'true' or 'false', got {value!r}")
+
+
+def _conf(spark: SparkSession, key: str) -> str | None:
+    value = spark.conf.get(key, None)
+    return None if value is None else str(value)
+
+
+def recorded_write_options(spark: SparkSession, st: dict[str, Any], mode: str) -> dict[str, Any]:
+    """``serialake.write`` keyword arguments from a writer chain's recorded options and the session's settings."""
+    merge = recorded_option(st, "mergeSchema")
+    if merge is None:
+        merge = _conf(spark, "spark.databricks.delta.schema.autoMerge.enabled")
+    user_metadata = recorded_option(st, "userMetadata")
+    if user_metadata is None:
+        user_metadata = _conf(spark, "spark.databricks.delta.commitInfo.userMetadata")
+    app_id, app_version = recorded_option(st, "txnAppId"), recorded_option(st, "txnVersion")
+    max_records = recorded_option(st, "maxRecordsPerFile")
+    overwrite_mode = recorded_option(st, "partitionOverwriteMode")
+    replace_where = recorded_option(st, "replaceWhere")
+    # As delta-spark: the session's mode applies unless the write names the rows it replaces.
+    replacing = recorded_option(st, "replaceUsing") is not None or recorded_option(st, "replaceOn") is not None
+    if overwrite_mode is None and replace_where is None and not replacing:
+        overwrite_mode = _conf(spark, "spark.sql.sources.partitionOverwriteMode")
+    if mode == "overwrite" and overwrite_mode is not None and not session_flag(
+        spark, "dynamicPartitionOverwrite.enabled", True
+    ):
+        if overwrite_mode.strip().lower() == "dynamic":
+            raise DeltaIllegalArgumentException(
+                "[DELTA_DYNAMIC_PARTITION_OVERWRITE_DISABLED] Dynamic partition overwrite mode is specified by "
+                "session config or write options, but it is disabled by "
+                "`spark.databricks.delta.dynamicPartitionOverwrite.enabled=false`."
+            )
+        if not replacing:
+            overwrite_mode = None
+    try:
+        version = None if app_version is None else int(app_version)
+        records = None if max_records is None else int(max_records)
+    except ValueError as e:
+        raise DeltaIllegalArgumentException(f"Invalid writer option: {e}") from None
+    return {
+        "replaceWhere": replace_where,
+        "mergeSchema": option_flag(merge),
+        "overwriteSchema": option_flag(recorded_option(st, "overwriteSchema")),
+        "userMetadata": user_metadata,
+        "txnAppId": app_id,
+        "txnVersion": version,
+        "maxRecordsPerFile": records if records and records > 0 else None,
+        "partitionOverwriteMode": overwrite_mode if mode == "overwrite" else None,
+    }

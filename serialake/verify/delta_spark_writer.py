@@ -126,7 +126,9 @@ def _session(jars_dir: str, workdir: str) -> Any:
     for key, value in session_settings(jars, workdir).items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("ERROR")
+    from serialake.spark.backend import backend
+
+    backend(spark).set_log_level("ERROR")
     return spark
 
 

@@ -37,6 +37,7 @@ from serialake.core.predicates import expressions as P
 from serialake.core.predicates import row_eval
 from serialake.core.predicates import values as V
 from serialake.core.predicates.values import NotExact
+from serialake.spark.backend import backend
 from serialake.spark.dml.driver_files import DriverTable, check_not_null, io_threads, rewrite_files
 
 __all__ = ["MergePlan", "MergeOutcome", "execute", "plan", "source_table"]
@@ -246,7 +247,7 @@ def source_table(df: Any, schema: StructType, max_bytes: int) -> Any:
             raise NotExact(f"source column {f.name} of type {f.data_type}")
         wanted.append(pa.field(f.name, t))
     try:
-        estimate = int(str(df._jdf.queryExecution().optimizedPlan().stats().sizeInBytes()))
+        estimate = backend(df.sparkSession).estimated_bytes(df)
     except Exception:  # noqa: BLE001 - Spark Connect, or a plan without statistics
         estimate = None
     if estimate is not None and estimate > max_bytes and estimate < (1 << 62):

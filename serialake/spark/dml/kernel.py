@@ -60,6 +60,7 @@ from serialake.exceptions import (
     DeltaTableNotFoundError,
 )
 from serialake.spark import cdf, invariants, io, scans
+from serialake.spark.backend import backend
 from serialake.spark.dml.driver_files import matching_rows
 from serialake.spark.dml.engine import Engine
 from serialake.spark.streaming import batch_txn
@@ -188,8 +189,8 @@ def condition_text(condition: ConditionLike, resolved_sql: str | None = None) ->
 
 
 def resolved_condition_sql(df: DataFrame) -> str | None:
-    """The analysed condition of ``df``'s top Filter or Join as SQL (``io.plan_condition_sql``)."""
-    return io.plan_condition_sql(df._jdf)
+    """The analysed condition of ``df``'s top Filter or Join as SQL (``Backend.condition_sql``)."""
+    return backend(df.sparkSession).condition_sql(df)
 
 
 def parse_or_true(text: str | None) -> P.Expr:

@@ -45,6 +45,7 @@ from serialake.core.txn.row_level import COMPACTED_FROM_TAG
 from serialake.core.txn.written import BeforeCommit, commit_or_clean_up
 from serialake.exceptions import DeltaAnalysisException, DeltaIllegalArgumentException
 from serialake.spark import io
+from serialake.spark.backend import backend
 from serialake.spark.dml import engine
 from serialake.spark.dml.driver_compaction import driver_compact
 from serialake.spark.dml.engine import Engine
@@ -211,7 +212,7 @@ class DeltaOptimizeBuilder:
     def _as_catalyst(self, text: str) -> str:
         """A ``where`` predicate as delta-spark records it: Catalyst's unresolved expression, ``('key = a)``."""
         try:
-            return str(self._spark._jsparkSession.sessionState().sqlParser().parseExpression(text).toString())
+            return backend(self._spark).parsed_expression(text)
         except Exception:  # noqa: BLE001 - a parse Spark refuses was refused earlier; the text is still right
             return text
 
@@ -365,7 +366,7 @@ class DeltaOptimizeBuilder:
             "totalConsideredFiles": m["totalConsideredFiles"], "totalFilesSkipped": m["totalFilesSkipped"],
             "preserveInsertionOrder": True, "numFilesSkippedToReduceWriteAmplification": 0,
             "numBytesSkippedToReduceWriteAmplification": 0, "startTimeMs": m["startTimeMs"],
-            "endTimeMs": m["endTimeMs"], "totalClusterParallelism": self._spark.sparkContext.defaultParallelism,
+            "endTimeMs": m["endTimeMs"], "totalClusterParallelism": backend(self._spark).default_parallelism(),
             "totalScheduledTasks": m["numBins"], "autoCompactParallelismStats": None,
             "deletionVectorStats": (m["numDeletionVectorsRemoved"], m["numDeletionVectorRowsRemoved"]),
             "numTableColumns": m["numTableColumns"], "numTableColumnsWithStats": m["numTableColumnsWithStats"],

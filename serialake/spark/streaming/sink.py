@@ -49,9 +49,11 @@ from serialake.core.tables import catalog
 from serialake.core.txn.post_commit import after_commit
 from serialake.exceptions import DeltaAnalysisException, DeltaError, DeltaIllegalArgumentException
 from serialake.spark import isolation
-from serialake.spark.dropin_write import _option, _write_options
+from serialake.spark.backend import backend
 from serialake.spark.streaming import batch_txn
 from serialake.spark.write import write
+from serialake.spark.write_settings import recorded_option as _option
+from serialake.spark.write_settings import recorded_write_options as _write_options
 
 __all__ = ["QUERY_ID_PROPERTY", "SinkQuery", "idempotent", "start"]
 
@@ -68,10 +70,9 @@ def query_id(batch_df: DataFrame) -> str | None:
     that PySpark pins to that JVM thread, so the property is the query's.
     """
     try:
-        value = batch_df.sparkSession.sparkContext.getLocalProperty(QUERY_ID_PROPERTY)
+        return backend(batch_df.sparkSession).local_property(QUERY_ID_PROPERTY)
     except Exception:  # noqa: BLE001 - Spark Connect has no SparkContext
         return None
-    return str(value) if value else None
 
 
 def idempotent(batch_fn: BatchFunction, app_id: str | None = None) -> BatchFunction:
@@ -136,9 +137,9 @@ def start(
         location = target
     batch = _SinkBatch(location, st, mode, calls)
     writer.foreachBatch(batch)  # PySpark's: the JVM writer's sink becomes the batch function
-    jsq = writer._jwrite.start()
-    batch.started(str(jsq.id().toString()))
-    return SinkQuery(jsq, batch)
+    query = SinkQuery(backend(writer._df.sparkSession).start_stream(writer), batch)
+    batch.started(query.id)
+    return query
 
 
 def _output_mode(st: dict[str, Any]) -> str:

@@ -80,6 +80,7 @@ from serialake.exceptions import (
     DeltaTableNotFoundError,
 )
 from serialake.spark import io
+from serialake.spark.backend import backend
 from serialake.spark.cdf import changes_schema
 from serialake.spark.remote import _TARGET_TASK_BYTES, _bins, _Column, _plan, _ReadTask
 from serialake.storage.datafiles import Access
@@ -289,7 +290,7 @@ def load(spark: SparkSession, path: Any, st: dict[str, Any], *, name: str | None
     config = {
         "version": snapshot.version,
         "metadata": snapshot.metadata._to_obj(),
-        "parallelism": int(spark.sparkContext.defaultParallelism),
+        "parallelism": backend(spark).default_parallelism(),
         "changes": changes,
     }
     schema = stream_schema(snapshot.metadata, changes=changes)

@@ -16,25 +16,16 @@ from serialake.core import DeltaLog
 from serialake.core.tables import catalog
 from serialake.core.txn.post_commit import after_commit
 from serialake.exceptions import DeltaAnalysisException, DeltaIllegalArgumentException, DeltaTableNotFoundError
-from serialake.spark import io, isolation
+from serialake.spark import isolation
+from serialake.spark.backend import backend
 from serialake.spark.read import read
 from serialake.spark.write import MODES, write
 from serialake.spark.write_settings import check_write_options, session_flag
+from serialake.spark.write_settings import option_flag as _flag
+from serialake.spark.write_settings import recorded_option as _option
+from serialake.spark.write_settings import recorded_write_options as _write_options
 
 __all__ = ["insert_into", "load", "save", "save_as_table", "write_to"]
-
-def _option(st: dict[str, Any], name: str) -> str | None:
-    """An option by name, case-insensitively (as Spark's options are)."""
-    return st["options"].get(name.lower())
-
-
-def _flag(value: str | None) -> bool:
-    if value is None:
-        return False
-    text = value.strip().lower()
-    if text in ("true", "false"):
-        return text == "true"
-    raise DeltaIllegalArgumentException(f"Expected 'true' or 'false', got {value!r}")
 
 
 def _mode(st: dict[str, Any]) -> str:
@@ -54,55 +45,6 @@ def _mode(st: dict[str, Any]) -> str:
 def _location(name: str, registered: str | None, given: str | None) -> str:
     """Where table ``name`` is: registered, else the location given, else managed (the warehouse)."""
     return registered or given or catalog.managed_location(name)
-
-
-def _conf(spark: SparkSession, key: str) -> str | None:
-    value = spark.conf.get(key, None)
-    return None if value is None else str(value)
-
-
-def _write_options(spark: SparkSession, st: dict[str, Any], mode: str) -> dict[str, Any]:
-    """``serialake.write`` keyword arguments from the recorded options and the session's settings."""
-    merge = _option(st, "mergeSchema")
-    if merge is None:
-        merge = _conf(spark, "spark.databricks.delta.schema.autoMerge.enabled")
-    user_metadata = _option(st, "userMetadata")
-    if user_metadata is None:
-        user_metadata = _conf(spark, "spark.databricks.delta.commitInfo.userMetadata")
-    app_id, app_version = _option(st, "txnAppId"), _option(st, "txnVersion")
-    max_records = _option(st, "maxRecordsPerFile")
-    overwrite_mode = _option(st, "partitionOverwriteMode")
-    replace_where = _option(st, "replaceWhere")
-    # As delta-spark: the session's mode applies unless the write names the rows it replaces.
-    replacing = _option(st, "replaceUsing") is not None or _option(st, "replaceOn") is not None
-    if overwrite_mode is None and replace_where is None and not replacing:
-        overwrite_mode = _conf(spark, "spark.sql.sources.partitionOverwriteMode")
-    if mode == "overwrite" and overwrite_mode is not None and not session_flag(
-        spark, "dynamicPartitionOverwrite.enabled", True
-    ):
-        if overwrite_mode.strip().lower() == "dynamic":
-            raise DeltaIllegalArgumentException(
-                "[DELTA_DYNAMIC_PARTITION_OVERWRITE_DISABLED] Dynamic partition overwrite mode is specified by "
-                "session config or write options, but it is disabled by "
-                "`spark.databricks.delta.dynamicPartitionOverwrite.enabled=false`."
-            )
-        if not replacing:
-            overwrite_mode = None
-    try:
-        version = None if app_version is None else int(app_version)
-        records = None if max_records is None else int(max_records)
-    except ValueError as e:
-        raise DeltaIllegalArgumentException(f"Invalid writer option: {e}") from None
-    return {
-        "replaceWhere": replace_where,
-        "mergeSchema": _flag(merge),
-        "overwriteSchema": _flag(_option(st, "overwriteSchema")),
-        "userMetadata": user_metadata,
-        "txnAppId": app_id,
-        "txnVersion": version,
-        "maxRecordsPerFile": records if records and records > 0 else None,
-        "partitionOverwriteMode": overwrite_mode if mode == "overwrite" else None,
-    }
 
 
 def _replace_options(spark: SparkSession, st: dict[str, Any]) -> dict[str, Any]:
@@ -280,9 +222,8 @@ def _register(name: str, location: str, given: str | None, version: int | None, 
 
 def _column_sql(df: DataFrame, condition: Any) -> str:
     """The SQL text of a Column condition (``overwrite(F.col("p") == 1)``), as Spark analyses it over ``df``."""
-    java = getattr(condition, "_jc", None)  # None: a Column without a JVM expression (Spark Connect)
     try:
-        sql = io.plan_condition_sql(df._jdf.filter(java)) if java is not None else None
+        sql = backend(df.sparkSession).column_sql(df, condition)
     except Exception:  # noqa: BLE001 - Spark refused the condition (e.g. an unknown column)
         sql = None
     if sql is None:

@@ -43,10 +43,11 @@ from pyspark.sql.readwriter import DataFrameReader, DataFrameWriter, DataFrameWr
 from pyspark.sql.utils import to_str
 
 from serialake.core.tables import catalog
+from serialake.dropin import write as dropin_write
 from serialake.exceptions import DeltaIllegalArgumentException
-from serialake.spark import dropin_write
-from serialake.spark.dropin_write import _option
+from serialake.spark.backend import backend
 from serialake.spark.errors import raising_pyspark
+from serialake.spark.write_settings import recorded_option as _option
 
 __all__ = ["ENABLED_CONF", "configure", "is_configured", "serialake_calls"]
 
@@ -72,7 +73,7 @@ def _s3_options_from(spark: SparkSession) -> None:
     ``spark.io.delta.storage.S3DynamoDBLogStore.ddb.*``) for serialake's S3 log store, as Spark
     users configure them for ``s3a://`` tables and delta-spark."""
     try:
-        conf = dict(spark.sparkContext.getConf().getAll())
+        conf = backend(spark).static_conf()
     except Exception:  # noqa: BLE001 - Spark Connect and stopped sessions have no SparkContext
         return
     from serialake.storage import s3

@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from serialake.core.log import groups
 from serialake.core.log.checkpoint import read_checkpoint, write_checkpoint_table
 from serialake.core.log.children import WorkerError, quiet_worker
 from serialake.core.log.logfiles import (
@@ -168,6 +169,8 @@ class DeltaLog:
         #: Whether this process's last commit here found commits of others it had not seen (a hint:
         #: the next commit reads the log before its first put, ``OptimisticTransaction._attempts``).
         self.contended = False
+        #: Lock commits (version, their txnId) resolved without a publication: not looked at again.
+        self._resolved_locks: set[tuple[int, str]] = set()
 
     # -- construction -----------------------------------------------------------
     @classmethod
@@ -360,7 +363,29 @@ class DeltaLog:
         gone (one existence check, the same one a commit's refresh makes anyway). The cache
         is then dropped and the table loaded afresh: ``DeltaTableNotFoundError`` when nothing
         is there, a table created again at the path otherwise.
+
+        A newest commit that is the lock of a transaction across tables is resolved first
+        (``groups.resolve_lock``: its publication follows it, or it is aborted), so a snapshot
+        holds all of such a transaction or none of it. Without a lock this costs a look at the
+        newest commit's ``commitInfo``, already parsed.
         """
+        while True:
+            snap = self._refresh()
+            entry = self._commits.get(snap.version)
+            ci = entry.commit_info if entry is not None else None
+            if not groups.is_lock(ci):
+                return snap
+            assert ci is not None
+            key = (snap.version, str(ci.values.get("txnId")))
+            if key in self._resolved_locks:
+                return snap
+            outcome = groups.resolve_lock(self, snap.version, ci)
+            if outcome != "published":
+                if outcome != "own":
+                    self._resolved_locks.add(key)
+                return snap
+
+    def _refresh(self) -> Snapshot:
         with self._lock:
             snap = self._snapshot
             new = self.commits_after(snap.version) if snap is not None else []

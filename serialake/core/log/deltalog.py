@@ -364,26 +364,44 @@ class DeltaLog:
         is then dropped and the table loaded afresh: ``DeltaTableNotFoundError`` when nothing
         is there, a table created again at the path otherwise.
 
-        A newest commit that is the lock of a transaction across tables is resolved first
-        (``groups.resolve_lock``: its publication follows it, or it is aborted), so a snapshot
-        holds all of such a transaction or none of it. Without a lock this costs a look at the
-        newest commit's ``commitInfo``, already parsed.
+        A commit this refresh read that is the lock of a transaction across tables, not followed by
+        its publication, is resolved first (``groups.resolve_lock``: the publication put after it,
+        or the group aborted), so a snapshot holds all of such a transaction or none of it. Without
+        a lock this costs a look at each new commit's ``commitInfo``, already parsed.
         """
         while True:
+            before = self._snapshot
             snap = self._refresh()
-            entry = self._commits.get(snap.version)
+            first = before.version + 1 if before is not None and before.version <= snap.version else 0
+            first = min(first, snap.version)  # (the newest always: a lock this thread left as its own)
+            if not self._resolve_locks(max(first, snap.version - self._COMMIT_CACHE + 1), snap.version):
+                return snap
+
+    def _resolve_locks(self, first: int, last: int) -> bool:
+        """Resolve the unresolved locks among commits ``first..last`` (cached ones); whether one was published."""
+        commits = self._commits
+        published = False
+        for v in range(first, last + 1):
+            entry = commits.get(v)
             ci = entry.commit_info if entry is not None else None
             if not groups.is_lock(ci):
-                return snap
+                continue
             assert ci is not None
-            key = (snap.version, str(ci.values.get("txnId")))
+            key = (v, str(ci.values.get("txnId")))
             if key in self._resolved_locks:
-                return snap
-            outcome = groups.resolve_lock(self, snap.version, ci)
-            if outcome != "published":
-                if outcome != "own":
+                continue
+            if v < last:  # followed by a commit: only a written table's lock not followed by its publication
+                rec = groups.group_of(ci) or {}
+                nxt = commits.get(v + 1)
+                after = groups.group_of(nxt.commit_info) if nxt is not None else None
+                if not rec.get("writes") or (after is not None and after.get("txnId") == rec.get("txnId")):
                     self._resolved_locks.add(key)
-                return snap
+                    continue
+            outcome = groups.resolve_lock(self, v, ci)
+            if outcome != "own":
+                self._resolved_locks.add(key)
+            published = published or outcome == "published"
+        return published
 
     def _refresh(self) -> Snapshot:
         with self._lock:

@@ -220,6 +220,11 @@ def _publish(dlog: DeltaLog, version: int, txn_id: str, spath: str) -> str:
                 dlog.store.delete(spath)
             return "published"
     if body is None:
+        # Published after a foreign commit (the group, or another resolver) and cleaned up: find it.
+        for entry in dlog.commits_after(version):
+            rec = group_of(entry.commit_info)
+            if rec is not None and rec.get("txnId") == txn_id and not is_lock(entry.commit_info):
+                return "published"
         raise CorruptLogError(
             f"Table {dlog.table_path}: the transaction across tables {txn_id} was decided committed, but its "
             f"body for version {version + 1} ({spath}) is gone and the version does not hold it"

@@ -311,3 +311,132 @@ def test_a_consistent_cut_holds_a_decided_group_in_every_table(tables):
     snaps = consistent_cut({lg.table_path: None for lg in (a, b, c)}, timeout_s=5)
     assert {p: s.version for p, s in snaps.items()} == {lg.table_path: 2 for lg in (a, b, c)}
     assert all(len(s.all_files) == 3 for s in snaps.values())
+
+
+def _skew_child(a_path: str, b_path: str, which: int, barrier, out) -> None:
+    DeltaLog.clear_cache()
+    a, b = DeltaLog.for_table(a_path), DeltaLog.for_table(b_path)
+    g = _group_write([b], reads={a: ["p = 1"]}, p=1) if which == 0 else _group_write([a], reads={b: ["p = 1"]}, p=1)
+    barrier.wait()  # both planned (read) before either commits
+    try:
+        g.commit()
+        got = [which, "ok", None]
+    except DeltaConcurrentModificationException as e:
+        got = [which, type(e).__name__, e.table]
+    with open(f"{out}.{which}", "w") as f:
+        json.dump(got, f)
+    os._exit(0)
+
+
+def test_write_skew_with_processes_racing(tables):
+    import multiprocessing as mp
+
+    ctx = mp.get_context("fork")
+    for _ in range(4):
+        a, b = tables(2)
+        barrier, out = ctx.Barrier(2), a.table_path + ".out"
+        procs = [ctx.Process(target=_skew_child, args=(a.table_path, b.table_path, w, barrier, out)) for w in (0, 1)]
+        for p in procs:
+            p.start()
+        for p in procs:
+            p.join(60)
+        got = sorted(tuple(json.load(open(f"{out}.{w}"))) for w in (0, 1))
+        oks = [g for g in got if g[1] == "ok"]
+        assert len(oks) == 1, got
+        loser = next(g for g in got if g[1] != "ok")
+        assert loser[1] in ("ConcurrentAppendException", "ConcurrentTransactionException"), got
+        DeltaLog.clear_cache()
+        assert len(DeltaLog.for_table(a.table_path).update().all_files) + len(
+            DeltaLog.for_table(b.table_path).update().all_files
+        ) == 5
+
+
+# -- a writer outside serialake takes the reserved version ------------------------------------------
+
+
+def _foreign_commit(log: DeltaLog, version: int, actions_json: list[dict]) -> None:
+    """A commit as another engine writes it: no lock known, put at ``version`` directly."""
+    lines = [{"commitInfo": {"timestamp": 1, "operation": "WRITE", "engineInfo": "other-engine"}}, *actions_json]
+    log.store.put_if_absent(log.commit_path(version), "\n".join(json.dumps(x) for x in lines).encode())
+
+
+def _foreign_add(p: int) -> dict:
+    a = add_file(p)
+    return {"add": {"path": a.path, "partitionValues": {"p": str(p)}, "size": 100, "modificationTime": 0,
+                    "dataChange": True, "stats": a.stats}}
+
+
+def test_a_foreign_commit_at_the_reserved_version_is_checked_and_published_after(tables):
+    a, b = tables(2)
+
+    def foreign(name: str, table: str) -> None:
+        if name == "decided":
+            _foreign_commit(a, 2, [_foreign_add(9)])
+
+    g = _group_write([a, b], step=foreign)
+    res = g.commit()
+    assert res.versions == {a.table_path: 3, b.table_path: 2}
+    assert _ops(a) == ["CREATE TABLE", groups.LOCK_OPERATION, "WRITE", "WRITE"]
+    assert len(a.update().all_files) == 4
+
+
+def test_a_reader_publishes_a_crashed_group_after_a_foreign_commit(tables):
+    a, b = tables(2)
+    g = _group_write([a, b], step=stop_at("decided"))
+    with pytest.raises(Stop):
+        g.commit()
+    _foreign_commit(a, 2, [_foreign_add(9)])
+    DeltaLog.clear_cache()
+    snap = DeltaLog.for_table(a.table_path).update()  # the lock at 1 is not followed by its publication
+    assert snap.version == 3 and len(snap.all_files) == 4
+    assert groups.group_of(DeltaLog.for_table(a.table_path).read_commit(3).commit_info)["txnId"] == g.txn_id
+
+
+def test_a_conflicting_foreign_commit_raises_group_publication_error(tables):
+    from serialake.exceptions import GroupPublicationError
+
+    a, b = tables(2)
+    g = GroupTransaction()
+    txn = g.write(a)
+    victim = txn.filter_files(["p = 1"])[0]
+    g.add(txn, [victim.remove(), add_file(1)], "UPDATE")
+    g.add(g.write(b), [add_file(1)], "WRITE")
+
+    def foreign(name: str, table: str) -> None:
+        if name == "decided":  # another engine removes the file the group rewrites
+            rm = {"remove": {"path": victim.path, "deletionTimestamp": 1, "dataChange": True}}
+            _foreign_commit(a, 2, [rm])
+
+    g.step = foreign
+    with pytest.raises(GroupPublicationError) as e:
+        g.commit()
+    assert e.value.table == a.table_path and e.value.txn_id == g.txn_id and e.value.foreign_version == 2
+    assert a.table_path in str(e.value) and g.txn_id in str(e.value)
+
+
+def test_a_writer_computed_from_a_locked_table_resolves_its_lock(tables, monkeypatch):
+    monkeypatch.setattr(groups, "LOCK_WAIT_S", 0.01)
+    a, b, x = tables(3)
+    g = _group_write([a, b], step=stop_at("staged"))
+    with pytest.raises(Stop):
+        g.commit()
+    txn = x.start_transaction()
+    txn.record_table_read(a.table_path, 1)
+    txn.commit([add_file(1)])
+    decision = json.loads(open(groups.decision_path(a.table_path, g.txn_id)).read())
+    assert decision["decision"] == "abort" and not staged(a)
+
+
+def test_in_commit_timestamps_increase_through_lock_and_publication(tmp_path):
+    logs = []
+    for name in ("a", "b"):
+        log = DeltaLog.for_table(str(tmp_path / name))
+        txn = log.start_transaction()
+        txn.update_metadata(Metadata(schema_string=SCHEMA, partition_columns=("p",),
+                                     configuration={"delta.enableInCommitTimestamps": "true"}))
+        txn.commit([add_file(1)], operation="CREATE TABLE")
+        logs.append(log)
+    _group_write(logs).commit()
+    for log in logs:
+        stamps = [log.read_commit(v).commit_info.values["inCommitTimestamp"] for v in range(3)]
+        assert stamps == sorted(stamps) and len(set(stamps)) == 3

@@ -225,6 +225,11 @@ class GroupTransaction:
         txn = part.txn
         if txn.committed:
             raise DeltaIllegalArgumentException(f"Table {part.table}: its transaction already committed")
+        if txn.snapshot is None:  # (a lock at version 0 would be a table without metadata)
+            raise DeltaIllegalArgumentException(
+                f"Table {part.table} does not exist: a transaction across tables writes existing tables; "
+                "create it first"
+            )
         actions = part.actions if part.writes else []
         operation = part.operation if part.writes else "READ"
         info = txn._prepare(actions, operation, part.params, part.metrics, None, part.user_metadata)

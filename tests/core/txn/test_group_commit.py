@@ -440,3 +440,17 @@ def test_in_commit_timestamps_increase_through_lock_and_publication(tmp_path):
     for log in logs:
         stamps = [log.read_commit(v).commit_info.values["inCommitTimestamp"] for v in range(3)]
         assert stamps == sorted(stamps) and len(set(stamps)) == 3
+
+
+def test_a_table_created_in_a_group_is_refused_before_anything_is_written(tables, tmp_path):
+    from serialake.exceptions import DeltaIllegalArgumentException
+
+    (a,) = tables(1)
+    g = GroupTransaction()
+    g.add(g.write(a), [add_file(1)])
+    new = g.write(str(tmp_path / "new"))
+    new.update_metadata(Metadata(schema_string=SCHEMA))
+    g.add(new, [add_file()])
+    with pytest.raises(DeltaIllegalArgumentException, match="does not exist"):
+        g.commit()
+    assert a.update().version == 0

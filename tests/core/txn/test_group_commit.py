@@ -454,3 +454,36 @@ def test_a_table_created_in_a_group_is_refused_before_anything_is_written(tables
     with pytest.raises(DeltaIllegalArgumentException, match="does not exist"):
         g.commit()
     assert a.update().version == 0
+
+
+@pytest.mark.parametrize("how", ["conflict", "contender"])
+def test_an_aborted_group_deletes_the_data_files_it_was_given(tables, monkeypatch, how):
+    monkeypatch.setattr(groups, "LOCK_WAIT_S", 0.0)
+    a, b = tables(2, partitioned=False)
+    g = GroupTransaction()
+    written = {}
+    for log in (a, b):
+        txn = g.write(log)
+        txn.filter_files()
+        add = parquet_add(log.table_path, [1, 2])
+        written[log.table_path] = os.path.join(log.table_path, add.path)
+        g.add(txn, [add], "WRITE", new_files=[add])
+    if how == "conflict":  # a winner in b (not a blind append), which the group read whole
+        w = b.start_transaction()
+        w.filter_files()
+        w.commit([add_file()])
+        expected: type[Exception] = ConcurrentAppendException
+    else:
+        def contend(name: str, table: str) -> None:
+            if name == "staged":
+                t = threading.Thread(target=DeltaLog(b.table_path).update)
+                t.start()
+                t.join()
+
+        g.step = contend
+        expected = ConcurrentTransactionException
+    with pytest.raises(expected):
+        g.commit()
+    assert not any(os.path.exists(p) for p in written.values())
+    assert not staged(a) and not staged(b)
+    assert len(DeltaLog(a.table_path).update().all_files) == 2

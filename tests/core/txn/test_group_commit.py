@@ -487,3 +487,17 @@ def test_an_aborted_group_deletes_the_data_files_it_was_given(tables, monkeypatc
     assert not any(os.path.exists(p) for p in written.values())
     assert not staged(a) and not staged(b)
     assert len(DeltaLog(a.table_path).update().all_files) == 2
+
+
+def test_a_writer_meeting_an_undecided_lock_as_a_winner_aborts_it_then_commits(tables, monkeypatch):
+    monkeypatch.setattr(groups, "LOCK_WAIT_S", 0.05)
+    a, b = tables(2)
+    writer = DeltaLog(b.table_path).start_transaction()  # read version 0, before the group
+    writer.filter_files(["p = 5"])
+    g = _group_write([a, b], step=stop_at("lock", 2))  # stalled after locking a and b
+    with pytest.raises(Stop):
+        g.commit()
+    assert writer.commit([add_file(5)], operation="UPDATE") == 2  # met b's lock at 1: aborted it
+    decision = json.loads(open(groups.decision_path(a.table_path, g.txn_id)).read())
+    assert decision["decision"] == "abort" and "met the lock at version 1" in decision["reason"]
+    assert len(DeltaLog(a.table_path).update().all_files) == 2

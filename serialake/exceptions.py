@@ -242,6 +242,18 @@ class CommitOutcomeUnknownError(CommitFailedError):
         self.version = version
 
 
+class GroupPublicationError(CommitFailedError):
+    """A transaction across tables was decided committed, but a commit by a writer outside serialake took
+    the version reserved for it in one table and conflicts with it (the one case a protocol without a
+    catalog cannot prevent: docs/concurrency.md, "Transactions across tables")."""
+
+    def __init__(self, message: str, *, table: str, txn_id: str, foreign_version: int | None) -> None:
+        super().__init__(message)
+        self.table = table
+        self.txn_id = txn_id
+        self.foreign_version = foreign_version
+
+
 class CommitProtocolMismatchError(CommitFailedError):
     """The table's writers do not all commit through one protocol (S3 conditional PUT, DynamoDB).
 
@@ -334,6 +346,9 @@ class ConflictReason(StrEnum):
     SAME_APP_ID = "SAME_APP_ID"
     #: ConcurrentTransactionException: the winner wrote a metadata domain this transaction writes too.
     SAME_DOMAIN = "SAME_DOMAIN"
+    #: ConcurrentTransactionException: a transaction across tables (``core.txn.group``) was aborted by
+    #: another writer or reader that met its lock undecided (docs/concurrency.md, "Transactions across tables").
+    GROUP_ABORTED = "GROUP_ABORTED"
     #: ConcurrentAppendException: this transaction read the whole table; any new file would have been read.
     EMPTY_READ_PREDICATES = "EMPTY_READ_PREDICATES"
     #: ConcurrentAppendException: a new file lies in a partition this transaction's predicates read

@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from serialake.core.log import groups
 from serialake.core.log.checkpoint import read_checkpoint, write_checkpoint_table
 from serialake.core.log.children import WorkerError, quiet_worker
 from serialake.core.log.logfiles import (
@@ -168,6 +169,8 @@ class DeltaLog:
         #: Whether this process's last commit here found commits of others it had not seen (a hint:
         #: the next commit reads the log before its first put, ``OptimisticTransaction._attempts``).
         self.contended = False
+        #: Lock commits (version, their txnId) resolved without a publication: not looked at again.
+        self._resolved_locks: set[tuple[int, str]] = set()
 
     # -- construction -----------------------------------------------------------
     @classmethod
@@ -360,7 +363,47 @@ class DeltaLog:
         gone (one existence check, the same one a commit's refresh makes anyway). The cache
         is then dropped and the table loaded afresh: ``DeltaTableNotFoundError`` when nothing
         is there, a table created again at the path otherwise.
+
+        A commit this refresh read that is the lock of a transaction across tables, not followed by
+        its publication, is resolved first (``groups.resolve_lock``: the publication put after it,
+        or the group aborted), so a snapshot holds all of such a transaction or none of it. Without
+        a lock this costs a look at each new commit's ``commitInfo``, already parsed.
         """
+        while True:
+            before = self._snapshot
+            snap = self._refresh()
+            first = before.version + 1 if before is not None and before.version <= snap.version else 0
+            first = min(first, snap.version)  # (the newest always: a lock this thread left as its own)
+            if not self._resolve_locks(max(first, snap.version - self._COMMIT_CACHE + 1), snap.version):
+                return snap
+
+    def _resolve_locks(self, first: int, last: int) -> bool:
+        """Resolve the unresolved locks among commits ``first..last`` (cached ones); whether one was published."""
+        commits = self._commits
+        published = False
+        for v in range(first, last + 1):
+            entry = commits.get(v)
+            ci = entry.commit_info if entry is not None else None
+            if not groups.is_lock(ci):
+                continue
+            assert ci is not None
+            key = (v, str(ci.values.get("txnId")))
+            if key in self._resolved_locks:
+                continue
+            if v < last:  # followed by a commit: only a written table's lock not followed by its publication
+                rec = groups.group_of(ci) or {}
+                nxt = commits.get(v + 1)
+                after = groups.group_of(nxt.commit_info) if nxt is not None else None
+                if not rec.get("writes") or (after is not None and after.get("txnId") == rec.get("txnId")):
+                    self._resolved_locks.add(key)
+                    continue
+            outcome = groups.resolve_lock(self, v, ci)
+            if outcome != "own":
+                self._resolved_locks.add(key)
+            published = published or outcome == "published"
+        return published
+
+    def _refresh(self) -> Snapshot:
         with self._lock:
             snap = self._snapshot
             new = self.commits_after(snap.version) if snap is not None else []

@@ -12,16 +12,22 @@ reported as certainly failed (``CommitWriteFailedError``) or of unknown outcome
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from serialake.core.log import groups
+from serialake.core.log.groups import is_lock, resolve_lock
+from serialake.core.log.snapshot import parse_commit
 from serialake.core.model import properties as props
-from serialake.core.model.actions import Action, CommitInfo, Metadata, actions_to_jsonl
+from serialake.core.model.actions import Action, CommitInfo, Metadata, Protocol, actions_to_jsonl
 from serialake.core.txn.options import (
+    DEFAULT_OPTIONS,
     TRANSIENT_WRITE_RETRIES,
     UNKNOWN_WRITE_RETRIES,
     CommitOptions,
     CommitResult,
+    new_txn_id,
 )
 from serialake.core.txn.post_commit import after_commit
 from serialake.core.txn.rebasing import check_winner
@@ -31,7 +37,9 @@ from serialake.exceptions import (
     CommitOutcomeUnknownError,
     CommitWriteFailedError,
     CorruptLogError,
+    DeltaConcurrentModificationException,
     FileAlreadyExistsError,
+    GroupPublicationError,
 )
 from serialake.storage.base import (
     TRANSIENT_ERRNOS,
@@ -46,7 +54,17 @@ from serialake.storage.base import (
 if TYPE_CHECKING:
     from serialake.core.log.deltalog import DeltaLog
 
-__all__ = ["check_winner_is_valid", "ict_enablement", "in_commit_timestamps", "operation_of", "rebase_ict", "run"]
+__all__ = [
+    "check_winner_is_valid",
+    "checked_publication",
+    "ict_enablement",
+    "in_commit_timestamps",
+    "operation_of",
+    "publish_after_foreign",
+    "rebase_ict",
+    "run",
+    "run_lock",
+]
 
 
 def run(
@@ -60,7 +78,29 @@ def run(
     """
     body = _Body(dlog.store)
     try:
-        return _attempts(dlog, info, started, options, metadata, body)
+        result, actions, _ = _attempts(dlog, info, started, options, metadata, body)
+        return result, actions
+    finally:
+        body.close()
+
+
+def run_lock(
+    dlog: DeltaLog,
+    info: TransactionInfo,
+    started: float,
+    options: CommitOptions,
+    metadata: Metadata | None,
+    lock: Callable[[TransactionInfo], CommitInfo],
+) -> tuple[CommitResult, TransactionInfo]:
+    """Put a lock commit (``lock(info)``, a commitInfo alone) of a transaction across tables at the next
+    free version after ``info.read_version``, checking every winner against ``info`` as ``run`` does.
+
+    Returns the lock's version and ``info`` rebased over the winners (the body to publish after it).
+    """
+    body = _Body(dlog.store)
+    try:
+        result, _, rebased = _attempts(dlog, info, started, options, metadata, body, lock)
+        return result, rebased
     finally:
         body.close()
 
@@ -71,8 +111,14 @@ def _attempts(
     opts: CommitOptions,
     metadata: Metadata | None,
     body: _Body,
-) -> tuple[CommitResult, list[Action]]:
-    """Put the commit at the next version until it lands, checking the winners of each version lost."""
+    lock: Callable[[TransactionInfo], CommitInfo] | None = None,
+) -> tuple[CommitResult, list[Action], TransactionInfo]:
+    """Put the commit at the next version until it lands, checking the winners of each version lost.
+
+    With ``lock``, what is put is ``[lock(info)]`` (a lock commit) while the winners are checked
+    against ``info`` (see ``run_lock``). A winner that is another group's lock is resolved first
+    (``groups.resolve_lock``): its publication, if any, is then the next winner checked.
+    """
     attempt_version = info.read_version + 1
     attempts = 0
     checked = 0
@@ -85,18 +131,20 @@ def _attempts(
     # synced: read them first rather than make a put they refuse (one lost race fewer per commit).
     look_first = dlog.contended
     while True:
-        looked_first = look_first and body.ready(dlog.commit_path(attempt_version), info.actions)
+        put_actions: list[Action] = info.actions if lock is None else [lock(info)]
+        looked_first = look_first and body.ready(dlog.commit_path(attempt_version), put_actions)
         look_first = False
         if not looked_first:
             attempts += 1
             try:
-                body.put(dlog.commit_path(attempt_version), info.actions)
+                body.put(dlog.commit_path(attempt_version), put_actions)
                 after_commit(  # landed: caching it for this process's reads is a step after the commit
                     "cache the commit for this process's reads", info.table, attempt_version,
-                    dlog.remember_commit, attempt_version, info.actions, operation=operation_of(info),
+                    dlog.remember_commit, attempt_version, put_actions, operation=operation_of(info),
                 )  # fmt: skip
                 dlog.contended = checked > 0
-                return CommitResult(attempt_version, attempts, checked, time.monotonic() - started), list(info.actions)
+                result = CommitResult(attempt_version, attempts, checked, time.monotonic() - started)
+                return result, list(info.actions), info
             except FileAlreadyExistsError:
                 unknown_failures = 0
             except WriteNotDurableError as e:
@@ -135,11 +183,15 @@ def _attempts(
         except OSError:
             winners = []  # a failed read of the log: back off and try again
             log_read = False
+        own_id = info.txn_id if lock is None else lock(info).txn_id
         for entry in winners:
             summary = WinnerSummary.of(entry.version, entry.items)
             check_winner_is_valid(summary, metadata, dlog.table_path)
-            if summary.txn_id == info.txn_id:
-                return CommitResult(entry.version, attempts, checked, time.monotonic() - started), list(entry.actions)
+            if summary.txn_id == own_id:
+                result = CommitResult(entry.version, attempts, checked, time.monotonic() - started)
+                return result, list(entry.actions if lock is None else info.actions), info
+            if is_lock(summary.commit_info):  # (another group's lock: resolved before we go past it)
+                resolve_lock(dlog, entry.version, summary.commit_info)  # type: ignore[arg-type]
             info = check_winner(info, summary)
             rebase_ict(info, summary)
             checked += 1
@@ -148,8 +200,8 @@ def _attempts(
             # Read after the attempt returned, the log does not hold our txnId: it did not land
             # (a late landing would make the next put at that version fail, never duplicate).
             uncertain_version = None
-        if info.nothing_left:  # the winners did all of our work: write nothing
-            return CommitResult(last_checked, attempts, checked, time.monotonic() - started, True), []
+        if info.nothing_left and lock is None:  # the winners did all of our work: write nothing
+            return CommitResult(last_checked, attempts, checked, time.monotonic() - started, True), [], info
         attempt_version = last_checked + 1
         elapsed = time.monotonic() - started
         if unknown_failures >= UNKNOWN_WRITE_RETRIES and last_error is not None:
@@ -289,3 +341,61 @@ def ict_enablement(meta: Metadata, version: int, timestamp: int) -> Metadata:
     conf[props.ICT_ENABLEMENT_VERSION] = str(version)
     conf[props.ICT_ENABLEMENT_TIMESTAMP] = str(timestamp)
     return replace(meta, configuration=conf)
+
+
+# -- transactions across tables: a decided group's body after a foreign commit (``core.txn.group``) --
+
+
+def checked_publication(
+    dlog: DeltaLog, info: TransactionInfo, group_id: str, started: float, options: CommitOptions
+) -> tuple[int, list[Action]]:
+    """Publish ``info`` (a decided group's body, ``read_version`` its lock) after the commits a writer
+    outside serialake put after the lock, each checked with the ordinary rules."""
+    try:
+        result, actions = run(dlog, info, started, options, info.metadata or info.read_metadata)
+    except DeltaConcurrentModificationException as e:
+        raise GroupPublicationError(
+            f"Table {dlog.table_path}: the transaction across tables {group_id} was decided committed, but "
+            f"version {e.winning_version} ({e.winning_operation or 'a commit'}), written by a writer outside "
+            f"serialake after the group's lock at version {info.read_version}, conflicts with its commit: "
+            f"{e.reason} The other tables of the group hold its commits; this one cannot. A catalog-free "
+            "protocol cannot stop a writer that ignores the lock (docs/concurrency.md, \"Transactions across "
+            "tables\"): repair this table by hand, e.g. re-run the group's write to it.",
+            table=dlog.table_path,
+            txn_id=group_id,
+            foreign_version=e.winning_version,
+        ) from e
+    return result.version, actions
+
+
+def publish_after_foreign(dlog: DeltaLog, lock_version: int, body: bytes) -> int:
+    """A resolver's publication of a decided group's staged ``body`` when a writer outside serialake took
+    ``lock_version+1``: after it, checked with the rules the body alone allows (its reads are unknown
+    here: metadata, protocol, app ids, files removed twice). Returns the version published."""
+    actions = parse_commit(body, dlog.table_path, lock_version + 1)
+    ci = next((a for a in actions if isinstance(a, CommitInfo)), None)
+    rec = groups.group_of(ci)
+    group_id = str(rec.get("txnId")) if rec is not None else "?"
+    snap = dlog.snapshot(version=lock_version)
+    info = TransactionInfo(
+        table=dlog.table_path,
+        read_version=lock_version,
+        read_metadata=snap.metadata,
+        read_protocol=snap.protocol,
+        isolation_level=str((ci.values.get("isolationLevel") if ci else None) or props.WRITE_SERIALIZABLE),
+        read_predicates=[],
+        read_files={},
+        read_whole_table=False,
+        read_app_ids=set(),
+        actions=list(actions),
+        metadata=next((a for a in actions if isinstance(a, Metadata)), None),
+        protocol=next((a for a in actions if isinstance(a, Protocol)), None),
+        is_blind_append=bool(ci.is_blind_append) if ci else False,
+        txn_id=str(ci.txn_id) if ci else new_txn_id(),
+    )
+    version, _ = checked_publication(dlog, info, group_id, time.monotonic(), DEFAULT_OPTIONS)
+    return version
+
+
+# A reader resolving a lock (``core.log.groups``, a layer below) publishes through this in that one case.
+groups.FOREIGN_PUBLISHER = publish_after_foreign

@@ -11,6 +11,7 @@ retries. What a commit is given and returns (``CommitOptions``, ``CommitResult``
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -373,6 +374,8 @@ class OptimisticTransaction:
         actions = list(actions)
         info = self._prepare(actions, operation, operation_parameters, operation_metrics, tags, user_metadata)
         self._check_history_reads(info)
+        if self.table_reads:
+            self._resolve_read_tables()
         # Rebasing rebinds ``info`` to copies that share its ``rebase_dvs`` list: it sees every vector.
         try:
             result = self._commit_loop(info, started)
@@ -527,6 +530,16 @@ class OptimisticTransaction:
             identity_allocations=dict(self.identity_allocations),
         )
 
+
+    def _resolve_read_tables(self) -> None:
+        """Other tables this write was computed from: a transaction across tables whose lock is the newest
+        commit of one is resolved first (``DeltaLog.update`` does), so no write slips past a group."""
+        from serialake.exceptions import DeltaTableNotFoundError
+
+        for path in self.table_reads:
+            if path != self.table_path:
+                with contextlib.suppress(DeltaTableNotFoundError, OSError):
+                    type(self.delta_log).for_table(path).update()
 
     def _check_history_reads(self, info: TransactionInfo) -> None:
         if self.history_reads:

@@ -17,9 +17,6 @@ LAYERS = ["model", "dv", "predicates", "log", "iceberg", "txn", "tables"]
 #: its transactions (used at every write), imported inside that method.
 ALLOWED = {
     ("serialake.core.log.deltalog", "serialake.core.txn.transaction"),
-    # arrow_skipping is being split: its add-actions-to-Arrow part belongs in log (issue #42)
-    ("serialake.core.predicates.arrow_skipping", "serialake.core.log.arrow_memory"),
-    ("serialake.core.predicates.arrow_skipping", "serialake.core.log.checkpoint"),
 }
 
 

@@ -15,13 +15,13 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from serialake.core.log.arrow_memory import log_pool, release_memory
 from serialake.core.log.logfiles import LAST_CHECKPOINT, LOG_DIR, CheckpointRef, checkpoint_name
 from serialake.core.model.actions import (
     Action,
     AddFile,
     action_from_dict,
 )
+from serialake.core.model.arrow_memory import log_pool, release_memory
 from serialake.core.model.validate import (
     InvalidActionError,
     add_column_partition_values,

@@ -204,10 +204,10 @@ class FileState:
         return out
 
     def extra_segment(self) -> Segment | None:
-        """The adds of later commits as one Arrow table (``arrow_skipping.files_table``, made once), or None."""
+        """The adds of later commits as one Arrow table (``files_arrow.files_table``, made once), or None."""
         if not self.extra:
             return None
-        from serialake.core.predicates.arrow_skipping import files_table
+        from serialake.core.log.files_arrow import files_table
 
         extra = self.extra_files()
         if self._arrow_extra is None:

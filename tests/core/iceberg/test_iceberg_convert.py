@@ -863,10 +863,10 @@ def test_history_gone_means_a_full_conversion(tmp_path: Path) -> None:
 def test_many_appends_keep_few_manifests(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from pyiceberg.table import StaticTable
 
-    from serialake.core.iceberg import conversion
+    from serialake.core.iceberg import conversion, incremental
 
-    monkeypatch.setattr(conversion, "MANIFEST_MERGE_MIN_COUNT", 3)
-    monkeypatch.setattr(conversion, "MANIFEST_TARGET_ENTRIES", 4)
+    monkeypatch.setattr(incremental, "MANIFEST_MERGE_MIN_COUNT", 3)
+    monkeypatch.setattr(incremental, "MANIFEST_TARGET_ENTRIES", 4)
     monkeypatch.setattr(conversion, "SNAPSHOTS_MAX", 3)
     t = Table(tmp_path / "many", PART[:4], partition_by=("ps",))
     d = dt.date(2024, 3, 1)

@@ -130,7 +130,7 @@ def test_checkpoint_rows_are_allocated_from_the_log_pool(make_table):
     pyarrow's default one, which kept most of what a big decode freed (``arrow_memory``)."""
     import pyarrow as pa
 
-    from serialake.core.log.arrow_memory import log_pool
+    from serialake.core.model.arrow_memory import log_pool
 
     log = _big_table(make_table, n=2000)
     pool = log_pool()
@@ -148,7 +148,7 @@ def test_a_process_that_chose_its_arrow_pool_keeps_it():
     import sys
 
     code = (
-        "import pyarrow as pa; from serialake.core.log.arrow_memory import log_pool; "
+        "import pyarrow as pa; from serialake.core.model.arrow_memory import log_pool; "
         "print(log_pool().backend_name, pa.default_memory_pool().backend_name)"
     )
     env = {**__import__("os").environ, "ARROW_DEFAULT_MEMORY_POOL": "system"}

@@ -19,6 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from serialake.core.log.checkpoint import CHECKPOINT_SCHEMA
+from serialake.core.log.files_arrow import files_table
 from serialake.core.model.actions import AddFile, DeletionVectorDescriptor
 from serialake.core.model.schema import COLUMN_MAPPING_PHYSICAL_NAME, StructType
 from serialake.core.model.types import arrow_type, type_family
@@ -41,6 +42,7 @@ from serialake.core.predicates.expressions import (
     between,
     parse_predicate,
 )
+from serialake.core.predicates.stats_json import _parse_dates
 
 # -- the two evaluators -------------------------------------------------------------------------
 
@@ -406,7 +408,7 @@ def cases(draw: st.DrawFn) -> tuple[StructType, list[str], list[AddFile], list[E
 @given(cases())
 def test_vectorized_matches_per_file(case: tuple[StructType, list[str], list[AddFile], list[Expr]]) -> None:
     schema, listed, adds, exprs = case
-    table = A.files_table(adds)
+    table = files_table(adds)
     assert repr(A.reference_inputs(table)) == repr([(f.partition_values or {}, f.parsed_stats()) for f in adds])
     cache = A.SkipCache(limit=3)  # shared by the predicates: what one computed, the next reuses
     for expr in exprs:
@@ -461,7 +463,7 @@ def test_stats_parsed_matches_per_file_inputs(
             row[obj] = {_physical(f): data.draw(st.sampled_from([None, *_PARSED_VALUES[_family(f)]])) for f in columns}
         row["nullCount"] = {_physical(f): data.draw(st.sampled_from([None, 0, 1, 5])) for f in columns}
         rows.append(row)
-    table = A.files_table(adds)
+    table = files_table(adds)
     if columns:
         table = table.append_column("stats_parsed", pa.array(rows, type=_parsed_type(schema, columns)))
         keep = [data.draw(st.booleans()) for _ in adds]
@@ -491,7 +493,7 @@ def test_files_table_has_the_checkpoint_add_columns() -> None:
                 stats='{"numRecords":1}', tags={"t": "v"}, deletion_vector=dv, base_row_id=7),
         AddFile(path="b", partition_values=None, size=None, data_change=False),
     ]  # fmt: skip
-    table = A.files_table(adds)
+    table = files_table(adds)
     assert table.schema == pa.schema(list(CHECKPOINT_SCHEMA.field("add").type))
     rows = table.to_pylist()
     assert rows[0]["partitionValues"] == [("p", "1"), ("q", None)] and rows[1]["partitionValues"] is None
@@ -499,9 +501,9 @@ def test_files_table_has_the_checkpoint_add_columns() -> None:
                                          "sizeInBytes": 34, "cardinality": 2}  # fmt: skip
     assert rows[1]["deletionVector"] is None and rows[1]["stats"] is None and rows[1]["dataChange"] is False
     assert (rows[0]["baseRowId"], rows[0]["tags"], rows[0]["modificationTime"]) == (7, [("t", "v")], 5)
-    assert A.files_table([]).num_rows == 0
+    assert files_table([]).num_rows == 0
     with pytest.raises(ValueError, match="'bad'.*stats.*surrogate"):
-        A.files_table([AddFile(path="bad", stats='{"minValues": {"s": "\ud800"}}')])
+        files_table([AddFile(path="bad", stats='{"minValues": {"s": "\ud800"}}')])
 
 
 # -- regressions ----------------------------------------------------------------------------------
@@ -514,7 +516,7 @@ SCHEMA = StructType.from_ddl(
 def check(text: str | Expr, adds: list[AddFile], partitions: tuple[str, ...] = ("p", "part")) -> list[bool]:
     expr = parse_predicate(text) if isinstance(text, str) else text
     want = per_file(expr, SCHEMA, list(partitions), adds)
-    got = vectorized(expr, SCHEMA, list(partitions), A.files_table(adds))
+    got = vectorized(expr, SCHEMA, list(partitions), files_table(adds))
     assert got == want
     return got
 
@@ -572,7 +574,7 @@ def test_column_mapping_physical_name_first_even_when_null() -> None:
     expr = parse_predicate("x > 5")
     want = per_file(expr, schema, [], adds)
     assert want == [False, True, False]
-    assert vectorized(expr, schema, [], A.files_table(adds)) == want
+    assert vectorized(expr, schema, [], files_table(adds)) == want
 
 
 def test_decimal_stats_are_read_as_the_decimal_of_the_json_float() -> None:
@@ -646,7 +648,7 @@ def test_partition_and_stats_conjunction_reads_stats_of_remaining_files_only() -
 
 def test_stats_parsed_modes() -> None:
     struct = pa.struct([("numRecords", pa.int64()), ("maxValues", pa.struct([("x", pa.int64())]))])
-    table = A.files_table([add('{"numRecords": 1, "maxValues": {"x": 9}}'), add(None), add(None)])
+    table = files_table([add('{"numRecords": 1, "maxValues": {"x": 9}}'), add(None), add(None)])
     table = table.append_column(
         "stats_parsed", pa.array([{"numRecords": 1, "maxValues": {"x": 3}}, {"numRecords": 1, "maxValues": {"x": 3}},
                                   None], struct))  # fmt: skip
@@ -661,12 +663,12 @@ def test_stats_parsed_modes() -> None:
 def test_tables_from_checkpoint_columns_and_odd_inputs() -> None:
     small = {"numRecords": 1, "maxValues": {"x": 3}}
     adds = [add(small, part="a"), add(small, part="b")]
-    from_struct = pa.Table.from_struct_array(A.files_table(adds).to_struct_array())  # chunked, as read back
+    from_struct = pa.Table.from_struct_array(files_table(adds).to_struct_array())  # chunked, as read back
     expr = parse_predicate("part = 'a' OR x > 5")
     assert A.compile_arrow(expr, SCHEMA, ["part"])(from_struct).to_pylist() == [True, False]
     bare = pa.table({"path": ["a", "b"]})  # no partitionValues, no stats: NULL partition values, no stats
     assert A.compile_arrow(expr, SCHEMA, ["part"])(bare).to_pylist() == [True, True]
-    assert A.compile_arrow(expr, SCHEMA, ["part"])(A.files_table([])).to_pylist() == []
+    assert A.compile_arrow(expr, SCHEMA, ["part"])(files_table([])).to_pylist() == []
     assert A.table_may_match(expr, from_struct, SCHEMA, partition_columns=["part"]).to_pylist() == [True, False]
 
 
@@ -698,7 +700,7 @@ def test_comparisons_at_the_bounds(ddl: str, bounds: list[Any], literals: list[s
     adds = [add({"numRecords": 3, "minValues": {"v": lo}, "maxValues": {"v": hi}, "nullCount": {"v": nulls}})
             for lo, hi in rows for nulls in (0, 1)]  # fmt: skip
     adds += [add({"numRecords": 3, "nullCount": {"v": 3}}), add(None)]  # all NULL; no stats
-    table = A.files_table(adds)
+    table = files_table(adds)
     for literal in literals:
         for op in _OPS:
             for text in (f"v {op} {literal}", f"{literal} {op} v", f"NOT (v {op} {literal})"):
@@ -723,4 +725,4 @@ def test_date_and_timestamp_stats_read_as_python_reads_them() -> None:
                 want.append(None if text is None else cast(text))
             except (ValueError, TypeError, ArithmeticError, AttributeError):
                 want.append(None)
-        assert A._parse_dates(pa.array(texts, pa.string()), timestamps=timestamps).to_pylist() == want
+        assert _parse_dates(pa.array(texts, pa.string()), timestamps=timestamps).to_pylist() == want

@@ -21,7 +21,7 @@ from serialake.core import DeltaLog
 from serialake.core.model.actions import AddFile, Metadata, RemoveFile
 from serialake.exceptions import DeltaAnalysisException, DeltaIllegalArgumentException
 from serialake.spark import dml, read, write
-from serialake.spark.dml import kernel
+from serialake.spark.dml.engines import spark as spark_engine
 
 pytestmark = pytest.mark.spark
 
@@ -308,8 +308,8 @@ def test_rows_found_on_driver_or_by_spark_agree(
     subset, small files) or a Spark job does; conditions outside the subset always use Spark."""
     exact = "upper" not in condition
     spark_jobs: list[int] = []
-    real = kernel.touched_files
-    monkeypatch.setattr(kernel, "touched_files", lambda *a, **k: spark_jobs.append(1) or real(*a, **k))
+    real = spark_engine.touched_files
+    monkeypatch.setattr(spark_engine, "touched_files", lambda *a, **k: spark_jobs.append(1) or real(*a, **k))
     spark.conf.set(dml.DML_MAX_BYTES_CONF, str(1 << 30) if engine == "driver" else "0")
     try:
         ref = _make_table(spark, str(tmp_path / "d"), _base_rows(), properties=properties)

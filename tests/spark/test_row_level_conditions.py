@@ -24,7 +24,7 @@ from serialake.exceptions import (
     ConcurrentDeleteDeleteException,
 )
 from serialake.spark import dml, read, write
-from serialake.spark.dml import kernel
+from serialake.spark.dml.engines.spark import SparkEngine
 from tests.spark.test_dml import SCHEMA, _base_rows, _make_table
 
 pytestmark = pytest.mark.spark
@@ -49,13 +49,13 @@ def _udfs(spark: SparkSession) -> None:
 def evaluations(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[list[int]]]:
     """The rows each Spark fallback evaluation (conflict checks) was asked about."""
     calls: list[list[int]] = []
-    real = kernel.evaluate_condition_rows
+    real = SparkEngine.evaluate
 
-    def spy(spark: SparkSession, snap: Any, cond: Column, alias: str, add: Any, rows: Any) -> Any:
+    def spy(engine: SparkEngine, snap: Any, cond: Column, alias: str, add: Any, rows: Any) -> Any:
         calls.append(sorted(int(i) for i in rows) if rows is not None else [])
-        return real(spark, snap, cond, alias, add, rows)
+        return real(engine, snap, cond, alias, add, rows)
 
-    monkeypatch.setattr(kernel, "evaluate_condition_rows", spy)
+    monkeypatch.setattr(SparkEngine, "evaluate", spy)
     yield calls
 
 
@@ -201,7 +201,7 @@ def test_a_failing_fallback_keeps_the_conflict(
     def broken(*args: Any) -> Any:
         raise RuntimeError("the evaluation job failed")
 
-    monkeypatch.setattr(kernel, "evaluate_condition_rows", broken)
+    monkeypatch.setattr(SparkEngine, "evaluate", broken)
     with pytest.raises(ConcurrentAppendException):
         dml.run_delete(spark, tmp_table, "id = 5 AND my_udf(x)",
                        before_commit=_append(spark, tmp_table, NEW_5_NOT_MATCHING))  # fmt: skip

@@ -1,8 +1,12 @@
 """Row-level operations on Delta tables with Spark: one module per operation, one shared kernel.
 
 - ``kernel``: what every operation shares (transaction, condition, target rows, metrics);
-- ``engine``: the one place that decides whether a step runs on the driver (pyarrow) or on
-  Spark, from the settings, and catches the one "not exact here" signal (``NotExact``);
+- ``engines``: the data work of an operation behind one protocol (``engines.base.DataEngine``:
+  find rows, delete rows, update, merge, compact, evaluate rows for conflict checks), with a
+  driver (pyarrow, ``engines.driver``) and a Spark (``engines.spark``, ``engines.spark_merge``)
+  implementation;
+- ``engine``: the one place that decides whether a step runs on the driver or on Spark, from
+  the settings, and catches the one "not exact here" signal (``NotExact``);
 - operations, one ``*_command`` module each (as Delta's ``DeleteCommand``...): ``delete``,
   ``update``, ``merge``, ``optimize``, ``restore``, ``insert`` (a non-blind append),
   ``reorg`` (REORG ... APPLY (PURGE)), ``drop_feature``, ``alter`` (ADD COLUMNS, ALTER
@@ -10,7 +14,7 @@
   ``dml.run_delete``, ``dml.merge``...), each module loaded on first use;
 - driver paths (pyarrow, exact subset only): ``driver_files`` (reading and writing data
   files, finding rows, the one rewrite loop), ``driver_merge``, ``driver_compaction``; the
-  DELETE and UPDATE rewrites are ``driver_*`` functions of their modules.
+  DELETE and UPDATE rewrites are in ``engines.driver``.
 
 Deletion-vector policy (``core.dv.dv_policy``) and commit-and-clean-up (``core.txn.written``) are
 engine-neutral and live in the core. Functions take ``(spark, table_path, ...)``;

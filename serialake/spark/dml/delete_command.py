@@ -18,12 +18,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from pyspark.sql import Column, DataFrame, SparkSession
-from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from serialake.core.dv.deletion_vectors import RowIndexSet
 from serialake.core.dv.dv_policy import uses_deletion_vectors
-from serialake.core.log import cdf as core_cdf
 from serialake.core.log.snapshot import Snapshot
 from serialake.core.model.actions import Action, AddCDCFile, AddFile, now_ms
 from serialake.core.predicates import expressions as P
@@ -31,7 +28,6 @@ from serialake.core.txn.transaction import OptimisticTransaction
 from serialake.core.txn.written import BeforeCommit, commit_or_clean_up
 from serialake.spark import io
 from serialake.spark.dml import engine
-from serialake.spark.dml.driver_files import DriverTable, isin_rows, rewrite_files, rewrite_files_with_changes
 from serialake.spark.dml.kernel import (
     FILE_COL,
     TARGET_ALIAS,
@@ -42,22 +38,17 @@ from serialake.spark.dml.kernel import (
     declare_matched_rows,
     elapsed_ms,
     file_bytes,
-    find_touched,
     is_true,
     json_list,
     live_rows,
     open_transaction,
     plan_condition,
-    read_target,
     records_changes,
     result_df,
     retire_touched,
     rewrite_metrics,
     rows_of,
-    table_columns,
     target_conjuncts,
-    write_rows,
-    write_rows_and_changes,
 )
 
 __all__ = ["delete", "run_delete"]
@@ -84,14 +75,15 @@ def run_delete(
     start = time.monotonic()
     txn, snap = open_transaction(table_path, "DELETE")
     name = alias or TARGET_ALIAS
-    plan = plan_condition(spark, txn, snap, condition, name, "DELETE")
+    eng = engine.for_dml(spark)
+    plan = plan_condition(spark, txn, snap, condition, name, "DELETE", eng.evaluate)
     if condition is None:
         return _delete_files(txn, snap, plan.files, None, start, before_commit)
     if not plan.by_files and _only_partition_columns(snap, plan.expr, name):
         matched = _partition_matches(spark, snap, plan.files, name, plan.cond)
         if all(live_rows(snap.table_path, f) is not None for f in matched):
             return _delete_files(txn, snap, matched, plan.text, start, before_commit)
-    return _delete_rows(spark, txn, snap, plan, name, start, before_commit)
+    return _delete_rows(eng, txn, snap, plan, name, start, before_commit)
 
 
 def _only_partition_columns(snap: Snapshot, expr: P.Expr, alias: str) -> bool:
@@ -150,7 +142,7 @@ def _delete_files(
 
 
 def _delete_rows(
-    spark: SparkSession,
+    eng: engine.Engine,
     txn: OptimisticTransaction,
     snap: Snapshot,
     plan: PlannedCondition,
@@ -162,11 +154,7 @@ def _delete_rows(
     table = snap.table_path
     cond, text = plan.cond, plan.text
     dvs = uses_deletion_vectors(snap)
-    budget = engine.for_dml(spark)
-    touched = find_touched(
-        spark, snap, plan, lambda: read_target(spark, snap, plan.files, alias).filter(is_true(cond)), with_rows=dvs,
-        engine=budget,
-    )  # fmt: skip
+    touched = eng.find_rows(snap, plan, alias, with_rows=dvs)
     scan_ms = elapsed_ms(start)
     deleted = sum(t.count for t in touched.values())
     params = {"predicate": json_list([text] if text else [])}
@@ -179,32 +167,10 @@ def _delete_rows(
     if not dvs and records_changes(snap):
         # Copy-on-write with change data: every touched file is read once, its other rows written
         # again and its deleted rows recorded (also those of files deleted whole).
-        rewritten = list(touched.values())
-
-        def on_driver_cdf() -> tuple[list[AddFile], list[AddCDCFile]]:
-            jobs = [(t.add, t.rows) for t in rewritten if t.rows is not None]
-            return _driver_delete_rows_recorded(DriverTable.open(snap), jobs)
-
-        def on_spark_cdf() -> tuple[list[AddFile], list[AddCDCFile]]:
-            rows = read_target(spark, snap, [t.add for t in rewritten], alias, with_rows=False)
-            kind = F.when(is_true(cond), F.lit(core_cdf.DELETE)).alias(core_cdf.CHANGE_TYPE)
-            return write_rows_and_changes(snap, rows.select(*table_columns(snap, rows, alias), kind))
-
-        known = all(t.rows is not None for t in rewritten)
-        adds, cdc = budget.run(None, driver=on_driver_cdf if known else None, spark=on_spark_cdf)
+        adds, cdc = eng.delete_rows(snap, list(touched.values()), cond, alias, record=True)
     elif not dvs:  # copy-on-write: the touched files' other rows are written again
         partial = [t for t in touched.values() if live_rows(table, t.add) != t.count]
-
-        def on_driver() -> list[AddFile]:
-            jobs = [(t.add, t.rows) for t in partial if t.rows is not None]
-            return _driver_delete_rows(DriverTable.open(snap), jobs)
-
-        def on_spark() -> list[AddFile]:
-            kept = read_target(spark, snap, [t.add for t in partial], alias, with_rows=False).filter(~is_true(cond))
-            return write_rows(snap, kept.select(*table_columns(snap, kept, alias)))
-
-        known_rows = all(t.rows is not None for t in partial)
-        adds = budget.run(None, driver=on_driver if known_rows else None, spark=on_spark) if partial else []
+        adds = eng.delete_rows(snap, partial, cond, alias, record=False)[0] if partial else []
     changes = retire_touched(table, touched.values(), now_ms(), dvs=dvs)
     if dvs and not plan.by_files:
         declare_matched_rows(txn, plan.files, touched)
@@ -233,26 +199,3 @@ def _delete_rows(
 
 def _delete_metrics(*, deleted: int, **kw: Any) -> dict[str, int]:
     return {"numDeletedRows": deleted, **rewrite_metrics(**kw)}
-
-
-def _driver_delete_rows(table: DriverTable, touched: Sequence[tuple[AddFile, RowIndexSet]]) -> list[AddFile]:
-    """Copy-on-write DELETE: each file of ``touched`` rewritten without its matched (physical) rows."""
-    import pyarrow as pa
-
-    def rewrite(rows: Any, positions: Any, add: AddFile, matched: RowIndexSet) -> Any:
-        return rows.filter(pa.array(~isin_rows(positions, matched)))
-
-    return rewrite_files(table, touched, rewrite)
-
-
-def _driver_delete_rows_recorded(
-    table: DriverTable, touched: Sequence[tuple[AddFile, RowIndexSet]]
-) -> tuple[list[AddFile], list[AddCDCFile]]:
-    """``_driver_delete_rows`` on a table recording change data: the deleted rows are recorded too."""
-    import pyarrow as pa
-
-    def rewrite(rows: Any, positions: Any, add: AddFile, matched: RowIndexSet) -> tuple[Any, Any]:
-        hit = isin_rows(positions, matched)
-        return rows.filter(pa.array(~hit)), table.changes(rows.filter(pa.array(hit)), core_cdf.DELETE)
-
-    return rewrite_files_with_changes(table, touched, rewrite)

@@ -8,10 +8,10 @@ each) has the same shape:
 2. record exactly what it reads: ``txn.filter_files([condition])`` with the target-side
    part of its condition (``plan_condition``: partition conjuncts become the read
    predicate, data conjuncts narrow the files by stats and let row-level conflict checks
-   evaluate the read), and the condition itself, which Spark evaluates on the rows those
-   checks cannot decide (``condition_row_evaluator``);
-3. find the files holding at least one matching row (``find_touched``: on the driver when
-   ``engine`` allows, else one cheap Spark aggregate on ``FILE_COL``); untouched files are
+   evaluate the read), and the condition itself, which the engine evaluates on the rows
+   those checks cannot decide (``plan_condition``'s ``evaluate``: ``engine.Engine.evaluate``);
+3. find the files holding at least one matching row (``engine.Engine.find_rows``: on the
+   driver when it may, else one cheap Spark aggregate on ``FILE_COL``); untouched files are
    neither rewritten nor removed;
 4. change them: copy-on-write (rewrite the touched files without the deleted rows and
    with the updated ones), or, with deletion vectors (``core.dv.dv_policy``), mark the changed
@@ -33,6 +33,7 @@ import re
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from pyspark import StorageLevel
@@ -61,12 +62,11 @@ from serialake.exceptions import (
 )
 from serialake.spark import cdf, invariants, io, scans
 from serialake.spark.backend import backend
-from serialake.spark.dml.driver_files import matching_rows
-from serialake.spark.dml.engine import Engine
 from serialake.spark.streaming import batch_txn
 from serialake.spark.write import check_not_null, write_checked_files
 
 __all__ = [
+    "RowsWhere",
     "FILE_COL",
     "ROW_COL",
     "TARGET_ALIAS",
@@ -80,15 +80,12 @@ __all__ = [
     "assigned_column",
     "assigned_in_row",
     "assignment_values",
-    "condition_row_evaluator",
     "condition_text",
     "declare_matched_rows",
     "elapsed_ms",
-    "evaluate_condition_rows",
     "explicit_flags",
     "file_bytes",
     "file_rows_df",
-    "find_touched",
     "is_true",
     "json_list",
     "live_rows",
@@ -323,28 +320,11 @@ def declare_matched_rows(
     txn.record_matched_rows(rows)
 
 
+#: An engine's row evaluation for conflict checks: ``(snap, cond, alias, add, rows)`` -> the live
+#: rows of ``add`` (among ``rows``; all when None) where ``cond`` is TRUE (``engine.Engine.evaluate``).
+RowsWhere = Callable[[Snapshot, Column, str, AddFile, "RowIndexSet | None"], RowIndexSet]
+
 ROWS_ISIN_MAX = 1000  # more rows to evaluate than this are selected by a semi join, not IN
-
-
-def condition_row_evaluator(
-    spark: SparkSession, snap: Snapshot, cond: Column, alias: str
-) -> row_eval.RowEvaluator:
-    """``cond`` evaluated by Spark on some rows of one file, for rows conflict checks cannot decide."""
-
-    def evaluate(add: AddFile, rows: RowIndexSet | None) -> RowIndexSet:
-        return evaluate_condition_rows(spark, snap, cond, alias, add, rows)
-
-    return evaluate
-
-
-def evaluate_condition_rows(
-    spark: SparkSession, snap: Snapshot, cond: Column, alias: str, add: AddFile, rows: RowIndexSet | None
-) -> RowIndexSet:
-    """Live rows of ``add`` (among ``rows``; all when None) where ``cond`` is TRUE: one Spark job."""
-    if rows is not None and not len(rows):
-        return RowIndexSet.from_iter([])
-    hits = file_rows_df(spark, snap, alias, add, rows).filter(is_true(cond)).select(ROW_COL).collect()
-    return RowIndexSet.from_iter(sorted(int(r[0]) for r in hits))
 
 
 def file_rows_df(
@@ -510,10 +490,12 @@ def plan_condition(
     condition: ConditionLike,
     alias: str,
     operation: str,
+    evaluate: RowsWhere,
 ) -> PlannedCondition:
     """Analyse ``condition`` against the table and record its read: ``txn.filter_files``.
 
-    A missing condition reads the whole table.
+    A missing condition reads the whole table. ``evaluate`` (the engine's) decides the rows
+    conflict checks cannot decide on the driver.
     """
     if condition is None:
         return PlannedCondition(F.lit(True), P.TRUE, txn.filter_files([]), None)
@@ -540,7 +522,7 @@ def plan_condition(
         scans.record_scans(txn, probe(spark, snap, alias, cond, operation))
         files = txn.filter_files([target])
         return PlannedCondition(cond, expr, files, condition_text(condition, sql), None, by_files=True)
-    files = txn.filter_files([target], row_evaluator=condition_row_evaluator(spark, snap, cond, alias))
+    files = txn.filter_files([target], row_evaluator=partial(evaluate, snap, cond, alias))
     return PlannedCondition(cond, expr, files, condition_text(condition, sql), exact)
 
 
@@ -552,35 +534,6 @@ def _exact_condition(snap: Snapshot, parsed: P.Expr | None, alias: str) -> P.Exp
     if expr is None or row_eval.inexact_reason(expr, snap.schema) is not None:
         return None
     return expr
-
-
-def find_touched(
-    spark: SparkSession,
-    snap: Snapshot,
-    plan: PlannedCondition,
-    matching: Callable[[], DataFrame],
-    *,
-    with_rows: bool,
-    engine: Engine | None,
-) -> dict[str, Touched]:
-    """The candidate files with rows the condition matches (and which rows, with deletion vectors).
-
-    Found on the driver when ``plan.exact`` allows and ``engine`` says so (None: the driver
-    already tried), else by one Spark aggregate job over the rows ``matching()`` builds.
-    Rows found on the driver are always known (physical positions, deleted rows excluded).
-    """
-
-    def on_driver() -> dict[str, Touched]:
-        assert plan.exact is not None
-        found = matching_rows(snap, plan.files, plan.exact)
-        return {f.path: Touched(f, len(rows), rows) for f, rows in found}
-
-    def on_spark() -> dict[str, Touched]:
-        return touched_files(matching(), plan.files, with_rows=with_rows)
-
-    if engine is None:
-        return on_spark()
-    return engine.run(plan.files, driver=on_driver if plan.exact is not None else None, spark=on_spark)
 
 
 def retire_touched(table: str, touched: Iterable[Touched], stamp: int, *, dvs: bool) -> DvChanges:

@@ -19,7 +19,7 @@ With row-level concurrency (deletion vectors) the read is judged by rows: the ME
 per candidate file the rows some source row matched and the rows a clause changed
 (``txn.record_matched_rows``, the same on the driver and on Spark), and rows a concurrent
 winner adds are checked against the ON condition itself: the read predicate above rules rows
-out on the driver, and Spark joins the rest with the source (``_read_rows``; the predicate is
+out on the driver, and Spark joins the rest with the source (``SparkMerge.read_rows``; the predicate is
 only a necessary condition for a UDF, a non-equi or a multi-key condition, so Spark confirms
 its TRUE rows too). A new target row some source row matches conflicts: it could have changed
 a matched clause's outcome or a NOT MATCHED insert.
@@ -44,9 +44,9 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from decimal import Decimal
+from functools import partial
 from typing import Any
 
-from pyspark import StorageLevel
 from pyspark.errors import AnalysisException
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -54,70 +54,53 @@ from pyspark.sql import types as T
 
 from serialake.core.dv.deletion_vectors import RowIndexSet
 from serialake.core.dv.dv_policy import uses_deletion_vectors
-from serialake.core.log import cdf as core_cdf
-from serialake.core.model import identity
 from serialake.core.model.actions import Action, AddCDCFile, AddFile, now_ms
 from serialake.core.model.schema import merge_schemas
 from serialake.core.predicates import expressions as P
-from serialake.core.predicates.values import NotExact
 from serialake.core.txn import row_level
-from serialake.core.txn.post_commit import after_commit
 from serialake.core.txn.written import BeforeCommit, commit_or_clean_up
 from serialake.exceptions import DeltaAnalysisException, DeltaIllegalArgumentException
-from serialake.spark import invariants, io, scans
+from serialake.spark import io, scans
 from serialake.spark.arguments import check_assignments, check_condition
-from serialake.spark.dml import driver_merge, engine
+from serialake.spark.dml import engine
+from serialake.spark.dml.engines.spark_merge import (
+    INSERT,
+    MATCHED_DELETE,
+    MATCHED_UPDATE,
+    NMBS_DELETE,
+    NMBS_UPDATE,
+    SparkMerge,
+)
 from serialake.spark.dml.kernel import (
-    FILE_COL,
-    ROW_COL,
     TARGET_ALIAS,
     DmlResult,
     Touched,
     analysis_error,
     assigned_column,
-    assigned_in_row,
-    change_type,
     condition_text,
     elapsed_ms,
-    explicit_flags,
     file_bytes,
-    file_rows_df,
-    is_true,
     json_list,
     open_transaction,
     parse_condition,
     parse_or_true,
-    read_target,
-    records_changes,
-    resolve_assignments,
     resolved_condition_sql,
     result_df,
     retire_touched,
-    table_columns,
     target_conjuncts,
     to_column,
-    updated_columns,
-    write_rows,
-    write_rows_and_changes,
 )
 from serialake.spark.errors import pyspark_errors
-from serialake.spark.invariants import EXPLICIT_PREFIX
 from serialake.spark.write import add_schema_features
 
 __all__ = ["AUTO_MERGE_CONF", "DeltaMergeBuilder", "MAX_KEY_VALUES", "merge", "merge_result_df"]
 
 AUTO_MERGE_CONF = "spark.databricks.delta.schema.autoMerge.enabled"
 MAX_KEY_VALUES = 10_000  # distinct source key values turned into an IN list of the read predicate
-_SOURCE_PRESENT = "__serialake_source_row"
-_CLAUSE = "__serialake_clause"
-_CODE = "__serialake_code"
 
 MATCHED = "matched"
 NOT_MATCHED = "notMatched"
 NOT_MATCHED_BY_SOURCE = "notMatchedBySource"
-
-# Kinds of change a fired clause makes (for metrics, deletion vectors and what is written).
-_MATCHED_UPDATE, _MATCHED_DELETE, _NMBS_UPDATE, _NMBS_DELETE, _INSERT = 0, 1, 2, 3, 4
 
 _RESULT_SCHEMA = T.StructType(
     [
@@ -263,7 +246,7 @@ class DeltaMergeBuilder:
         return [c for c in self._clauses if c.kind == kind]
 
 
-class _MergeRun:
+class _MergeRun(SparkMerge):
     """One execution of a MERGE: plan, find touched rows, write, commit."""
 
     def __init__(self, builder: DeltaMergeBuilder, before_commit: BeforeCommit) -> None:
@@ -301,9 +284,8 @@ class _MergeRun:
         # The ON condition parsed once: as given, or Spark's SQL for a Column (target columns qualified).
         self.on_parsed = parse_condition(self.b._condition if isinstance(self.b._condition, str) else self.on_sql)
         self.empty = empty
-        # The driver path reads the files with their own schema: an evolving MERGE runs on Spark.
-        driver = None if self.evolved else (lambda: self._run_on_driver(empty))
-        return engine.for_dml(self.spark).run(None, driver=driver, spark=lambda: self._run_on_spark(empty))
+        self.engine = engine.for_dml(self.spark)
+        return self.engine.merge(self)
 
     def _evolve_schema(self) -> bool:
         """Schema evolution: the source columns the clauses assign join the table's schema.
@@ -326,57 +308,6 @@ class _MergeRun:
         self.snap = self.snap.with_metadata(self.txn.metadata)
         return True
 
-    def _run_on_spark(self, empty: DataFrame) -> DmlResult:
-        snap = self.snap
-        cached: list[DataFrame] = []
-        done: DmlResult | None = None
-        try:
-            # The source feeds several joins: cache it (this also keeps its rows identical between
-            # finding the changed rows and writing them).
-            if not self.source.is_cached:
-                cached.append(self.source.persist(StorageLevel.MEMORY_AND_DISK))
-            if self.files is None:
-                self.files = self._record_read(empty)
-            files = self.files
-            self.target = read_target(self.spark, snap, files, self.alias).persist(StorageLevel.MEMORY_AND_DISK)
-            cached.append(self.target)
-            self._resolve_clauses()
-            changes = self._changes().persist(StorageLevel.MEMORY_AND_DISK)
-            cached.append(changes)
-            touched, counts = self._find_touched(changes)
-            self._declare_matched(touched, self._matched_on_spark)
-            self.scan_ms = elapsed_ms(self.start)
-            done = self._write_and_commit(changes, touched, counts)
-            return done
-        except AnalysisException as e:
-            raise analysis_error(self.table, "MERGE clause expressions", e) from None
-        finally:
-            version = done.version if done is not None else None  # committed: releasing is a later step
-            for df in cached:
-                after_commit("unpersist the cached DataFrames", self.table, version, df.unpersist, operation="MERGE")
-
-    def _run_on_driver(self, empty_target: DataFrame) -> DmlResult:
-        """The whole MERGE with pyarrow on the driver (``driver_merge``); ``NotExact`` to run it on Spark."""
-        if records_changes(self.snap) and (self.matched or self.by_source):
-            raise NotExact("change data to record")  # the driver MERGE writes no change data files
-        budget = engine.for_dml(self.spark)
-        source_schema = io.to_delta_schema(self.source.schema)
-        mp = driver_merge.plan(self.snap, self.on_parsed, self.alias, source_schema, self.b._clauses)
-        self.local_source = driver_merge.source_table(self.source, source_schema, budget.max_bytes)
-        self.files = self._record_read(empty_target)
-        if not budget.fits(self.files):
-            raise NotExact(f"candidate files over {engine.DML_MAX_BYTES_CONF}")
-        outcome = driver_merge.execute(
-            mp, self.files, self.local_source, self._multiple_match_error, dvs=uses_deletion_vectors(self.snap)
-        )
-        self.scan_ms = elapsed_ms(self.start)
-        touched = {p: Touched(add, len(rows), rows) for p, (add, rows) in outcome.touched.items()}
-        self._declare_matched(touched, lambda: outcome.matched)
-        c = outcome.counts
-        counts = {_MATCHED_UPDATE: c["matched_update"], _MATCHED_DELETE: c["matched_delete"],
-                  _NMBS_UPDATE: c["by_source_update"], _NMBS_DELETE: c["by_source_delete"], _INSERT: c["insert"]}
-        return self._finish(touched, counts, outcome.adds, time.monotonic())
-
     def _is_target_name(self, name: str) -> bool:
         """For a condition written as text: an unqualified column is the target's if only the target has it."""
         return self.snap.schema.field(name) is not None and name.lower() not in self.source_names
@@ -394,40 +325,13 @@ class _MergeRun:
 
         The read predicate (``_read_predicate``) is what the driver evaluates on rows in conflict
         checks; the read itself (the target rows some source row matches under the ON condition,
-        and the rows NOT MATCHED BY SOURCE clauses read) is computed by Spark on the rows the
-        driver leaves undecided (``_read_rows``), and on the rows it finds TRUE as well when the
-        predicate is only a necessary condition (a UDF, a non-equi or multi-key ON condition).
+        and the rows NOT MATCHED BY SOURCE clauses read) is computed by the engine (``merge_reads``:
+        Spark) on the rows the driver leaves undecided, and on the rows it finds TRUE as well when
+        the predicate is only a necessary condition (a UDF, a non-equi or multi-key ON condition).
         """
         pred, exact = self._read_predicate(empty_target)
-        return self.txn.filter_files([pred], row_evaluator=self._read_rows, confirm_rows=not exact)
-
-    def _read_rows(self, add: AddFile, rows: RowIndexSet | None) -> RowIndexSet:
-        """Live rows of ``add`` (among ``rows``; all when None) this MERGE reads: one Spark job.
-
-        A row is read when some source row matches it under the ON condition, or a NOT MATCHED
-        BY SOURCE clause's condition holds for it.
-        """
-        if rows is not None and not len(rows):
-            return RowIndexSet.from_iter([])
-        df = file_rows_df(self.spark, self.snap, self.alias, add, rows)
-        if any(c.condition is None for c in self.by_source):
-            hits = df.select(ROW_COL)
-        else:
-            # An inner join, not a semi join: Spark refuses Python UDFs in semi join conditions.
-            hits = df.join(self.source, self.cond, "inner").select(ROW_COL)
-            for clause in self.by_source:
-                assert clause.condition is not None
-                cond = to_column(clause.condition, "NOT MATCHED BY SOURCE condition")
-                hits = hits.union(df.filter(is_true(cond)).select(ROW_COL))
-        return RowIndexSet.from_iter(sorted({int(r[0]) for r in hits.collect()}))
-
-    def _matched_on_spark(self) -> dict[str, RowIndexSet]:
-        """Per candidate file, the target rows some source row matches (one aggregate job)."""
-        # An inner join (Spark refuses Python UDFs in semi join conditions): each row once per file.
-        found = self.target.join(self.source, self.cond, "inner").groupBy(FILE_COL).agg(
-            F.collect_set(ROW_COL).alias("rows")
-        )
-        return {r[FILE_COL]: RowIndexSet.from_iter(sorted({int(i) for i in r["rows"]})) for r in found.collect()}
+        evaluate = partial(self.engine.merge_reads, self)
+        return self.txn.filter_files([pred], row_evaluator=evaluate, confirm_rows=not exact)
 
     def _declare_matched(
         self, touched: Mapping[str, Touched], matched: Callable[[], Mapping[str, RowIndexSet]]
@@ -612,277 +516,6 @@ class _MergeRun:
             return None
         return _literal(bounds["min"], found[1]), _literal(bounds["max"], found[1])
 
-    # -- clauses as Spark expressions -----------------------------------------------
-    def _resolve_clauses(self) -> None:
-        """Each clause's guard Column and assignments (star clauses expanded to source columns)."""
-        self.assignments: dict[int, dict[str, Column]] = {}
-        for i, clause in enumerate(self.b._clauses):
-            if clause.action == "delete":
-                continue
-            if clause.star:
-                self.assignments[i] = self._star_assignments(clause)
-            else:
-                assert clause.assignments is not None
-                self.assignments[i] = self._conformed(resolve_assignments(
-                    self.snap, clause.assignments, self.alias, f"MERGE {clause.kind} {clause.action}"
-                ))
-
-    def _conformed(self, assigned: dict[str, Column]) -> dict[str, Column]:
-        """Assignments to struct columns (at any depth) with their fields matched by name.
-
-        Only needed when a struct's fields may differ from the value's (schema evolution):
-        the values' types come from Spark's analysis of one empty query.
-        """
-        if not self.evolved:
-            return assigned
-        types = io.to_spark_schema(self.snap.schema)
-        nested = [k for k in assigned if io.has_spark_struct(types[k].dataType)]
-        if not nested:
-            return assigned
-        probe = self.empty.join(self.source, self.cond, "inner").select(*[assigned[k] for k in nested])
-        out = dict(assigned)
-        for k, f in zip(nested, probe.schema.fields):
-            out[k] = io.conform(assigned[k], f.dataType, types[k].dataType)
-        return out
-
-    def _star_assignments(self, clause: MergeClause) -> dict[str, Column]:
-        """Every table column from the source column of the same name.
-
-        With schema evolution a table column the source lacks is left alone: kept by
-        ``updateAll``, NULL for ``insertAll``. Without, it is an error. Identity columns are
-        never required: one the source lacks (and every GENERATED ALWAYS one) is kept by
-        ``updateAll`` and generated by ``insertAll``.
-        """
-        out: dict[str, Column] = {}
-        missing = []
-        idents = {c.name: c for c in identity.identity_columns(self.snap.schema)}
-        for f in io.to_spark_schema(self.snap.schema).fields:
-            name = self.source_names.get(f.name.lower())
-            ident = idents.get(f.name)
-            if ident is not None and (name is None or not ident.allow_explicit_insert):
-                continue
-            if name is None:
-                missing.append(f.name)
-                continue
-            given = self.source.schema[name].dataType
-            out[f.name] = io.conform(self.source[name], given, f.dataType) if self.evolved else self.source[name]
-        if missing and not self.evolved:
-            what = "updateAll" if clause.action == "update" else "insertAll"
-            raise DeltaAnalysisException(
-                f"MERGE {what} into table {self.table}: the source has no column(s) {', '.join(missing)} "
-                f"(source columns: {', '.join(self.source.columns)}). Use explicit assignments instead."
-            )
-        return out
-
-    def _index(self, clauses: Sequence[MergeClause]) -> Column:
-        """The index (in the builder) of the first clause whose condition holds, else -1."""
-        expr: Column | None = None
-        for clause in clauses:
-            i = self.b._clauses.index(clause)
-            guard = F.lit(True)
-            if clause.condition is not None:
-                guard = is_true(to_column(clause.condition, "MERGE clause condition"))
-            expr = F.when(guard, F.lit(i)) if expr is None else expr.when(guard, F.lit(i))
-        assert expr is not None
-        return expr.otherwise(F.lit(-1))
-
-    def _ids(self, clauses: Sequence[MergeClause], action: str) -> list[int]:
-        return [self.b._clauses.index(c) for c in clauses if c.action == action]
-
-    # -- changes: every row this MERGE changes or inserts, computed once --------------
-    def _changes(self) -> DataFrame:
-        """``(file, row, code, table columns...)`` of each changed target row and each inserted row.
-
-        Updated rows carry their new values, deleted rows their old ones (never written),
-        inserted rows a NULL file and row. The joins run once: this is cached, then both
-        aggregated (touched files, metrics, multiple matches) and written.
-        """
-        target = self.target
-        kinds = [k for k, clauses in (("m", self.matched), ("b", self.by_source), ("i", self.inserts)) if clauses]
-        if len(kinds) > 1:
-            return self._changes_one_join(kinds)
-        if self.matched:
-            pairs = target.join(self.source, self.cond, "inner").withColumn(_CLAUSE, self._index(self.matched))
-            return self._target_changes(pairs, self.matched, _MATCHED_UPDATE, _MATCHED_DELETE)
-        if self.by_source:
-            alone = target.join(self.source, self.cond, "left_anti").withColumn(_CLAUSE, self._index(self.by_source))
-            return self._target_changes(alone, self.by_source, _NMBS_UPDATE, _NMBS_DELETE)
-        new = self.source.join(target, self.cond, "left_anti").withColumn(_CLAUSE, self._index(self.inserts))
-        return new.where(F.col(_CLAUSE) >= 0).select(
-            F.lit(None).cast("string").alias(FILE_COL),
-            F.lit(None).cast("long").alias(ROW_COL),
-            F.lit(_INSERT).alias(_CODE),
-            *self._inserted_columns(),
-            *explicit_flags(self.snap, self._insert_branches()),
-            *self._generate_flags(F.lit(True)),
-        )
-
-    def _changes_one_join(self, kinds: list[str]) -> DataFrame:
-        """Several clause kinds: one outer join of target and source, each joined row classified.
-
-        A row with both sides is a match, a source row alone is NOT MATCHED (insert), a
-        target row alone NOT MATCHED BY SOURCE. Each joined row yields at most one change.
-        """
-        how = {"im": "right", "bm": "left", "bi": "full", "bim": "full"}["".join(sorted(kinds))]
-        source = self.source.withColumn(_SOURCE_PRESENT, F.lit(True))
-        joined = self.target.join(source, self.cond, how)
-        is_insert = F.col(FILE_COL).isNull()
-        is_by_source = F.col(_SOURCE_PRESENT).isNull()
-        clause = F.lit(-1)
-        for cond, clauses in ((is_by_source, self.by_source), (is_insert, self.inserts)):
-            if clauses:
-                clause = F.when(cond, self._index(clauses)).otherwise(clause)
-        if self.matched:
-            clause = F.when(~is_insert & ~is_by_source, self._index(self.matched)).otherwise(clause)
-        joined = joined.withColumn(_CLAUSE, clause).where(F.col(_CLAUSE) >= 0)
-        code: Column = F.lit(_INSERT)
-        for clauses, update, delete in ((self.matched, _MATCHED_UPDATE, _MATCHED_DELETE),
-                                        (self.by_source, _NMBS_UPDATE, _NMBS_DELETE)):
-            for i in self._ids(clauses, "update"):
-                code = F.when(F.col(_CLAUSE) == i, update).otherwise(code)
-            for i in self._ids(clauses, "delete"):
-                code = F.when(F.col(_CLAUSE) == i, delete).otherwise(code)
-        branches = [(F.col(_CLAUSE) == i, self.assignments[i])
-                    for i in self._ids(self.matched, "update") + self._ids(self.by_source, "update")]
-        changed = updated_columns(self.snap, self.alias, branches)
-        inserted = self._inserted_columns() if self.inserts else [None] * len(changed)
-        columns = [c if n is None else F.when(is_insert, n).otherwise(c).alias(name)
-                   for c, n, name in zip(changed, inserted, (f.name for f in self.snap.schema.fields))]
-        # Which rows assign a generated column (checked) rather than leave it to be computed.
-        flags = explicit_flags(self.snap, branches + self._insert_branches())
-        generate = self._generate_flags(is_insert) if self.inserts else []
-        return joined.select(FILE_COL, ROW_COL, code.alias(_CODE), *columns, *flags, *generate)
-
-    def _target_changes(self, rows: DataFrame, clauses: Sequence[MergeClause], update: int, delete: int) -> DataFrame:
-        """Target rows a clause of ``clauses`` fires for, with the change code and new values."""
-        fired = rows.where(F.col(_CLAUSE) >= 0)
-        updates = self._ids(clauses, "update")
-        code = F.when(F.col(_CLAUSE).isin(self._ids(clauses, "delete")), delete).otherwise(update)
-        branches = [(F.col(_CLAUSE) == i, self.assignments[i]) for i in updates]
-        return fired.select(
-            FILE_COL,
-            ROW_COL,
-            code.alias(_CODE),
-            *updated_columns(self.snap, self.alias, branches),
-            *explicit_flags(self.snap, branches),
-        )
-
-    def _find_touched(self, changes: DataFrame) -> tuple[dict[str, Touched], dict[int, int]]:
-        """Touched files (with their changed rows) and the number of rows per change code."""
-        counts = {k: 0 for k in (_MATCHED_UPDATE, _MATCHED_DELETE, _NMBS_UPDATE, _NMBS_DELETE, _INSERT)}
-        # One aggregate per file; a row id seen in more pairs than once is a multiple match.
-        aggs = [F.count(F.lit(1)).alias("pairs"), F.collect_set(ROW_COL).alias("ids")]
-        aggs += [F.sum(F.when(F.col(_CODE) == k, 1).otherwise(0)).alias(f"k{k}") for k in counts]
-        assert self.files is not None  # _run_on_spark reads them before computing the changes
-        by_path = {f.path: f for f in self.files}
-        touched: dict[str, Touched] = {}
-        for r in changes.groupBy(FILE_COL).agg(*aggs).collect():
-            if r[FILE_COL] is None:
-                counts[_INSERT] += int(r[f"k{_INSERT}"])
-                continue
-            ids = sorted(int(i) for i in r["ids"])
-            pairs = int(r["pairs"])
-            add = by_path[r[FILE_COL]]
-            if pairs > len(ids):
-                if not self._single_unconditional_delete():
-                    raise self._multiple_match_error(add.path, pairs - len(ids))
-                counts[_MATCHED_DELETE] += len(ids)  # every pair deletes: count each row once
-            else:
-                for k in counts:
-                    counts[k] += int(r[f"k{k}"])
-            touched[add.path] = Touched(add, len(ids), RowIndexSet.from_iter(ids))
-        return touched, counts
-
-    def _single_unconditional_delete(self) -> bool:
-        return len(self.matched) == 1 and self.matched[0].action == "delete" and self.matched[0].condition is None
-
-    def _multiple_match_error(self, path: str, n: int) -> DeltaAnalysisException:
-        return DeltaAnalysisException(
-            f"Cannot perform Merge as multiple source rows matched and attempted to modify the same target row "
-            f"in the Delta table {self.table}, possibly in conflicting ways ({n} extra source row match(es) on "
-            f"rows of data file {path}). By SQL semantics of Merge, when multiple source rows match on the same "
-            "target row, the result may be ambiguous as it is unclear which source row should be used to update "
-            "or delete the matching target row.\nHelp: preprocess the source to eliminate multiple matches (e.g. "
-            "dropDuplicates on the join keys), or make the ON condition more selective."
-        )
-
-    # -- output -------------------------------------------------------------------
-    def _outputs(self, changes: DataFrame, touched: dict[str, Touched], copy_on_write: bool) -> DataFrame:
-        """Rows to write: updated and inserted rows, and (copy-on-write) the unchanged rows of touched files."""
-        names = [io.quote_name(f.name) for f in self.snap.schema.fields]
-        flags = [c for c in changes.columns if c.startswith((EXPLICIT_PREFIX, invariants.GENERATE_PREFIX))]
-        out = changes.where(F.col(_CODE).isin(_MATCHED_UPDATE, _NMBS_UPDATE, _INSERT)).select(*names, *flags)
-        if copy_on_write and touched:
-            rows = self.target.where(F.col(FILE_COL).isin(list(touched)))
-            changed = changes.where(F.col(FILE_COL).isNotNull()).select(FILE_COL, ROW_COL)
-            kept = rows.join(changed, [FILE_COL, ROW_COL], "left_anti")
-            out = out.union(kept.select(*table_columns(self.snap, kept), *[F.lit(False).alias(f) for f in flags]))
-        return out
-
-    def _generate_flags(self, is_insert: Column) -> list[Column]:
-        """Per identity column: whether this row is an insert whose firing clause leaves it to be generated."""
-        inserts = self._insert_branches()
-        return [
-            (is_insert & ~assigned_in_row(c.name, inserts)).alias(invariants.generate_flag(c.name))
-            for c in identity.identity_columns(self.snap.schema)
-        ]
-
-    def _insert_branches(self) -> list[tuple[Column, dict[str, Column]]]:
-        return [(F.col(_CLAUSE) == i, self.assignments[i]) for i in self._ids(self.inserts, "insert")]
-
-    def _inserted_columns(self) -> list[Column]:
-        """Table columns of inserted rows: the first NOT MATCHED clause that holds assigns (others NULL)."""
-        out: list[Column] = []
-        for f in io.to_spark_schema(self.snap.schema).fields:
-            value: Column = F.lit(None).cast(f.dataType)
-            for clause in reversed(self.inserts):
-                i = self.b._clauses.index(clause)
-                assigned = self.assignments[i].get(f.name)
-                if assigned is not None:
-                    value = F.when(F.col(_CLAUSE) == i, assigned.cast(f.dataType)).otherwise(value)
-            out.append(value.cast(f.dataType).alias(f.name))
-        return out
-
-    def _write_and_commit(self, changes: DataFrame, touched: dict[str, Touched], counts: dict[int, int]) -> DmlResult:
-        rewrite_start = time.monotonic()
-        adds: list[AddFile] = []
-        cdc: list[AddCDCFile] = []
-        dvs = uses_deletion_vectors(self.snap)
-        new_rows = counts[_MATCHED_UPDATE] + counts[_NMBS_UPDATE] + counts[_INSERT]
-        if touched and records_changes(self.snap) and (new_rows or not dvs):
-            outputs = self._outputs_and_changes(changes, touched, copy_on_write=not dvs)
-            adds, cdc = write_rows_and_changes(self.snap, outputs, new_values=True, txn=self.txn)
-        elif touched or counts[_INSERT]:
-            outputs = self._outputs(changes, touched, copy_on_write=not dvs)
-            adds = write_rows(self.snap, outputs, new_values=True, txn=self.txn)
-        return self._finish(touched, counts, adds, rewrite_start, cdc)
-
-    def _outputs_and_changes(self, changes: DataFrame, touched: dict[str, Touched], copy_on_write: bool) -> DataFrame:
-        """``_outputs`` with ``_change_type``, and the change rows no file stores: deleted rows and the
-        old values of updated rows (``kernel.write_rows_and_changes`` splits them)."""
-        names = [io.quote_name(f.name) for f in self.snap.schema.fields]
-        flags = [c for c in changes.columns if c.startswith((EXPLICIT_PREFIX, invariants.GENERATE_PREFIX))]
-        unflagged = [F.lit(False).alias(f) for f in flags]
-        code = F.col(_CODE)
-        kind = F.when(code == _INSERT, F.lit(core_cdf.INSERT)).otherwise(F.lit(core_cdf.UPDATE_POSTIMAGE))
-        out = changes.where(code.isin(_MATCHED_UPDATE, _NMBS_UPDATE, _INSERT)).select(
-            *names, *flags, kind.alias(core_cdf.CHANGE_TYPE)
-        )
-        deletes = changes.where(code.isin(_MATCHED_DELETE, _NMBS_DELETE))
-        if self._single_unconditional_delete():
-            deletes = deletes.dropDuplicates([FILE_COL, ROW_COL])  # a row matched by several source rows
-        out = out.unionByName(deletes.select(*names, *unflagged, change_type(core_cdf.DELETE)))
-        updated = changes.where(code.isin(_MATCHED_UPDATE, _NMBS_UPDATE)).select(FILE_COL, ROW_COL)
-        before = self.target.join(updated, [FILE_COL, ROW_COL], "left_semi")
-        out = out.unionByName(
-            before.select(*table_columns(self.snap, before), *unflagged, change_type(core_cdf.UPDATE_PREIMAGE))
-        )
-        if copy_on_write and touched:
-            rows = self.target.where(F.col(FILE_COL).isin(list(touched)))
-            changed = changes.where(F.col(FILE_COL).isNotNull()).select(FILE_COL, ROW_COL)
-            kept = rows.join(changed, [FILE_COL, ROW_COL], "left_anti")
-            out = out.unionByName(kept.select(*table_columns(self.snap, kept), *unflagged, change_type(None)))
-        return out
 
     def _finish(
         self,
@@ -894,20 +527,20 @@ class _MergeRun:
     ) -> DmlResult:
         """Commit the new files: remove the rewritten ones, or mark the changed rows in DVs."""
         dvs = uses_deletion_vectors(self.snap)
-        updated = counts[_MATCHED_UPDATE] + counts[_NMBS_UPDATE]
-        deleted = counts[_MATCHED_DELETE] + counts[_NMBS_DELETE]
-        inserted = counts[_INSERT]
+        updated = counts[MATCHED_UPDATE] + counts[NMBS_UPDATE]
+        deleted = counts[MATCHED_DELETE] + counts[NMBS_DELETE]
+        inserted = counts[INSERT]
         written = sum(a.num_records or 0 for a in adds)
         changes = retire_touched(self.table, touched.values(), now_ms(), dvs=dvs)
         actions: list[Action] = [*changes.actions, *adds, *cdc]
         metrics: dict[str, Any] = {
             "numTargetRowsInserted": inserted,
             "numTargetRowsUpdated": updated,
-            "numTargetRowsMatchedUpdated": counts[_MATCHED_UPDATE],
-            "numTargetRowsNotMatchedBySourceUpdated": counts[_NMBS_UPDATE],
+            "numTargetRowsMatchedUpdated": counts[MATCHED_UPDATE],
+            "numTargetRowsNotMatchedBySourceUpdated": counts[NMBS_UPDATE],
             "numTargetRowsDeleted": deleted,
-            "numTargetRowsMatchedDeleted": counts[_MATCHED_DELETE],
-            "numTargetRowsNotMatchedBySourceDeleted": counts[_NMBS_DELETE],
+            "numTargetRowsMatchedDeleted": counts[MATCHED_DELETE],
+            "numTargetRowsNotMatchedBySourceDeleted": counts[NMBS_DELETE],
             "numTargetRowsCopied": written - updated - inserted,
             "numOutputRows": written,
             "numTargetFilesAdded": len(adds),

@@ -47,19 +47,14 @@ from serialake.exceptions import DeltaAnalysisException, DeltaIllegalArgumentExc
 from serialake.spark import io
 from serialake.spark.backend import backend
 from serialake.spark.dml import engine
-from serialake.spark.dml.driver_compaction import driver_compact
 from serialake.spark.dml.engine import Engine
 from serialake.spark.dml.kernel import (
-    FILE_COL,
-    ROW_COL,
     DmlResult,
     elapsed_ms,
     file_bytes,
     json_list,
     live_rows,
     open_transaction,
-    read_target,
-    table_columns,
     write_rows,
 )
 from serialake.spark.dml.kernel import result_df as kernel_result_df
@@ -406,18 +401,7 @@ def _write_bin(spark: SparkSession, snap: Snapshot, inputs: Sequence[AddFile], b
     # Inputs in path order, so the file column itself orders them (no per-file literal map).
     inputs = sorted(inputs, key=lambda f: f.path)
 
-    def on_driver() -> list[AddFile]:
-        add = driver_compact(snap, inputs)
-        return [add] if add is not None else []
-
-    def on_spark() -> list[AddFile]:
-        df = read_target(spark, snap, inputs, _ALIAS)
-        # Partition columns lead the sort: the writer then keeps this order (it sorts by them itself otherwise).
-        parts = [F.col(io.quote_name(c)) for c in snap.partition_columns]
-        ordered = df.coalesce(1).sortWithinPartitions(*parts, F.col(FILE_COL), F.col(ROW_COL))
-        return write_rows(snap, ordered.select(*table_columns(snap, ordered)), data_change=False)
-
-    adds = budget.run(inputs, driver=on_driver, spark=on_spark)
+    adds = budget.compact(snap, inputs)
     sources = [(f.path, f.deletion_vector.unique_id if f.deletion_vector else None, _live(snap, f)) for f in inputs]
     expected = sum(n for _, _, n in sources)
     if len(adds) != 1 or adds[0].num_records != expected:

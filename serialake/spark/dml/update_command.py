@@ -14,31 +14,17 @@ records each updated row twice, as ``update_preimage`` (old values) and
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
-from pyspark.errors import AnalysisException
 from pyspark.sql import Column, DataFrame, SparkSession
-from pyspark.sql import functions as F
 
-from serialake.core.dv.deletion_vectors import RowIndexSet
 from serialake.core.dv.dv_policy import uses_deletion_vectors
-from serialake.core.log import cdf as core_cdf
 from serialake.core.log.snapshot import Snapshot
 from serialake.core.model.actions import Action, AddCDCFile, AddFile, now_ms
-from serialake.core.predicates import values as V
-from serialake.core.predicates.values import NotExact
 from serialake.core.txn.transaction import OptimisticTransaction
 from serialake.core.txn.written import BeforeCommit, commit_or_clean_up
 from serialake.spark.dml import engine
-from serialake.spark.dml.driver_files import (
-    DriverTable,
-    check_not_null,
-    isin_rows,
-    matching_rows,
-    rewrite_files,
-    rewrite_files_with_changes,
-)
 from serialake.spark.dml.kernel import (
     TARGET_ALIAS,
     ConditionLike,
@@ -46,31 +32,19 @@ from serialake.spark.dml.kernel import (
     PlannedCondition,
     Touched,
     affected_rows_df,
-    analysis_error,
     assignment_values,
-    change_type,
     declare_matched_rows,
     elapsed_ms,
-    explicit_flags,
     file_bytes,
-    find_touched,
-    is_true,
     json_list,
     open_transaction,
     plan_condition,
-    read_target,
-    records_changes,
     result_df,
     retire_touched,
     rewrite_metrics,
     rows_of,
-    table_columns,
     to_column,
-    updated_columns,
-    write_rows,
-    write_rows_and_changes,
 )
-from serialake.spark.invariants import EXPLICIT_PREFIX
 
 __all__ = ["run_update", "update"]
 
@@ -108,64 +82,13 @@ def run_update(
     name = alias or TARGET_ALIAS
     raw = assignment_values(snap, set, name, "UPDATE")
     assignments = {k: to_column(v, f"The value for column '{k}'") for k, v in raw.items()}
-    plan = plan_condition(spark, txn, snap, condition, name, "UPDATE")
+    eng = engine.for_dml(spark)
+    plan = plan_condition(spark, txn, snap, condition, name, "UPDATE", eng.evaluate)
     dvs = uses_deletion_vectors(snap)
-    budget = engine.for_dml(spark)
-    touched: dict[str, Touched] | None = None
-    driver_looked_for_rows = False
-
-    def on_driver() -> DmlResult:
-        # Condition and values exact, files small enough: no Spark job at all.
-        nonlocal touched, driver_looked_for_rows
-        if plan.exact is None:
-            raise NotExact("the condition")
-        compiled = _driver_compile_assignments(snap, raw)
-        table = DriverTable.open(snap)
-        driver_looked_for_rows = True
-        found = matching_rows(snap, plan.files, plan.exact)
-        touched = {f.path: Touched(f, len(rows), rows) for f, rows in found}
-        rewrite_start = time.monotonic()
-        adds, cdc = _driver_update_rows(table, found, compiled, only_changed=dvs, record=records_changes(snap))
-        return _commit_update(txn, snap, touched, adds, cdc, dvs, start, rewrite_start, plan, before_commit)
-
-    def on_spark() -> DmlResult:
-        nonlocal touched
-        hit = is_true(plan.cond)
-        target = read_target(spark, snap, plan.files, name)
-        new_values = updated_columns(snap, name, [(hit, assignments)]) + explicit_flags(snap, [(hit, assignments)])
-        try:
-            target.select(*new_values)
-        except AnalysisException as e:
-            raise analysis_error(snap.table_path, "UPDATE SET expressions", e) from None
-        if touched is None:
-            matching = target.filter(hit)
-            # When the driver already looked for the rows (and could not), go straight to Spark.
-            touched = find_touched(
-                spark, snap, plan, lambda: matching, with_rows=dvs, engine=None if driver_looked_for_rows else budget
-            )
-        rewrite_start = time.monotonic()
-        rewritten = [t.add for t in touched.values()]
-        adds: list[AddFile] = []
-        cdc: list[AddCDCFile] = []
-        if touched:
-            source = read_target(spark, snap, rewritten, name, with_rows=False)
-            # With deletion vectors only the new versions of the changed rows are written.
-            stored = source.filter(hit) if dvs else source
-            if records_changes(snap):
-                post = stored.select(
-                    *new_values, F.when(hit, F.lit(core_cdf.UPDATE_POSTIMAGE)).alias(core_cdf.CHANGE_TYPE)
-                )
-                flags = [c for c in post.columns if c.startswith(EXPLICIT_PREFIX)]
-                pre = source.filter(hit).select(
-                    *table_columns(snap, source, name), *[F.lit(False).alias(f) for f in flags],
-                    change_type(core_cdf.UPDATE_PREIMAGE),
-                )  # fmt: skip
-                adds, cdc = write_rows_and_changes(snap, post.unionByName(pre), new_values=True)
-            else:
-                adds = write_rows(snap, stored.select(*new_values), new_values=True)
-        return _commit_update(txn, snap, touched, adds, cdc, dvs, start, rewrite_start, plan, before_commit)
-
-    return budget.run(plan.files, driver=on_driver, spark=on_spark)
+    job = engine.UpdateJob(txn, snap, plan, name, raw, assignments, dvs)
+    adds, cdc = eng.update(job)
+    assert job.touched is not None
+    return _commit_update(txn, snap, job.touched, adds, cdc, dvs, start, job.rewrite_start, plan, before_commit)
 
 
 def _commit_update(
@@ -207,83 +130,3 @@ def _commit_update(
 
 def _update_metrics(*, updated: int, **kw: Any) -> dict[str, int]:
     return {"numUpdatedRows": updated, **rewrite_metrics(**kw)}
-
-
-def _driver_compile_assignments(snap: Snapshot, texts: Mapping[str, Any]) -> dict[str, V.Compiled]:
-    """``{column: compiled value}`` when every value is a SQL string in the exact subset, else NotExact.
-
-    Keys are table column names (already resolved); partition columns cannot be assigned here
-    (their rows would move to other directories).
-    """
-    parts = {c.lower() for c in snap.partition_columns}
-    out: dict[str, V.Compiled] = {}
-
-    def column_type(ref: V.Ref) -> str | None:
-        if ref.qualifier is not None:
-            return None
-        f = snap.schema.field(ref.name)
-        return V.kind_of_type(f.data_type) if f is not None else None
-
-    for name, text in texts.items():
-        f = snap.schema.field(name)
-        if not isinstance(text, str) or f is None or name.lower() in parts:
-            raise NotExact(f"the value of column {name}")
-        out[f.name] = V.compile_value(V.parse_value(text), column_type, V.kind_of_type(f.data_type) or "")
-    return out
-
-
-def _driver_update_rows(
-    table: DriverTable,
-    touched: Sequence[tuple[AddFile, RowIndexSet]],
-    assignments: Mapping[str, V.Compiled],
-    *,
-    only_changed: bool,
-    record: bool = False,
-) -> tuple[list[AddFile], list[AddCDCFile]]:
-    """UPDATE: each touched file with new values in its matched rows (``only_changed``: just those rows).
-
-    ``record``: the matched rows' old and new values are also written as change data.
-    """
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    def rewrite(rows: Any, positions: Any, add: AddFile, matched: RowIndexSet) -> tuple[Any, Any]:
-        mask = pa.array(isin_rows(positions, matched))
-        hit = rows.filter(mask)
-        n = hit.num_rows
-        new_rows = []  # the matched rows' new values
-        columns = []  # the whole file's
-        for field in table.schema:
-            old = rows.column(field.name)
-            compiled = assignments.get(field.name)
-            if compiled is None:
-                new_rows.append(hit.column(field.name))
-                columns.append(old)
-                continue
-            new = compiled.evaluate(lambda ref: _reference(table, hit, add, ref), n)
-            check_not_null(table, field.name, new)
-            if new.type != field.type:
-                raise NotExact(f"{field.name}: computed {new.type}, column is {field.type}")
-            new_rows.append(new)
-            if not only_changed:
-                columns.append(pc.replace_with_mask(old, mask, new))
-        post = pa.Table.from_arrays(new_rows, schema=table.schema)
-        replacement = post if only_changed else pa.Table.from_arrays(columns, schema=table.schema)
-        if not record:
-            return replacement, None
-        changes = pa.concat_tables(
-            [table.changes(hit, core_cdf.UPDATE_PREIMAGE), table.changes(post, core_cdf.UPDATE_POSTIMAGE)]
-        )
-        return replacement, changes
-
-    if record:
-        return rewrite_files_with_changes(table, touched, rewrite)
-    return rewrite_files(table, touched, lambda *args: rewrite(*args)[0]), []
-
-
-def _reference(table: DriverTable, rows: Any, add: AddFile, ref: V.Ref) -> Any:
-    """A referenced column over ``rows``: a data column, or the file's partition value."""
-    f = table.snap.schema.field(ref.name)
-    assert f is not None
-    value = table.partition_scalar(add, f.name)
-    return rows.column(f.name) if value is None else value

@@ -343,6 +343,7 @@ class GroupTransaction:
                 got = groups.decide(store, groups.decision_path(coordinator, self.txn_id), {
                     "txnId": self.txn_id, "decision": "abort", "coordinator": coordinator, "timestamp": now_ms(),
                     "reason": "the group failed before its decision",
+                    "participants": self._record(order, coordinator, True)["participants"],
                 })  # fmt: skip
                 assert got.get("decision") == "abort"
         for part in order:

@@ -126,6 +126,15 @@ def _trial(
         txn.filter_files(["p = 1"])
         txn.commit([add_file(1)], operation="UPDATE")
     assert [_group_rows(p) for p in paths] == found
+    # Then the clean-up (every record old enough): no decision record or staged body is left, nothing changes.
+    for p in paths:
+        groups.cleanup(DeltaLog.for_table(p), 1 << 62)
+    for p in paths:
+        log = DeltaLog.for_table(p)
+        assert not log.store.list_from(os.path.join(log.log_path, groups.GROUPS_DIR)), (kill_at, delay, p)
+    assert not any(_staged(p) for p in paths)
+    DeltaLog.clear_cache()
+    assert [_group_rows(p) for p in paths] == found
     return found[0] == 1
 
 

@@ -1,7 +1,9 @@
 """Crash trials of transactions across tables: a child process commits a group over several tables and is
 SIGKILLed at a step of the protocol (after its data files, after k locks, after staging, after the decision,
 after k publications) or at a random moment; then a reader in this process finds every table holding all of
-the group or none of it, no staged body left, and a following writer of each table commits.
+the group or none of it, and a following writer of each table commits; then the records' clean-up leaves no
+decision record and no staged body (one can be left before it only after its body was published) and
+changes no table.
 
 The same on S3 (a moto server on 127.0.0.1, conditional PUTs serialised as on S3): the child is started
 from a fork server (the S3 client does not survive ``fork``). ``make test`` runs a few S3 trials; ``make
@@ -78,7 +80,7 @@ def _tables(base: str, n: int) -> list[str]:
     paths = []
     for i in range(n):
         path = f"{base.rstrip('/')}/t{i}"
-        log = DeltaLog.for_table(path)
+        log = DeltaLog(path)
         txn = log.start_transaction()
         txn.update_metadata(Metadata(schema_string=SCHEMA, partition_columns=("p",)))
         txn.commit([add_file(1), add_file(2)], operation="CREATE TABLE")
@@ -120,7 +122,9 @@ def _trial(
     consistent_cut({p: None for p in paths}, timeout_s=10)
     found = [_group_rows(p) for p in paths]
     assert found in ([0] * n, [1] * n), (kill_at, delay, found)
-    assert not any(_staged(p) for p in paths), (kill_at, [_staged(p) for p in paths])
+    # A staged body is left only where the group published its body and was killed before deleting the
+    # staged copy (readers skip a lock followed by its publication): the clean-up below deletes it.
+    assert not any(_staged(p) for p in paths) or found[0] == 1, (kill_at, [_staged(p) for p in paths])
     for p in paths:  # a following writer of each table commits (reading the group's partition)
         txn = DeltaLog.for_table(p).start_transaction()
         txn.filter_files(["p = 1"])

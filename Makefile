@@ -48,7 +48,7 @@ bench: $(STAMP) check-java peer
 # started and stopped by the command): fewer txns per process, moto serves ~10-30 commits/s.
 # Then the streaming sink's exactly-once trials: 60 SIGKILLs of a pipeline (6 in make test).
 # Then transactions across tables SIGKILLed on S3 (moto): every step for 2 and 3 tables and 60 random
-# moments, all or nothing every time (5 trials in make test; about 1.5 min).
+# moments, all or nothing every time (5 trials in make test; about 1 min).
 # Then the soak tests make test leaves out (pytest -m soak: the mixed delta-spark writers' audit).
 # Then the row-level workload with delta-spark writers (4 serialake + 2 delta-spark processes per level,
 # and its negative control; about 7 min on 2 loaded cores), or the peer's one-line reason it cannot run.

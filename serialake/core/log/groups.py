@@ -265,9 +265,10 @@ def _participant_done(dlog: DeltaLog, txn_id: str, part: Mapping[str, Any]) -> b
         return True  # (the lock is no longer there: the log was rewritten or expired)
     assert ci is not None
     if part.get("writes") and not _is_publication(plog, lock + 1, txn_id):
-        # (decided committed: whoever meets the lock publishes the body; so does this cleanup)
-        resolve_lock(plog, lock, ci, wait_s=0)
-        return False
+        # Decided committed: published after a foreign commit took L+1, or not yet (then published now,
+        # as whoever meets the lock would).
+        if resolve_lock(plog, lock, ci, wait_s=0) != "published":
+            return False
     try:
         plog.read_commit(lock + 1)
     except FileNotFoundError:

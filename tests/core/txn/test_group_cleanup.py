@@ -168,3 +168,19 @@ def test_a_staged_body_left_after_its_publication_is_deleted(tmp_path):
     assert groups.cleanup(a, now_ms() - 3_600_000) == []
     assert left in groups.cleanup(a, LATER) and not os.path.exists(left)
     assert a.update().version == 2
+
+
+def test_a_decision_goes_when_the_body_was_published_after_a_foreign_commit(tmp_path):
+    from tests.core.txn.test_group_commit import _foreign_add, _foreign_commit
+
+    a, b = new_table(str(tmp_path / "a")), new_table(str(tmp_path / "b"))
+
+    def foreign(name: str, table: str) -> None:
+        if name == "decided":
+            _foreign_commit(a, 2, [_foreign_add(9)])
+
+    g = _group([a, b], step=foreign)
+    assert g.commit().versions[a.table_path] == 3  # after the foreign commit at the lock's L+1
+    c = _coordinator(a, b)
+    assert groups.cleanup(c, LATER) == [groups.decision_path(c.table_path, g.txn_id)]
+    assert a.update().version == 3 and b.update().version == 2

@@ -532,3 +532,26 @@ def test_a_group_enabling_in_commit_timestamps_records_the_publication_version(t
     assert lock is not None and int(lock.values.get("inCommitTimestamp", 0)) < int(ci.values["inCommitTimestamp"])
     DeltaLog.clear_cache()
     assert DeltaLog.for_table(a.table_path).update().version == version
+
+
+def test_a_group_enabling_in_commit_timestamps_after_a_foreign_commit_records_where_it_landed(tables):
+    a, b = tables(2)
+
+    def foreign(name: str, table: str) -> None:
+        if name == "decided":
+            _foreign_commit(a, 2, [_foreign_add(9)])
+
+    g = GroupTransaction(step=foreign)
+    ta = g.write(a)
+    meta = ta.metadata
+    ta.update_metadata(Metadata(schema_string=meta.schema_string, partition_columns=meta.partition_columns,
+                                configuration={**meta.configuration, "delta.enableInCommitTimestamps": "true"}))
+    g.add(ta, [add_file(5)], "SET TBLPROPERTIES")
+    g.add(g.write(b), [add_file(5)], "WRITE")
+    res = g.commit()
+    assert res.versions[a.table_path] == 3  # the lock at 1, the foreign commit at 2
+    conf = a.update().metadata.configuration
+    ci = a.read_commit(3).commit_info
+    assert ci is not None
+    assert conf["delta.inCommitTimestampEnablementVersion"] == "3"
+    assert conf["delta.inCommitTimestampEnablementTimestamp"] == str(ci.values["inCommitTimestamp"])

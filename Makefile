@@ -47,6 +47,8 @@ bench: $(STAMP) check-java peer
 # Then the list-append workload and the crash trials with the log on S3 (a moto server on 127.0.0.1,
 # started and stopped by the command): fewer txns per process, moto serves ~10-30 commits/s.
 # Then the streaming sink's exactly-once trials: 60 SIGKILLs of a pipeline (6 in make test).
+# Then transactions across tables SIGKILLed on S3 (moto): every step for 2 and 3 tables and 60 random
+# moments, all or nothing every time (5 trials in make test; about 1 min).
 # Then the soak tests make test leaves out (pytest -m soak: the mixed delta-spark writers' audit).
 # Then the row-level workload with delta-spark writers (4 serialake + 2 delta-spark processes per level,
 # and its negative control; about 7 min on 2 loaded cores), or the peer's one-line reason it cannot run.
@@ -56,6 +58,7 @@ verify: $(STAMP) check-java
 	$(MAKE) --no-print-directory peer
 	if [ -f .venv-delta/.installed ]; then $(VENV)/bin/serialake verify --processes 4 --txns 800 --crash-trials 0 --control --delta-spark-python .venv-delta/bin/python --delta-spark-jars .venv-delta/jars --delta-spark-processes 2; else cat .venv-delta/UNAVAILABLE; fi
 	SERIALAKE_STREAM_TRIALS=60 $(PY) -m pytest -q -p no:cacheprovider tests/spark/test_streaming_sink.py -k exactly_once
+	SERIALAKE_GROUP_S3_TRIALS=60 $(PY) -m pytest -q -p no:cacheprovider tests/core/txn/test_group_crash_trials.py -k s3
 	$(PY) -m pytest -q -p no:cacheprovider -m soak
 
 # 100,000 transactions: 8 processes x 3,125 at each of the four levels/tables (docs/verification.md).

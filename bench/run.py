@@ -115,6 +115,8 @@ _optional("row_level_partitioned", "Row-level concurrency on a partitioned table
           "bench.row_level_partitioned")
 _optional("cut", "Consistent multi-table reads under concurrent commits", "bench.consistent_reads")
 _optional("queries", "Queries over several tables at STRICT SERIALIZABLE and SERIALIZABLE", "bench.multi_table_queries")
+_optional("groups", "Transactions across tables: commit latency and abort rate against separate single-table commits",
+          "bench.multi_table_commits")
 _optional("scale", "Planning at scale: big checkpointed tables", "bench.scale")
 _optional("write", 'Write throughput: format("delta") and serialake.write vs plain Parquet', "bench.write_throughput")
 _optional("s3_write", "Write throughput to an S3 server: serialake.write vs delta-rs write_deltalake", "bench.s3_write")

@@ -59,6 +59,8 @@ def test_runner_reports_the_sections(tmp_path: Path) -> None:
     titles = [lv.title for lv in report.levels if lv.title]
     assert any("STRICT SERIALIZABLE reads" in t for t in titles)
     assert any("SERIALIZABLE reads" in t and "STRICT" not in t for t in titles)
-    assert len(report.multitable_controls) == 2
+    assert any("multi-table write transactions" in t for t in titles)
+    assert len(report.multitable_controls) == 3  # two of the reads, one of the write transactions
     assert report.valid, report.render()
     assert "multi-table negative control" in report.render()
+    assert "multi-table write negative control" in report.render()

@@ -578,14 +578,34 @@ class DeltaLog:
                     return
                 try:
                     self.checkpoint_in_worker(version)
+                    self.cleanup_expired_records()
                     return
                 except (CheckpointError, OSError) as e:  # no worker here, or it failed: here, as for small tables
                     log.info("checkpoint worker for %s at version %d failed (%s); writing it here", self.table_path,
                              version, e)  # fmt: skip
             self.checkpoint_if_due(version, base, unless_busy=True)
+            self.cleanup_expired_records()
         except BaseException as e:  # noqa: BLE001 - a checkpoint must never fail a commit
             self.last_checkpoint_error = e
             log.warning("checkpoint of %s at version %d failed: %s", self.table_path, version, e)
+
+    def cleanup_expired_records(self, older_than_ms: int | None = None) -> list[str]:
+        """Delete the records of transactions across tables (decisions, staged bodies) that no reader
+        or writer needs and are older than ``older_than_ms`` (by default, the table's
+        ``delta.logRetentionDuration`` ago; nothing when ``delta.enableExpiredLogCleanup`` is false),
+        as Delta deletes expired log files after a checkpoint (``groups.cleanup``). Run after each
+        background checkpoint; a failure is logged, never raised. Returns the paths deleted."""
+        try:
+            snap = self._snapshot
+            conf = snap.configuration if snap is not None else {}
+            if older_than_ms is None:
+                if not props.get(conf, "delta.enableExpiredLogCleanup"):
+                    return []
+                older_than_ms = now_ms() - int(props.get(conf, props.LOG_RETENTION))
+            return groups.cleanup(self, older_than_ms)
+        except Exception as e:  # noqa: BLE001 - clean-up is a chore: it never fails the caller
+            log.warning("clean-up of the transaction records of %s failed: %s", self.table_path, e)
+            return []
 
     def _checkpoint_wait(self) -> float:
         """Seconds before a worker checkpoint is due by ``CHECKPOINT_CPU_SHARE`` (<= 0: now)."""

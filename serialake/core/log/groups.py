@@ -41,6 +41,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "GROUP_KEY",
+    "cleanup",
     "LOCK_OPERATION",
     "LOCK_WAIT_S",
     "decide",
@@ -245,3 +246,112 @@ def resolve_newest(dlog: DeltaLog, ci: CommitInfo | None, version: int) -> bool:
         return False
     assert ci is not None
     return resolve_lock(dlog, version, ci) == "published"
+
+
+def _participant_done(dlog: DeltaLog, txn_id: str, part: Mapping[str, Any]) -> bool:
+    """Whether a committed group is finished in participant ``part``: its body published (when it
+    writes) and a version after its lock, so no reader meets the lock as its newest commit (a
+    table gone, or its lock no longer in the log, is done too). Finishes a publication it finds missing."""
+    table, lock = part.get("table"), part.get("lockVersion")
+    if not isinstance(table, str) or not isinstance(lock, int):
+        return True  # (never locked: nothing of the group is there)
+    plog = dlog if table == dlog.table_path else type(dlog).for_table(table)  # (DeltaLog: it imports us)
+    try:
+        ci = plog.read_commit(lock).commit_info
+    except FileNotFoundError:
+        return True
+    rec = group_of(ci)
+    if not is_lock(ci) or rec is None or rec.get("txnId") != txn_id:
+        return True  # (the lock is no longer there: the log was rewritten or expired)
+    assert ci is not None
+    if part.get("writes") and not _is_publication(plog, lock + 1, txn_id):
+        # Decided committed: published after a foreign commit took L+1, or not yet (then published now,
+        # as whoever meets the lock would).
+        if resolve_lock(plog, lock, ci, wait_s=0) != "published":
+            return False
+    try:
+        plog.read_commit(lock + 1)
+    except FileNotFoundError:
+        return False  # the lock is the newest commit: readers still look up its decision
+    return True
+
+
+def cleanup(dlog: DeltaLog, older_than_ms: int, *, dry_run: bool = False) -> list[str]:
+    """Delete the records of transactions across tables in ``dlog``'s table no one needs any more,
+    modified before ``older_than_ms``; returns their paths (with ``dry_run``: what would be deleted).
+
+    - A **staged body** (``_staged_commits/<v>.<txnId>.json``) is resolved through the lock at
+      ``v-1`` (``resolve_lock`` without waiting: a group decided committed is published, an
+      undecided one aborted) and is then gone; one whose lock is not in the log is deleted.
+    - A **decision record** (``_groups/<txnId>.json``, only in the coordinator) is deleted once the
+      group is finished everywhere: aborted (its staged bodies in every participant deleted with
+      it), or committed with
+      every written participant's body published and every participant's lock followed by a
+      later version (``_participant_done``: a lock that is a table's newest commit is still
+      looked up by readers, which would find no decision and contest it).
+
+    Called after each checkpoint with ``delta.logRetentionDuration`` (``DeltaLog``), so a record
+    goes when the log it belongs to could go. The one assumption: no group stalls between its
+    locks and its decision for longer than that (30 days by default); such a group could
+    otherwise put a decision where the abort of a contender was removed.
+    """
+    store = dlog.store
+    deleted: list[str] = []
+
+    def drop(path: str) -> None:
+        deleted.append(path)
+        if not dry_run:
+            with contextlib.suppress(FileNotFoundError):
+                store.delete(path)
+
+    sdir = os.path.join(log_dir(dlog.table_path), STAGED_DIR)
+    for st in store.list_from(sdir):
+        name, _, rest = st.name.partition(".")
+        txn_id = rest.removesuffix(".json")
+        if st.modification_time >= older_than_ms or not name.isdigit() or not rest.endswith(".json"):
+            continue
+        path = os.path.join(sdir, st.name)
+        version = int(name)
+        try:
+            ci = dlog.read_commit(version - 1).commit_info if version > 0 else None
+        except FileNotFoundError:
+            ci = None
+        rec = group_of(ci)
+        if not is_lock(ci) or rec is None or rec.get("txnId") != txn_id:
+            drop(path)  # no lock of its group before it: nothing can publish it
+        elif dry_run:
+            deleted.append(path)
+        else:
+            assert ci is not None
+            outcome = resolve_lock(dlog, version - 1, ci, wait_s=0)  # (aborted, or published: deleted)
+            if outcome in ("aborted", "published") and store.exists(path):
+                drop(path)  # (a delete that failed earlier)
+            elif not store.exists(path):
+                deleted.append(path)
+
+    gdir = os.path.join(log_dir(dlog.table_path), GROUPS_DIR)
+    for st in store.list_from(gdir):
+        if st.modification_time >= older_than_ms or not st.name.endswith(".json"):
+            continue
+        path = os.path.join(gdir, st.name)
+        decision = read_decision(store, path)
+        if decision is None:
+            continue
+        txn_id = str(decision.get("txnId") or st.name.removesuffix(".json"))
+        parts = [p for p in decision.get("participants") or [] if isinstance(p, Mapping)]
+        if decision["decision"] == "abort":
+            for table in {p.get("table") for p in parts}:  # (a contender's record may not know the versions)
+                if not isinstance(table, str):
+                    continue
+                pstore = _store(dlog, table)
+                pdir = os.path.join(log_dir(table), STAGED_DIR)
+                for staged in pstore.list_from(pdir):
+                    if staged.name.endswith(f".{txn_id}.json"):
+                        deleted.append(os.path.join(pdir, staged.name))
+                        if not dry_run:
+                            with contextlib.suppress(FileNotFoundError):
+                                pstore.delete(deleted[-1])
+            drop(path)
+        elif all([_participant_done(dlog, txn_id, p) for p in parts]):  # (each one finished where it can be)
+            drop(path)
+    return deleted

@@ -45,6 +45,7 @@ from serialake.core.model.actions import (
     now_ms,
 )
 from serialake.core.txn import commit_loop
+from serialake.core.txn.commit_loop import ict_enablement, in_commit_timestamps
 from serialake.core.txn.options import DEFAULT_OPTIONS, VERSION, CommitOptions, CommitResult, new_txn_id
 from serialake.core.txn.post_commit import after_commit
 from serialake.core.txn.rebasing import discard_rebase_dvs
@@ -276,7 +277,19 @@ class GroupTransaction:
         ict = part.lock_ict
         if "inCommitTimestamp" in values and ict is not None:
             values["inCommitTimestamp"] = max(int(values["inCommitTimestamp"]), int(ict) + 1)
-        return [CommitInfo(values), *part.body[1:]]
+        rest = part.body[1:]
+        info = part.info
+        meta = info.metadata if info is not None else None
+        if (
+            info is not None and meta is not None and "inCommitTimestamp" in values
+            and props.ICT_ENABLEMENT_VERSION in meta.configuration
+            and (info.read_metadata is None or not info.read_metadata.derived(in_commit_timestamps))
+        ):  # this body turns in-commit timestamps on: from L+1, where it lands (not the lock's L)
+            assert part.lock_version is not None
+            new = ict_enablement(meta, part.lock_version + 1, int(values["inCommitTimestamp"]))
+            rest = [new if a is meta else a for a in rest]
+            part.info = replace(info, metadata=new, actions=[info.actions[0], *rest])
+        return [CommitInfo(values), *rest]
 
     def _stage(self, part: _Part, order: list[_Part], coordinator: str) -> None:
         assert part.lock_version is not None
@@ -330,6 +343,7 @@ class GroupTransaction:
                 got = groups.decide(store, groups.decision_path(coordinator, self.txn_id), {
                     "txnId": self.txn_id, "decision": "abort", "coordinator": coordinator, "timestamp": now_ms(),
                     "reason": "the group failed before its decision",
+                    "participants": self._record(order, coordinator, True)["participants"],
                 })  # fmt: skip
                 assert got.get("decision") == "abort"
         for part in order:

@@ -501,3 +501,57 @@ def test_a_writer_meeting_an_undecided_lock_as_a_winner_aborts_it_then_commits(t
     decision = json.loads(open(groups.decision_path(a.table_path, g.txn_id)).read())
     assert decision["decision"] == "abort" and "met the lock at version 1" in decision["reason"]
     assert len(DeltaLog(a.table_path).update().all_files) == 2
+
+
+# -- in-commit timestamps turned on by a group ---------------------------------------------------
+
+
+@pytest.mark.parametrize("winners", [0, 2])
+def test_a_group_enabling_in_commit_timestamps_records_the_publication_version(tables, winners):
+    # The body lands at L+1, not at the lock's version L (nor at the read version + 1 when others
+    # committed meanwhile): the enablement version and timestamp are those of the publication.
+    a, b = tables(2)
+    g = GroupTransaction()
+    ta = g.write(a)
+    meta = ta.metadata
+    ta.update_metadata(Metadata(schema_string=meta.schema_string, partition_columns=meta.partition_columns,
+                                configuration={**meta.configuration, "delta.enableInCommitTimestamps": "true"}))
+    g.add(ta, [add_file(5)], "SET TBLPROPERTIES")
+    g.add(g.write(b), [add_file(5)], "WRITE")
+    for _ in range(winners):  # single-table commits between the group's read and its lock
+        a.start_transaction().commit([add_file(7)], operation="WRITE")
+    res = g.commit()
+    version = res.versions[a.table_path]
+    assert version == res.locks[a.table_path] + 1 == 2 + winners
+    conf = a.update().metadata.configuration
+    ci = a.read_commit(version).commit_info
+    assert ci is not None
+    assert conf["delta.inCommitTimestampEnablementVersion"] == str(version)
+    assert conf["delta.inCommitTimestampEnablementTimestamp"] == str(ci.values["inCommitTimestamp"])
+    lock = a.read_commit(version - 1).commit_info
+    assert lock is not None and int(lock.values.get("inCommitTimestamp", 0)) < int(ci.values["inCommitTimestamp"])
+    DeltaLog.clear_cache()
+    assert DeltaLog.for_table(a.table_path).update().version == version
+
+
+def test_a_group_enabling_in_commit_timestamps_after_a_foreign_commit_records_where_it_landed(tables):
+    a, b = tables(2)
+
+    def foreign(name: str, table: str) -> None:
+        if name == "decided":
+            _foreign_commit(a, 2, [_foreign_add(9)])
+
+    g = GroupTransaction(step=foreign)
+    ta = g.write(a)
+    meta = ta.metadata
+    ta.update_metadata(Metadata(schema_string=meta.schema_string, partition_columns=meta.partition_columns,
+                                configuration={**meta.configuration, "delta.enableInCommitTimestamps": "true"}))
+    g.add(ta, [add_file(5)], "SET TBLPROPERTIES")
+    g.add(g.write(b), [add_file(5)], "WRITE")
+    res = g.commit()
+    assert res.versions[a.table_path] == 3  # the lock at 1, the foreign commit at 2
+    conf = a.update().metadata.configuration
+    ci = a.read_commit(3).commit_info
+    assert ci is not None
+    assert conf["delta.inCommitTimestampEnablementVersion"] == "3"
+    assert conf["delta.inCommitTimestampEnablementTimestamp"] == str(ci.values["inCommitTimestamp"])

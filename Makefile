@@ -44,6 +44,8 @@ test-core: $(STAMP)
 bench: $(STAMP) check-java peer
 	$(PY) -m bench.run
 
+# The full verification (levels, DataFrames, multi-table reads and write transactions, crash trials); then the
+# negative controls at Serializable (conflict checks off; multi-table write transactions committed per table).
 # Then the list-append workload and the crash trials with the log on S3 (a moto server on 127.0.0.1,
 # started and stopped by the command): fewer txns per process, moto serves ~10-30 commits/s.
 # Then the streaming sink's exactly-once trials: 60 SIGKILLs of a pipeline (6 in make test).
@@ -54,6 +56,7 @@ bench: $(STAMP) check-java peer
 # and its negative control; about 7 min on 2 loaded cores), or the peer's one-line reason it cannot run.
 verify: $(STAMP) check-java
 	$(VENV)/bin/serialake verify --processes 8 --txns 500 --dataframes --multi-table
+	$(VENV)/bin/serialake verify --processes 4 --txns 200 --levels serializable --crash-trials 0 --multi-table --control
 	$(VENV)/bin/serialake verify --s3 --processes 8 --txns 100
 	$(MAKE) --no-print-directory peer
 	if [ -f .venv-delta/.installed ]; then $(VENV)/bin/serialake verify --processes 4 --txns 800 --crash-trials 0 --control --delta-spark-python .venv-delta/bin/python --delta-spark-jars .venv-delta/jars --delta-spark-processes 2; else cat .venv-delta/UNAVAILABLE; fi

@@ -25,6 +25,7 @@ from serialake.core.log.snapshot import Snapshot
 from serialake.core.model import clustering, constraints, features, identity, uniform
 from serialake.core.model import properties as props
 from serialake.core.model.actions import FileAction, Metadata, Protocol, now_ms
+from serialake.core.model.paths import absolute_path
 from serialake.core.model.schema import DataType, SchemaError, StructField, StructType, data_type_from_json_value
 from serialake.core.tables import catalog
 from serialake.core.txn.post_commit import after_commit
@@ -35,9 +36,13 @@ from serialake.exceptions import (
     DeltaTableNotFoundError,
     UnsupportedFeatureError,
 )
-from serialake.spark import direct, dml, invariants, io, scans
+from serialake.spark import data_read, direct, dml, invariants, scans
 from serialake.spark.arguments import check_assignments, check_condition, check_type
+from serialake.spark.columns import quote_name
 from serialake.spark.errors import pyspark_errors
+from serialake.spark.partition_values import is_hidden
+from serialake.spark.schemas import to_delta_schema
+from serialake.spark.staging import STAGING_DIR
 from serialake.spark.write import add_schema_features
 from serialake.storage.datafiles import Access, is_remote
 
@@ -189,7 +194,7 @@ class DeltaTable:
     def toDF(self) -> DataFrame:  # noqa: N802
         """The table's rows at its latest version (pinned when called: call again after writes)."""
         snap = self.snapshot()
-        df = scans.mark(io.read_files_df(self.spark, snap, snap.all_files), snap)
+        df = scans.mark(data_read.read_files_df(self.spark, snap, snap.all_files), snap)
         return df.alias(self._alias) if self._alias else df
 
     def alias(self, aliasName: str) -> DeltaTable:  # noqa: N803
@@ -421,7 +426,7 @@ class DeltaTable:
             *(r for r in snap.tombstones if (r.deletion_timestamp or 0) > cutoff),
         ]
         for a in actions:
-            keep.add(io.absolute_path(self.path, a.path))
+            keep.add(absolute_path(self.path, a.path))
         keep |= dv_referenced_files(self.path, actions)
         return keep
 
@@ -632,7 +637,7 @@ class DeltaTableBuilder:
             struct = T.StructType(list(cols))
         else:
             raise TypeError(f"Schema must be StructType or a list of StructField, found {type(cols).__name__}")
-        self._fields.extend(io.to_delta_schema(struct).fields)
+        self._fields.extend(to_delta_schema(struct).fields)
         return self
 
     def partitionedBy(self, *cols: str | Sequence[str]) -> DeltaTableBuilder:  # noqa: N802
@@ -764,7 +769,7 @@ class DeltaTableBuilder:
 def _parse_type(column: str, text: str) -> DataType:
     """A SQL type; text neither parser accepts raises Spark's ``ParseException`` (as delta-spark does)."""
     try:
-        return StructType.from_ddl(f"{io.quote_name(column)} {text}").fields[0].data_type
+        return StructType.from_ddl(f"{quote_name(column)} {text}").fields[0].data_type
     except SchemaError:
         if SparkSession.getActiveSession() is None:
             raise
@@ -861,11 +866,11 @@ def _vacuum_candidates(
         dirs[:] = sorted(
             d
             for d in dirs
-            if (not io.is_hidden(d, partition_columns) or (top and d == CHANGE_DATA_DIR))
+            if (not is_hidden(d, partition_columns) or (top and d == CHANGE_DATA_DIR))
             and not (top and d == uniform.METADATA_DIR)  # UniForm's Iceberg metadata: cleaned up on its own
         )
         for name in names:
-            if io.is_hidden(name, partition_columns):
+            if is_hidden(name, partition_columns):
                 continue
             path = os.path.normpath(os.path.join(root, name))
             if path in keep:
@@ -874,7 +879,7 @@ def _vacuum_candidates(
             if st.st_mtime * 1000 < cutoff:
                 files.append((path, st.st_size))
     staging: list[str] = []
-    staging_root = os.path.join(table, io.STAGING_DIR)
+    staging_root = os.path.join(table, STAGING_DIR)
     if os.path.isdir(staging_root):
         for entry in os.scandir(staging_root):
             if entry.is_dir() and _newest_mtime_ms(entry.path) < cutoff:
@@ -904,7 +909,7 @@ def _remote_vacuum_candidates(
             continue  # UniForm's Iceberg metadata: cleaned up on its own
         if parts[0] == CHANGE_DATA_DIR:  # change data files: removed once older than the retention
             parts = parts[1:]
-        if any(io.is_hidden(part, partition_columns) for part in parts) and not direct.is_job_record(parts):
+        if any(is_hidden(part, partition_columns) for part in parts) and not direct.is_job_record(parts):
             continue
         uri = f"{table}/{f.path}"
         if _object_key(uri) in kept or f.modification_time >= cutoff:
@@ -951,7 +956,7 @@ def _remove_empty_dirs(table: str, partition_columns: Sequence[str]) -> int:
         if root == table:
             continue
         rel = os.path.relpath(root, table).split(os.sep)
-        if any(io.is_hidden(part, partition_columns) for part in rel if part != CHANGE_DATA_DIR):
+        if any(is_hidden(part, partition_columns) for part in rel if part != CHANGE_DATA_DIR):
             continue
         if not names and not os.listdir(root):
             try:

@@ -333,7 +333,7 @@ def test_direct_write_job_on_s3_becomes_add_files(server: S3Server) -> None:
 
     from serialake.core.model.schema import PrimitiveType
     from serialake.spark import direct
-    from serialake.spark.io import file_stats
+    from serialake.spark.footer_stats import file_stats
     from serialake.storage.datafiles import Access
 
     table = _uri(server)

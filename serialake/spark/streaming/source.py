@@ -79,10 +79,10 @@ from serialake.exceptions import (
     DeltaIllegalArgumentException,
     DeltaTableNotFoundError,
 )
-from serialake.spark import io
 from serialake.spark.backend import backend
 from serialake.spark.cdf import changes_schema
 from serialake.spark.remote import _TARGET_TASK_BYTES, _bins, _Column, _plan, _ReadTask
+from serialake.spark.schemas import to_spark_schema
 from serialake.storage.datafiles import Access
 from serialake.storage.s3 import S3LogStore, split_s3_uri, store_with
 
@@ -303,7 +303,7 @@ def load(spark: SparkSession, path: Any, st: dict[str, Any], *, name: str | None
 def stream_schema(metadata: Metadata, *, changes: bool = False) -> T.StructType:
     """The Spark schema of a stream over a table with ``metadata`` (what a batch read shows); of
     its change data feed: then ``_change_type``, ``_commit_version``, ``_commit_timestamp``."""
-    return changes_schema(metadata.schema) if changes else io.to_spark_schema(metadata.schema)
+    return changes_schema(metadata.schema) if changes else to_spark_schema(metadata.schema)
 
 
 def _check_reserved(table: str, schema: StructType) -> None:

@@ -142,7 +142,7 @@ def changes_schema(schema: StructType) -> T.StructType:
 
 
 def plan_df(spark: SparkSession, plan: core_cdf.ChangePlan) -> DataFrame:
-    """The rows of ``plan`` (``core.cdf.plan_changes``) as the change feed's DataFrame."""
+    """The rows of ``plan`` (``core.log.cdf.plan_changes``) as the change feed's DataFrame."""
     reads = plan.reads
     base = _snapshot(plan)
     if not reads:

@@ -89,7 +89,7 @@ def _spark_rows(spark: Any, uri: str) -> list[tuple[Any, ...]]:
 
 @pytest.fixture
 def no_retention_check(spark: Any) -> Iterator[None]:
-    from serialake.spark.table import RETENTION_CHECK_CONF
+    from serialake.spark.dml import RETENTION_CHECK_CONF
 
     spark.conf.set(RETENTION_CHECK_CONF, "false")
     yield

@@ -1,6 +1,6 @@
 """The change data feed as a stream (``readChangeFeed``): its micro-batches' read tasks and rows.
 
-Each commit's changes as ``core.cdf`` plans them (change files, else adds as inserts, removes
+Each commit's changes as ``core.log.cdf`` plans them (change files, else adds as inserts, removes
 as deletes, re-marked rows through deletion vectors) are grouped into read tasks
 (``change_bins``) and read on the executors by ``spark.arrow_reader`` (``read_changes``):
 the table's columns, ``_change_type``, ``_commit_version`` and ``_commit_timestamp``.

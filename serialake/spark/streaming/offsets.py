@@ -62,7 +62,7 @@ class VersionFiles:
     (a commit's changes in a change data feed stream, as Delta admits them)."""
 
     version: int
-    files: list[tuple[int, Any]]  # AddFile, or core.cdf.FileRead for the change data feed
+    files: list[tuple[int, Any]]  # AddFile, or core.log.cdf.FileRead for the change data feed
     whole: bool
 
 

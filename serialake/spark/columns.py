@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from serialake.core.model import properties as props
+from serialake.core.model.column_mapping import mapping_mode
 from serialake.core.model.constraints import GENERATION_EXPRESSION
 from serialake.core.model.schema import ArrayType, DataType, MapType, StructField, StructType
 from serialake.exceptions import DeltaAnalysisException
@@ -43,8 +43,9 @@ WIDENING: dict[str, frozenset[str]] = {
 
 
 def column_mapping_mode(snapshot: Snapshot) -> str:
-    """``none``, ``name`` or ``id`` (``delta.columnMapping.mode``)."""
-    return str(props.get(snapshot.configuration, props.COLUMN_MAPPING_MODE)).lower()
+    """``none``, ``name`` or ``id``: the core's one answer (``model.column_mapping.mapping_mode``,
+    which refuses another value naming the table)."""
+    return mapping_mode(snapshot.configuration, snapshot.table_path)
 
 
 def data_fields(schema: StructType, partition_columns: Sequence[str]) -> list[StructField]:

@@ -24,10 +24,14 @@ only a necessary condition for a UDF, a non-equi or a multi-key condition, so Sp
 its TRUE rows too). A new target row some source row matches conflicts: it could have changed
 a matched clause's outcome or a NOT MATCHED insert.
 
-Execution: one aggregate job finds the target rows each clause changes (and fails on
-multiple matches), then one write job produces the new files: updated rows, inserted
-rows, and (copy-on-write) the unchanged rows of touched files. With deletion vectors the
-changed rows are marked deleted instead of copying the rest of their files.
+Execution: this module plans (clauses resolved, schema evolution, the read predicate) and
+commits; the data work is asked once of ``engine.for_dml(spark).merge(run)`` (``dml/engine.py``
+picks the engine). The driver engine (``engines/driver.py``) joins the source with the
+candidate files in pyarrow when the result is provably Spark's; otherwise the Spark engine
+(``engines/spark_merge.py``) runs one aggregate job that finds the target rows each clause
+changes (and fails on multiple matches), then one write job that produces the new files:
+updated rows, inserted rows, and (copy-on-write) the unchanged rows of touched files. With
+deletion vectors the changed rows are marked deleted instead of copying the rest of their files.
 
 On a table recording change data (``delta.enableChangeDataFeed``) the same write records
 every change as Delta does: deleted rows (``delete``), updated rows before and after

@@ -71,6 +71,7 @@ from serialake.core.log import cdf as core_cdf
 from serialake.core.log.deltalog import CommitEntry, format_ms, to_millis
 from serialake.core.model import properties as props
 from serialake.core.model.actions import AddFile, CommitInfo, Metadata, RemoveFile
+from serialake.core.model.column_mapping import mapping_mode
 from serialake.core.model.schema import PrimitiveType, StructField, StructType
 from serialake.exceptions import (
     DeltaAnalysisException,
@@ -693,7 +694,7 @@ def _read_task(
         raise StreamingSourceError(
             f"The stream of {table} was given a schema of {len(arrow_schema)} columns; the table has {len(fields)}"
         )
-    mapped = str(props.get(metadata.configuration, props.COLUMN_MAPPING_MODE)).lower() != "none"
+    mapped = mapping_mode(metadata.configuration, table) != "none"
     task = read_task(
         access, table, fields, arrow_schema, metadata.partition_columns, mapped, with_file_path=with_rows
     )

@@ -320,20 +320,8 @@ class DeltaTable:
 
     # -- maintenance --------------------------------------------------------------
     def vacuum(self, retentionHours: float | None = None, dryRun: bool = False) -> DataFrame | None:  # noqa: N803
-        """Delete files no longer referenced and older than the retention; returns their paths.
-
-        ``dryRun``: delete nothing and commit nothing; return the files that would be deleted
-        (``VACUUM ... DRY RUN``).
-
-        The retention defaults to ``delta.deletedFileRetentionDuration`` (7 days); a shorter
-        one is refused unless ``spark.databricks.delta.retentionDurationCheck.enabled`` is
-        false. A file survives when the latest snapshot references it, when a tombstone
-        younger than the retention does (time travel), or when it is younger than the
-        retention (a write in progress). ``_delta_log`` is never touched; ``_staging``
-        directories of abandoned writes older than the retention are removed. On an ``s3://``
-        table the objects below it are listed (``storage.datafiles``), their age is their
-        listed modification time, and nothing is staged.
-        """
+        """Delete files no longer referenced and older than the retention; returns their paths
+        (``dryRun``: delete nothing, return what would go). The rules: ``dml.vacuum``."""
         return dml.vacuum(self.spark, self.path, retentionHours, dryRun)
 
     def upgradeTableProtocol(self, readerVersion: int, writerVersion: int) -> None:  # noqa: N802, N803

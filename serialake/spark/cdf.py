@@ -7,7 +7,7 @@ version, in schema order) then ``_change_type``, ``_commit_version`` (long) and
 ``_commit_timestamp`` (timestamp), ordered by ``_commit_version``.
 
 The plan (which rows of which files are which changes) comes from ``core.log.cdf``; the rows
-are read by ``io.read_files_df`` (local files by Spark's Parquet reader, S3 objects by the
+are read by ``data_read.read_files_df`` (local files by Spark's Parquet reader, S3 objects by the
 executors). Up to ``_MAX_VERSION_SCANS`` versions are read one version after the other
 (a scan per role, the version and change type as literals, rows in version order without
 a sort); longer ranges in a few scans whatever the number of versions, then sorted:
@@ -44,7 +44,10 @@ from serialake.core.log.snapshot import Snapshot, TableState
 from serialake.core.model.actions import AddCDCFile, AddFile, Metadata
 from serialake.core.model.schema import PrimitiveType, StructField, StructType
 from serialake.exceptions import DeltaAnalysisException, DeltaIllegalArgumentException, DeltaTableNotFoundError
-from serialake.spark import io
+from serialake.spark import data_read, data_write
+from serialake.spark.columns import quote_name
+from serialake.spark.schemas import to_spark_schema
+from serialake.spark.staging import fsync_dirs
 from serialake.storage import is_local_path
 
 __all__ = [
@@ -131,7 +134,7 @@ def timestamp_ms(spark: SparkSession, value: Any) -> int:
 def changes_schema(schema: StructType) -> T.StructType:
     """The change feed's Spark schema for a table schema: its columns, then the three change columns."""
     return (
-        io.to_spark_schema(schema)
+        to_spark_schema(schema)
         .add(CHANGE_TYPE, T.StringType())
         .add(COMMIT_VERSION, T.LongType())
         .add(COMMIT_TIMESTAMP, T.TimestampType())
@@ -139,7 +142,7 @@ def changes_schema(schema: StructType) -> T.StructType:
 
 
 def plan_df(spark: SparkSession, plan: core_cdf.ChangePlan) -> DataFrame:
-    """The rows of ``plan`` (``core.cdf.plan_changes``) as the change feed's DataFrame."""
+    """The rows of ``plan`` (``core.log.cdf.plan_changes``) as the change feed's DataFrame."""
     reads = plan.reads
     base = _snapshot(plan)
     if not reads:
@@ -162,7 +165,7 @@ def plan_df(spark: SparkSession, plan: core_cdf.ChangePlan) -> DataFrame:
             parts.append(_read_whole(spark, plan, base, layer, change_files=False))
         if rows:
             parts.append(_read_rows(spark, base, rows))
-    out_columns = [F.col(io.quote_name(f.name)) for f in schema.fields] + [
+    out_columns = [F.col(quote_name(f.name)) for f in schema.fields] + [
         F.col(CHANGE_TYPE),
         F.col(_VERSION).alias(COMMIT_VERSION),
         F.timestamp_millis(F.col(_MS)).alias(COMMIT_TIMESTAMP),
@@ -204,9 +207,9 @@ def _read_group(
     first = reads[0]
     files = [_as_add(r, with_dv=True, extra={}) for r in reads]
     if first.is_change_file:
-        df = io.read_files_df(spark, _with_fields(plan, base, [StructField(CHANGE_TYPE, _STRING)], []), files)
+        df = data_read.read_files_df(spark, _with_fields(plan, base, [StructField(CHANGE_TYPE, _STRING)], []), files)
     else:
-        df = io.read_files_df(spark, base, files).withColumn(CHANGE_TYPE, F.lit(first.change_type))
+        df = data_read.read_files_df(spark, base, files).withColumn(CHANGE_TYPE, F.lit(first.change_type))
     return df.withColumn(_VERSION, F.lit(first.version).cast("long")).withColumn(
         _MS, F.lit(first.timestamp).cast("long")
     )
@@ -277,7 +280,7 @@ def _read_whole(
     else:
         snap = _with_fields(plan, base, [], [StructField(CHANGE_TYPE, _STRING), *constants])
     files = [_as_add(r, with_dv=True, extra=_constants(r)) for r in reads]
-    return io.read_files_df(spark, snap, files)
+    return data_read.read_files_df(spark, snap, files)
 
 
 def _read_rows(spark: SparkSession, base: Snapshot, reads: Sequence[core_cdf.FileRead]) -> DataFrame:
@@ -290,7 +293,7 @@ def _read_rows(spark: SparkSession, base: Snapshot, reads: Sequence[core_cdf.Fil
     for r in reads:
         paths.setdefault(r.path, r)
     files = [_as_add(r, with_dv=False, extra={}) for r in paths.values()]
-    rows = io.read_files_df(spark, base, files, with_file_path=True)
+    rows = data_read.read_files_df(spark, base, files, with_file_path=True)
     pieces = []
     for r in reads:
         assert r.rows is not None
@@ -317,7 +320,9 @@ def _read_rows(spark: SparkSession, base: Snapshot, reads: Sequence[core_cdf.Fil
         ]
     )
     selection = _arrow_df(spark, pa.concat_tables(pieces), selection_schema)
-    on = (rows[io.FILE_COLUMN] == selection["_sel_file"]) & (rows[io.ROW_INDEX_COLUMN] == selection["_sel_row"])
+    on = (rows[data_read.FILE_COLUMN] == selection["_sel_file"]) & (
+        rows[data_read.ROW_INDEX_COLUMN] == selection["_sel_row"]
+    )
     return rows.join(selection, on, "inner")
 
 
@@ -355,11 +360,11 @@ def write_change_files(df: DataFrame, snap: Snapshot) -> list[AddCDCFile]:
 
     The files go to ``<table>/_change_data/<partition dirs>/`` (partition columns in the
     path and the action's partition values, as for data files), written by
-    ``io.write_data_files`` (locally staged and renamed, on S3 straight to their names).
+    ``data_write.write_data_files`` (locally staged and renamed, on S3 straight to their names).
     Nothing is committed: put the actions in the DML's commit.
     """
     table = snap.table_path
-    written = io.write_data_files(
+    written = data_write.write_data_files(
         df,
         posixpath.join(table, core_cdf.CHANGE_DATA_DIR),
         list(snap.partition_columns),
@@ -368,7 +373,7 @@ def write_change_files(df: DataFrame, snap: Snapshot) -> list[AddCDCFile]:
         schema=StructType((*snap.schema.fields, StructField(core_cdf.CHANGE_TYPE, PrimitiveType("string")))),
     )
     if written and is_local_path(table):
-        io.fsync_dirs(table, [core_cdf.CHANGE_DATA_DIR])  # the table directory's new entry
+        fsync_dirs(table, [core_cdf.CHANGE_DATA_DIR])  # the table directory's new entry
     return [as_change_file(a) for a in written]
 
 

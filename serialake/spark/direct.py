@@ -3,7 +3,7 @@
 Which route a table's data files take (``data_io``, one place, set by ``spark.serialake.dataFiles.io``):
 
 - ``staged``: local tables by default. Spark writes into ``<table>/_staging/<uuid>``; the
-  files are renamed into the table and fsynced (``io.write_data_files``). A rename is free
+  files are renamed into the table and fsynced (``data_write.write_data_files``). A rename is free
   on a local file system.
 - ``spark``: object-store tables whose URI Spark's Hadoop file systems can open (an
   ``s3://`` / ``s3a://`` table with the S3A connector on the cluster), and any table when
@@ -145,7 +145,7 @@ def write_direct(
     files); ``indexed`` the columns that get stats, which ``stats_of(footer, indexed)``
     computes. ``describe(rel_dir, name)`` gives a file's partition values from the directory
     Spark wrote it in (relative to the fresh directory). Nothing is committed; local files
-    are fsynced, their directories are not (``io.fsync_dirs``).
+    are fsynced, their directories are not (``staging.fsync_dirs``).
     """
     spark = df.sparkSession
     protocol = spark.conf.get(_PROTOCOL_CONF, None) or _MANIFEST_PROTOCOL

@@ -30,8 +30,9 @@ from pyspark.sql import types as T
 from serialake.core.model import constraints, identity
 from serialake.core.model.schema import StructType
 from serialake.exceptions import DeltaAnalysisException
-from serialake.spark import io
 from serialake.spark.backend import backend
+from serialake.spark.columns import WIDENING, quote_name
+from serialake.spark.schemas import to_spark_schema
 
 __all__ = [
     "EXPLICIT_PREFIX",
@@ -57,7 +58,7 @@ _TIME_OR_USER = re.compile(
     re.IGNORECASE,
 )
 
-_q = io.quote_name
+_q = quote_name
 
 
 def explicit_flag(column: str) -> str:
@@ -237,7 +238,7 @@ def enforce(
         return df  # no flag columns either: flags exist for generated columns only
     flags = [c for c in df.columns if c.startswith(EXPLICIT_PREFIX)]
     given_lower = {g.lower() for g in given}
-    spark_types = {f.name: f.dataType for f in io.to_spark_schema(schema).fields}
+    spark_types = {f.name: f.dataType for f in to_spark_schema(schema).fields}
     conditions: list[Column] = []
     messages: list[Column | str] = []
     values: dict[str, Column] = {}
@@ -291,7 +292,7 @@ def check_definitions(spark: SparkSession, schema: StructType, configuration: Ma
     and give the column's type (or one that widens to it); a constraint must be boolean.
     """
     constraints.validate_generated_columns(schema, table)
-    spark_schema = io.to_spark_schema(schema)
+    spark_schema = to_spark_schema(schema)
     empty = spark.createDataFrame([], spark_schema)
     types = {f.name: f.dataType for f in spark_schema.fields}
     for g in constraints.generated_columns(schema):
@@ -303,7 +304,7 @@ def check_definitions(spark: SparkSession, schema: StructType, configuration: Ma
                 "for the same row whenever it is computed)"
             )
         have, want = result.schema.fields[0].dataType, types[g.name]
-        if have != want and want.typeName() not in io.WIDENING.get(have.typeName(), ()):
+        if have != want and want.typeName() not in WIDENING.get(have.typeName(), ()):
             raise DeltaAnalysisException(
                 f"{what}: its expression {g.expression!r} gives {have.simpleString()}, "
                 f"but the column is {want.simpleString()}"

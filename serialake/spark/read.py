@@ -14,12 +14,14 @@ from serialake.core import DeltaLog
 from serialake.core.dv.deletion_vectors import dv_absolute_path
 from serialake.core.log.snapshot import Snapshot
 from serialake.core.model.actions import AddFile
+from serialake.core.model.paths import absolute_path
 from serialake.core.model.paths import file_exists as _exists
 from serialake.core.predicates import expressions as P
 from serialake.core.predicates import skipping
 from serialake.exceptions import DeltaAnalysisException, DeltaIllegalArgumentException, DeltaTableNotFoundError
-from serialake.spark import io, isolation, scans
+from serialake.spark import data_read, isolation, scans
 from serialake.spark.backend import backend
+from serialake.spark.columns import quote_name, select_fields
 
 __all__ = ["check_version_readable", "read", "scan_files", "snapshot_df", "table_snapshot"]
 
@@ -106,14 +108,14 @@ def snapshot_df(
     files = scan_files(snapshot, filter)
     if time_travel:
         check_version_readable(snapshot, files)
-    df = scans.mark(io.read_files_df(spark, snapshot, files), snapshot, filter=filter, time_travel=time_travel)
+    df = scans.mark(data_read.read_files_df(spark, snapshot, files), snapshot, filter=filter, time_travel=time_travel)
     if rows is not None:
         df = df.filter(rows)
     elif filter:
         df = df.filter(F.expr(filter))
     if columns is not None:
-        names = [f.name for f in io.select_fields(snapshot.schema, columns, snapshot.table_path)]
-        df = df.select(*[F.col(io.quote_name(n)) for n in names])
+        names = [f.name for f in select_fields(snapshot.schema, columns, snapshot.table_path)]
+        df = df.select(*[F.col(quote_name(n)) for n in names])
     else:
         df.__dict__[SCAN_ATTRIBUTE] = (snapshot, filter, time_travel, rows)
     return df
@@ -196,7 +198,7 @@ def check_version_readable(snapshot: Snapshot, files: Sequence[AddFile] | None =
     candidates = [f for f in (snapshot.all_files if files is None else files) if f.path not in current]
     missing: list[str] = []
     for f in candidates:
-        if not _exists(io.absolute_path(snapshot.table_path, f.path)):
+        if not _exists(absolute_path(snapshot.table_path, f.path)):
             missing.append(f.path)
         elif f.deletion_vector is not None:
             dv = dv_absolute_path(snapshot.table_path, f.deletion_vector)

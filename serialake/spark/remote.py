@@ -14,7 +14,8 @@ paths itself. The executors do the I/O in Python instead, with pyarrow for Parqu
   failed or retried task attempt are never reported, so never committed (VACUUM removes
   them).
 - **Reading** (``read_files``): the files to read (with their partition values and
-  deletion vectors) are spread over tasks, each reading its files with pyarrow, dropping
+  deletion vectors) are spread over tasks, each reading its files with pyarrow
+  (``spark.arrow_reader``, the reader the streaming source uses too), dropping
   the rows its deletion vectors mark, adding the partition columns and, when asked, the
   file path and row index; columns a file lacks are NULL, column-mapped columns are found
   by their physical names.
@@ -37,17 +38,16 @@ import pyspark.sql.functions as F
 import pyspark.sql.types as T
 from pyspark.sql import DataFrame, SparkSession
 
-from serialake.core.model.actions import AddFile, DeletionVectorDescriptor, encode_path
-from serialake.core.model.partition_values import format_partition_value, hive_escape, parse_partition_value
-from serialake.core.model.schema import ArrayType, DataType, MapType, StructField, StructType, physical_name
+from serialake.core.model.actions import AddFile, encode_path
+from serialake.core.model.partition_values import format_partition_value, hive_escape
+from serialake.core.model.schema import DataType, StructField
+from serialake.spark.arrow_reader import read_bins, read_task
 from serialake.spark.backend import backend
 from serialake.storage.datafiles import Access
 
 __all__ = ["read_files", "write_files"]
 
 HIVE_DEFAULT_PARTITION = "__HIVE_DEFAULT_PARTITION__"
-_TARGET_TASK_BYTES = 128 << 20  # files are grouped into read tasks of about this many bytes
-_READ_BATCH_ROWS = 65536
 
 _WRITTEN = T.StructType(
     [
@@ -273,153 +273,6 @@ def _quote(name: str) -> str:
 # ---------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class _Column:
-    """How to find one output column in a file: its stored name, its children's, its type."""
-
-    name: str  # the output (logical) name
-    stored: str  # the name in the file (the physical name under column mapping)
-    arrow_type: Any  # the output Arrow type
-    children: tuple[_Column, ...] = ()  # struct fields, or (element,) / (key, value)
-
-
-def _plan(f: StructField, mapped: bool, arrow_type: Any) -> _Column:
-    stored = physical_name(f) if mapped else f.name
-    return _Column(f.name, stored, arrow_type, _children(f.data_type, mapped, arrow_type))
-
-
-def _children(data_type: DataType, mapped: bool, arrow_type: Any) -> tuple[_Column, ...]:
-    import pyarrow as pa
-
-    if isinstance(data_type, StructType):
-        return tuple(_plan(c, mapped, arrow_type.field(i).type) for i, c in enumerate(data_type.fields))
-    if isinstance(data_type, ArrayType):
-        element = arrow_type.value_type
-        return (_Column("element", "element", element, _children(data_type.element_type, mapped, element)),)
-    if isinstance(data_type, MapType):
-        assert isinstance(arrow_type, pa.MapType)
-        key, value = arrow_type.key_type, arrow_type.item_type
-        return (
-            _Column("key", "key", key, _children(data_type.key_type, mapped, key)),
-            _Column("value", "value", value, _children(data_type.value_type, mapped, value)),
-        )
-    return ()
-
-
-def _conform(array: Any, column: _Column) -> Any:
-    """``array`` (as stored in a file) as ``column``'s output type: struct fields matched by
-    stored name (missing ones NULL), nested values converted, leaves cast."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    target = column.arrow_type
-    if isinstance(array, pa.ChunkedArray):
-        chunks = [_conform(c, column) for c in array.chunks]
-        return pa.chunked_array(chunks, type=target)
-    if pa.types.is_struct(target) and pa.types.is_struct(array.type):
-        names = [array.type.field(i).name for i in range(array.type.num_fields)]
-        fields = []
-        for child in column.children:
-            if child.stored in names:
-                fields.append(_conform(array.field(names.index(child.stored)), child))
-            else:
-                fields.append(pa.nulls(len(array), child.arrow_type))
-        return pa.StructArray.from_arrays(
-            fields, fields=list(target), mask=pc.is_null(array) if array.null_count else None
-        )
-    if pa.types.is_map(target) and pa.types.is_map(array.type):
-        keys = _conform(array.keys, column.children[0])
-        items = _conform(array.items, column.children[1])
-        return pa.MapArray.from_arrays(
-            array.offsets, keys, items, type=target, mask=pc.is_null(array) if array.null_count else None
-        )
-    if (pa.types.is_list(target) or pa.types.is_large_list(target)) and (
-        pa.types.is_list(array.type) or pa.types.is_large_list(array.type)
-    ):
-        values = _conform(array.values, column.children[0])
-        cls = pa.LargeListArray if pa.types.is_large_list(target) else pa.ListArray
-        offsets = array.offsets.cast(pa.int64() if cls is pa.LargeListArray else pa.int32())
-        return cls.from_arrays(offsets, values, type=target, mask=pc.is_null(array) if array.null_count else None)
-    if array.type == target:
-        return array
-    if pa.types.is_timestamp(target) and pa.types.is_timestamp(array.type) and array.type.tz is None and target.tz:
-        array = array.cast(pa.timestamp(array.type.unit, tz="UTC"))  # Spark-written INT96 / legacy: UTC
-    return array.cast(target)
-
-
-@dataclass(frozen=True)
-class _ReadTask:
-    """What every read task needs (pickled into the job)."""
-
-    access: Access
-    table: str
-    columns: tuple[_Column, ...]  # the stored columns to output, in output order
-    partitions: tuple[tuple[str, str, DataType, Any], ...]  # (output name, log key, type, arrow type)
-    order: tuple[str, ...]  # the output column names in order (without the extras)
-    with_file_path: bool
-    schema: Any  # the output Arrow schema
-
-    def __call__(self, batches: Iterator[Any]) -> Iterator[Any]:
-        for batch in batches:
-            for text in batch.column("files").to_pylist():
-                for entry in json.loads(text):
-                    yield from self._read(entry)
-
-    def _read(self, entry: dict[str, Any]) -> Iterator[Any]:
-        import numpy as np
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-
-        from serialake.core.dv.deletion_vectors import read_deletion_vector
-
-        uri = entry["uri"]
-        try:
-            parquet = pq.ParquetFile(self.access.open_parquet(uri))
-        except Exception as e:
-            raise OSError(f"Table {self.table}: cannot read data file {uri}: {e}") from e
-        n = parquet.metadata.num_rows
-        stored = set(parquet.schema_arrow.names)
-        wanted = [c.stored for c in self.columns if c.stored in stored]
-        keep = None
-        if entry.get("dv"):
-            dv = DeletionVectorDescriptor.from_obj(entry["dv"])
-            assert dv is not None
-            deleted = read_deletion_vector(self.table, dv, self.access).to_numpy().astype(np.int64)
-            keep = np.ones(n, dtype=bool)
-            keep[deleted[deleted < n]] = False
-        values = {
-            name: pa.scalar(parse_partition_value(entry["pv"].get(key), data_type), arrow_type)
-            for name, key, data_type, arrow_type in self.partitions
-        }
-        position = 0
-        iterator = parquet.iter_batches(batch_size=_READ_BATCH_ROWS, columns=wanted) if wanted else None
-        while position < n:
-            if iterator is not None:
-                raw = next(iterator)
-                size = raw.num_rows
-            else:
-                size = min(_READ_BATCH_ROWS, n - position)
-                raw = None
-            arrays: dict[str, Any] = {}
-            for c in self.columns:
-                if raw is not None and c.stored in stored:
-                    arrays[c.name] = _conform(raw.column(c.stored), c)
-                else:
-                    arrays[c.name] = pa.nulls(size, c.arrow_type)
-            for name, value in values.items():
-                arrays[name] = pa.repeat(value, size)
-            out = [arrays[name] for name in self.order]
-            if self.with_file_path:
-                out.append(pa.repeat(pa.scalar(entry["path"], pa.string()), size))
-                out.append(pa.array(np.arange(position, position + size, dtype=np.int64)))
-            result = pa.RecordBatch.from_arrays(out, schema=self.schema)
-            if keep is not None:
-                result = result.filter(pa.array(keep[position : position + size]))
-            position += size
-            if result.num_rows:
-                yield result
-
-
 def read_files(
     spark: SparkSession,
     table_path: str,
@@ -437,50 +290,18 @@ def read_files(
     from pyspark.sql.pandas.types import to_arrow_schema
 
     arrow_schema = to_arrow_schema(spark_schema, timezone="UTC")
-    lowered = {c.lower() for c in partition_columns}
-    columns: list[_Column] = []
-    parts: list[tuple[str, str, DataType, Any]] = []
-    for i, f in enumerate(out_fields):
-        arrow_type = arrow_schema.field(i).type
-        if f.name.lower() in lowered:
-            parts.append((f.name, physical_name(f) if mapped else f.name, f.data_type, arrow_type))
-        else:
-            columns.append(_plan(f, mapped, arrow_type))
-    task = _ReadTask(
-        access=Access.here(table_path),
-        table=table_path,
-        columns=tuple(columns),
-        partitions=tuple(parts),
-        order=tuple(f.name for f in out_fields),
+    task = read_task(
+        Access.here(table_path),
+        table_path,
+        out_fields,
+        arrow_schema,
+        partition_columns,
+        mapped,
         with_file_path=with_file_path,
-        schema=arrow_schema,
     )
-    bins = _bins(files, table_path, backend(spark).default_parallelism())
+    bins = read_bins(files, table_path, backend(spark).default_parallelism())
     listing = spark.createDataFrame(
         [(i, json.dumps(b)) for i, b in enumerate(bins)],
         T.StructType([T.StructField("bin", T.IntegerType(), False), T.StructField("files", T.StringType(), False)]),
     ).repartition(len(bins))
     return listing.mapInArrow(task, spark_schema)
-
-
-def _bins(files: Sequence[AddFile], table_path: str, parallelism: int) -> list[list[dict[str, Any]]]:
-    """The files grouped into read tasks: at least ``parallelism`` tasks when there are that many
-    files, each about ``_TARGET_TASK_BYTES``; big files first, each into the lightest task."""
-    from serialake.core.model.paths import absolute_path
-
-    total = sum(max(f.size or 0, 1) for f in files)
-    count = max(1, min(len(files), max(parallelism, -(-total // _TARGET_TASK_BYTES))))
-    bins: list[list[dict[str, Any]]] = [[] for _ in range(count)]
-    weights = [0] * count
-    for f in sorted(files, key=lambda a: -(a.size or 0)):
-        i = weights.index(min(weights))
-        bins[i].append(
-            {
-                "uri": absolute_path(table_path, f.path),
-                "path": f.path,
-                "pv": f.partition_values or {},
-                "dv": f.deletion_vector._to_obj() if f.deletion_vector is not None else None,
-            }
-        )
-        weights[i] += max(f.size or 0, 1)
-    return [b for b in bins if b]

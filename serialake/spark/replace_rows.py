@@ -34,8 +34,10 @@ from serialake.core.log.snapshot import Snapshot
 from serialake.core.model.actions import Action, AddCDCFile, AddFile, now_ms
 from serialake.core.txn.transaction import OptimisticTransaction
 from serialake.exceptions import DeltaAnalysisException, DeltaIllegalArgumentException
-from serialake.spark import cdf, io
+from serialake.spark import cdf, data_read
 from serialake.spark.backend import backend
+from serialake.spark.columns import quote_name
+from serialake.spark.schemas import to_spark_schema
 
 __all__ = [
     "Matched",
@@ -162,7 +164,7 @@ def resolve_replace(spark: SparkSession, replace: ReplaceRows, snap: Snapshot, s
 
 def _table_probe(spark: SparkSession, snap: Snapshot, alias: str) -> DataFrame:
     """An empty DataFrame of the table's columns under ``alias``: names resolve as on the table."""
-    return spark.createDataFrame([], io.to_spark_schema(snap.schema)).alias(alias)
+    return spark.createDataFrame([], to_spark_schema(snap.schema)).alias(alias)
 
 
 def _case_sensitive(spark: SparkSession) -> bool:
@@ -192,7 +194,7 @@ def _resolve_using(spark: SparkSession, replace: ReplaceRows, snap: Snapshot, so
                 )
         if replace.by_position and t != s:
             misaligned.append(col)
-        table_column = F.col(f"{io.quote_name(replace.alias)}.{io.quote_name(table_names[t])}")
+        table_column = F.col(f"{quote_name(replace.alias)}.{quote_name(table_names[t])}")
         terms.append(table_column == source[source_names[s]])
     if misaligned:
         raise DeltaAnalysisException(
@@ -287,13 +289,13 @@ def match_rows(
     alias = replace.alias
 
     def target(of: Sequence[AddFile], with_rows: bool) -> DataFrame:
-        df = io.read_files_df(spark, snap, of, with_file_path=with_rows)
+        df = data_read.read_files_df(spark, snap, of, with_file_path=with_rows)
         if with_rows:
-            df = df.withColumnRenamed(io.FILE_COLUMN, _FILE).withColumnRenamed(io.ROW_INDEX_COLUMN, _ROW)
+            df = df.withColumnRenamed(data_read.FILE_COLUMN, _FILE).withColumnRenamed(data_read.ROW_INDEX_COLUMN, _ROW)
         return df.alias(alias)
 
     # The table's columns of a row read under ``alias`` (beside the source's, after a join).
-    columns = [F.col(f"{io.quote_name(alias)}.{io.quote_name(f.name)}").alias(f.name) for f in snap.schema.fields]
+    columns = [F.col(f"{quote_name(alias)}.{quote_name(f.name)}").alias(f.name) for f in snap.schema.fields]
 
     out = Matched()
     if not files:

@@ -8,10 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import os
-import shutil
 from collections.abc import Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -19,12 +16,10 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import types as T
 
 from serialake.core import DeltaLog
-from serialake.core.dv.deletion_vectors import dv_referenced_files
-from serialake.core.log.cdf import CHANGE_DATA_DIR
 from serialake.core.log.snapshot import Snapshot
-from serialake.core.model import clustering, constraints, features, identity, uniform
+from serialake.core.model import clustering, constraints, features, identity
 from serialake.core.model import properties as props
-from serialake.core.model.actions import FileAction, Metadata, Protocol, now_ms
+from serialake.core.model.actions import Metadata, Protocol, now_ms
 from serialake.core.model.schema import DataType, SchemaError, StructField, StructType, data_type_from_json_value
 from serialake.core.tables import catalog
 from serialake.core.txn.post_commit import after_commit
@@ -35,16 +30,16 @@ from serialake.exceptions import (
     DeltaTableNotFoundError,
     UnsupportedFeatureError,
 )
-from serialake.spark import direct, dml, invariants, io, scans
+from serialake.spark import data_read, dml, invariants, scans
 from serialake.spark.arguments import check_assignments, check_condition, check_type
+from serialake.spark.columns import quote_name
 from serialake.spark.errors import pyspark_errors
+from serialake.spark.schemas import to_delta_schema
 from serialake.spark.write import add_schema_features
-from serialake.storage.datafiles import Access, is_remote
+from serialake.storage.datafiles import is_remote
 
 __all__ = ["DeltaTable", "DeltaTableBuilder", "IdentityGenerator"]
 
-RETENTION_CHECK_CONF = "spark.databricks.delta.retentionDurationCheck.enabled"
-_DELETE_THREADS = 8  # S3 DELETE requests at once in VACUUM
 _PROTOCOL_KEYS = {props.MIN_READER_VERSION.lower(), props.MIN_WRITER_VERSION.lower()}
 
 _HISTORY_SCHEMA = T.StructType(
@@ -189,7 +184,7 @@ class DeltaTable:
     def toDF(self) -> DataFrame:  # noqa: N802
         """The table's rows at its latest version (pinned when called: call again after writes)."""
         snap = self.snapshot()
-        df = scans.mark(io.read_files_df(self.spark, snap, snap.all_files), snap)
+        df = scans.mark(data_read.read_files_df(self.spark, snap, snap.all_files), snap)
         return df.alias(self._alias) if self._alias else df
 
     def alias(self, aliasName: str) -> DeltaTable:  # noqa: N803
@@ -325,109 +320,9 @@ class DeltaTable:
 
     # -- maintenance --------------------------------------------------------------
     def vacuum(self, retentionHours: float | None = None, dryRun: bool = False) -> DataFrame | None:  # noqa: N803
-        """Delete files no longer referenced and older than the retention; returns their paths.
-
-        ``dryRun``: delete nothing and commit nothing; return the files that would be deleted
-        (``VACUUM ... DRY RUN``).
-
-        The retention defaults to ``delta.deletedFileRetentionDuration`` (7 days); a shorter
-        one is refused unless ``spark.databricks.delta.retentionDurationCheck.enabled`` is
-        false. A file survives when the latest snapshot references it, when a tombstone
-        younger than the retention does (time travel), or when it is younger than the
-        retention (a write in progress). ``_delta_log`` is never touched; ``_staging``
-        directories of abandoned writes older than the retention are removed. On an ``s3://``
-        table the objects below it are listed (``storage.datafiles``), their age is their
-        listed modification time, and nothing is staged.
-        """
-        snap = self.snapshot()
-        retention_ms = self._retention_ms(snap, retentionHours)
-        cutoff = now_ms() - retention_ms
-        keep = self._referenced_paths(snap, cutoff)
-        remote = is_remote(self.path)
-        stale_staging: list[str] = []
-        if remote:
-            to_delete = _remote_vacuum_candidates(self.path, snap.partition_columns, keep, cutoff)
-        else:
-            to_delete, stale_staging = _vacuum_candidates(self.path, snap.partition_columns, keep, cutoff)
-        schema = T.StructType([T.StructField("path", T.StringType())])
-        if dryRun:
-            found = [*(p for p, _ in sorted(to_delete)), *self._iceberg_garbage(snap, cutoff, dry_run=True)]
-            return self.spark.createDataFrame([(_location_uri(p),) for p in found], schema)
-        params = {
-            "retentionCheckEnabled": self._retention_check_enabled(),
-            "defaultRetentionMillis": props.get(snap.configuration, props.DELETED_FILE_RETENTION),
-            "specifiedRetentionMillis": retention_ms,
-        }
-        size = sum(s for _, s in to_delete)
-        self._commit_marker("VACUUM START", params, {"numFilesToDelete": len(to_delete), "sizeOfDataToDelete": size})
-        deleted = []
-        if remote:
-            deleted = _delete_objects([p for p, _ in to_delete])
-            dirs = 0  # S3 has no directories
-        else:
-            for file_path, _ in to_delete:
-                try:
-                    os.remove(file_path)
-                    deleted.append(file_path)
-                except FileNotFoundError:
-                    pass
-            for staging in stale_staging:
-                shutil.rmtree(staging, ignore_errors=True)
-            dirs = _remove_empty_dirs(self.path, snap.partition_columns)
-        deleted.extend(self._iceberg_garbage(snap, cutoff, dry_run=False))
-        end = self._commit_marker(
-            "VACUUM END", {"status": "COMPLETED"}, {"numDeletedFiles": len(deleted), "numVacuumedDirectories": dirs}
-        )
-        return after_commit(  # (None and a warning when it fails: core.txn.post_commit)
-            "build the result DataFrame", self.path, end, self.spark.createDataFrame,
-            [(_location_uri(p),) for p in sorted(deleted)], schema, operation="VACUUM",
-            instead="(None instead of the result DataFrame)",
-        )  # fmt: skip
-
-    def _iceberg_garbage(self, snap: Snapshot, cutoff: int, *, dry_run: bool) -> list[str]:
-        """UniForm tables: the Iceberg metadata files no retained Iceberg version refers to, older than
-        ``cutoff`` (deleted unless ``dry_run``). The newest metadata and what it refers to always stay."""
-        if not uniform.iceberg_enabled(snap.configuration):
-            return []
-        from serialake.core import iceberg
-
-        return iceberg.cleanup(self.deltaLog, cutoff, dry_run=dry_run)
-
-    def _retention_check_enabled(self) -> bool:
-        return str(self.spark.conf.get(RETENTION_CHECK_CONF, "true")).strip().lower() != "false"
-
-    def _retention_ms(self, snap: Snapshot, hours: float | None) -> int:
-        default = props.get(snap.configuration, props.DELETED_FILE_RETENTION)
-        if hours is None:
-            return int(default)
-        if hours < 0:
-            raise DeltaIllegalArgumentException(f"Retention for vacuum of {self.path} cannot be negative: {hours}")
-        ms = int(hours * 3_600_000)
-        if ms < default and self._retention_check_enabled():
-            raise DeltaIllegalArgumentException(
-                f"Are you sure you would like to vacuum table {self.path} with a retention of {hours} hours? "
-                f"It is below the table's delta.deletedFileRetentionDuration ({default / 3_600_000:g} hours): "
-                "a concurrent reader or writer, or a time-travel query, may still need the files it deletes.\n"
-                f"Help: vacuum with retentionHours >= {default / 3_600_000:g}, or if you are certain no "
-                f"operation runs that needs older files, set {RETENTION_CHECK_CONF} = false."
-            )
-        return ms
-
-    def _referenced_paths(self, snap: Snapshot, cutoff: int) -> set[str]:
-        """Absolute paths of live files, recent tombstones and their deletion vectors."""
-        keep: set[str] = set()
-        actions: list[FileAction] = [
-            *snap.all_files,
-            *(r for r in snap.tombstones if (r.deletion_timestamp or 0) > cutoff),
-        ]
-        for a in actions:
-            keep.add(io.absolute_path(self.path, a.path))
-        keep |= dv_referenced_files(self.path, actions)
-        return keep
-
-    def _commit_marker(self, operation: str, params: dict[str, Any], metrics: dict[str, Any]) -> int:
-        txn = self.deltaLog.start_transaction()
-        return txn.commit([], operation, params, metrics)
+        """Delete files no longer referenced and older than the retention; returns their paths
+        (``dryRun``: delete nothing, return what would go). The rules: ``dml.vacuum``."""
+        return dml.vacuum(self.spark, self.path, retentionHours, dryRun)
 
     def upgradeTableProtocol(self, readerVersion: int, writerVersion: int) -> None:  # noqa: N802, N803
         """Raise the table's protocol to (readerVersion, writerVersion), keeping its features.
@@ -632,7 +527,7 @@ class DeltaTableBuilder:
             struct = T.StructType(list(cols))
         else:
             raise TypeError(f"Schema must be StructType or a list of StructField, found {type(cols).__name__}")
-        self._fields.extend(io.to_delta_schema(struct).fields)
+        self._fields.extend(to_delta_schema(struct).fields)
         return self
 
     def partitionedBy(self, *cols: str | Sequence[str]) -> DeltaTableBuilder:  # noqa: N802
@@ -764,7 +659,7 @@ class DeltaTableBuilder:
 def _parse_type(column: str, text: str) -> DataType:
     """A SQL type; text neither parser accepts raises Spark's ``ParseException`` (as delta-spark does)."""
     try:
-        return StructType.from_ddl(f"{io.quote_name(column)} {text}").fields[0].data_type
+        return StructType.from_ddl(f"{quote_name(column)} {text}").fields[0].data_type
     except SchemaError:
         if SparkSession.getActiveSession() is None:
             raise
@@ -848,115 +743,6 @@ def _upgraded_protocol(current: Protocol, reader: int, writer: int, table: str) 
     )
 
 
-def _vacuum_candidates(
-    table: str, partition_columns: Sequence[str], keep: set[str], cutoff: int
-) -> tuple[list[tuple[str, int]], list[str]]:
-    """Unreferenced files older than ``cutoff`` (path, size), and stale staging directories and
-    job records of direct writes (``spark.direct``) that died before committing."""
-    files: list[tuple[str, int]] = []
-    for root, dirs, names in os.walk(table):
-        # Change data files (``_change_data``) are never referenced by a snapshot: like Delta,
-        # vacuum removes them once older than the retention (their commit's age).
-        top = root == table
-        dirs[:] = sorted(
-            d
-            for d in dirs
-            if (not io.is_hidden(d, partition_columns) or (top and d == CHANGE_DATA_DIR))
-            and not (top and d == uniform.METADATA_DIR)  # UniForm's Iceberg metadata: cleaned up on its own
-        )
-        for name in names:
-            if io.is_hidden(name, partition_columns):
-                continue
-            path = os.path.normpath(os.path.join(root, name))
-            if path in keep:
-                continue
-            st = os.stat(path)
-            if st.st_mtime * 1000 < cutoff:
-                files.append((path, st.st_size))
-    staging: list[str] = []
-    staging_root = os.path.join(table, io.STAGING_DIR)
-    if os.path.isdir(staging_root):
-        for entry in os.scandir(staging_root):
-            if entry.is_dir() and _newest_mtime_ms(entry.path) < cutoff:
-                staging.append(entry.path)
-    for parent in (table, os.path.join(table, CHANGE_DATA_DIR)):  # records of direct writes that died
-        for entry in os.scandir(parent) if os.path.isdir(parent) else ():
-            record = os.path.join(entry.path, direct.JOB_RECORD_DIR)
-            if direct.is_job_dir(entry.name) and os.path.isdir(record) and _newest_mtime_ms(record) < cutoff:
-                staging.append(record)
-    return files, staging
-
-
-def _remote_vacuum_candidates(
-    table: str, partition_columns: Sequence[str], keep: set[str], cutoff: int
-) -> list[tuple[str, int]]:
-    """The unreferenced objects below an S3 table listed as modified before ``cutoff`` (URI, size).
-
-    Objects under a hidden prefix (``_delta_log``, ``_symlink_format_manifest``, ...) or with a
-    hidden name are not data, as locally. ``keep`` is compared by bucket and key, whatever the
-    scheme (``s3`` / ``s3a``) names them.
-    """
-    kept = {_object_key(p) for p in keep}
-    files = []
-    for f in Access().walk(table):
-        parts = f.path.split("/")
-        if parts[0] == uniform.METADATA_DIR and len(parts) > 1:
-            continue  # UniForm's Iceberg metadata: cleaned up on its own
-        if parts[0] == CHANGE_DATA_DIR:  # change data files: removed once older than the retention
-            parts = parts[1:]
-        if any(io.is_hidden(part, partition_columns) for part in parts) and not direct.is_job_record(parts):
-            continue
-        uri = f"{table}/{f.path}"
-        if _object_key(uri) in kept or f.modification_time >= cutoff:
-            continue
-        files.append((uri, f.size))
-    return files
-
-
-def _object_key(location: str) -> str:
-    """``bucket/key`` of an S3 URI (the scheme dropped); a local path as it is."""
-    return location.split("://", 1)[1] if is_remote(location) else location
-
-
-def _delete_objects(uris: Sequence[str]) -> list[str]:
-    """Delete S3 objects, several at a time; the ones deleted (all of them: a missing one counts)."""
-    files = Access()
-    if not uris:
-        return []
-    with ThreadPoolExecutor(min(_DELETE_THREADS, len(uris))) as pool:
-        list(pool.map(files.delete, uris))
-    return list(uris)
-
-
 def _location_uri(location: str) -> str:
     """A table or file location as delta-spark shows it: ``file:/path`` locally, the S3 URI as it is."""
     return location if is_remote(location) else "file:" + location
-
-
-def _newest_mtime_ms(directory: str) -> float:
-    newest = os.stat(directory).st_mtime
-    for root, _, names in os.walk(directory):
-        for name in names:
-            try:
-                newest = max(newest, os.stat(os.path.join(root, name)).st_mtime)
-            except FileNotFoundError:
-                pass
-    return newest * 1000
-
-
-def _remove_empty_dirs(table: str, partition_columns: Sequence[str]) -> int:
-    """Remove empty data directories below the table root; returns how many."""
-    removed = 0
-    for root, _dirs, names in os.walk(table, topdown=False):
-        if root == table:
-            continue
-        rel = os.path.relpath(root, table).split(os.sep)
-        if any(io.is_hidden(part, partition_columns) for part in rel if part != CHANGE_DATA_DIR):
-            continue
-        if not names and not os.listdir(root):
-            try:
-                os.rmdir(root)
-                removed += 1
-            except OSError:
-                pass
-    return removed

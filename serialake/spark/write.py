@@ -1,6 +1,6 @@
 """``write``: a DataFrame into a Delta table (append, overwrite, replaceWhere) as one commit.
 
-Data files are written first (``serialake.spark.io.write_data_files``); the commit through
+Data files are written first (``serialake.spark.data_write.write_data_files``); the commit through
 the core transaction then makes them visible atomically. A failed or conflicting commit
 leaves only unreferenced files, which are deleted here when nothing was committed
 (``core.written.commit_or_clean_up``; ``vacuum`` would remove them otherwise).
@@ -35,8 +35,9 @@ from serialake.exceptions import (
     SchemaMismatchError,
     UnsupportedFeatureError,
 )
-from serialake.spark import invariants, io, scans, write_settings
+from serialake.spark import data_read, data_write, invariants, scans, write_settings
 from serialake.spark.backend import backend
+from serialake.spark.columns import WIDENING, quote_name
 from serialake.spark.invariants import check_rows
 from serialake.spark.replace_rows import (
     Matched,
@@ -47,6 +48,7 @@ from serialake.spark.replace_rows import (
     write_changes,
 )
 from serialake.spark.replace_rows import metrics as replace_metrics
+from serialake.spark.schemas import conform, to_delta_schema, to_spark_schema
 from serialake.spark.streaming import batch_txn
 
 __all__ = [
@@ -463,7 +465,7 @@ def _new_table(
     old: Metadata | None,
 ) -> tuple[DataFrame, Metadata]:
     """Metadata for a table created (or whose schema is overwritten) by this write."""
-    schema = io.to_delta_schema(_as_nullable(df.schema))
+    schema = to_delta_schema(_as_nullable(df.schema))
     resolved = []
     for name in parts:
         f = schema.field(name)
@@ -536,7 +538,7 @@ def align_to_schema(
     constraints (in ``configuration``) and NOT NULL columns are checked row by row while
     the data is written (``invariants.enforce``).
     """
-    spark_schema = io.to_spark_schema(schema)
+    spark_schema = to_spark_schema(schema)
     generated = {g.name.lower() for g in constraints.generated_columns(schema)}
     given = {f.name.lower(): f for f in df.schema.fields}
     given_names = [f.name for f in df.schema.fields]
@@ -558,8 +560,8 @@ def align_to_schema(
         if conformed is None and merge:
             wider = _with_nested_fields(fields[index], sf)
             if wider is not None:  # the data's struct has fields the table's lacks: they join it
-                target = io.to_spark_schema(StructType((wider,))).fields[0]
-                conformed = io.conform(F.col(_q(sf.name)), sf.dataType, target.dataType).alias(tf.name)
+                target = to_spark_schema(StructType((wider,))).fields[0]
+                conformed = conform(F.col(_q(sf.name)), sf.dataType, target.dataType).alias(tf.name)
                 fields[index], evolved = wider, True
         if conformed is None:
             problems.append(
@@ -584,7 +586,7 @@ def align_to_schema(
         )
     merged = StructType(tuple(fields)) if evolved else None
     if extra:
-        added = io.to_delta_schema(_as_nullable(T.StructType(extra)))
+        added = to_delta_schema(_as_nullable(T.StructType(extra)))
         merged = StructType(tuple(fields) + added.fields)
         columns.extend(F.col(_q(f.name)) for f in extra)
     aligned = invariants.enforce(
@@ -597,7 +599,7 @@ def align_to_schema(
 def _with_nested_fields(table_field: StructField, data_field: T.StructField) -> StructField | None:
     """``table_field`` with the struct fields ``data_field`` adds at any depth (``merge_schemas``),
     when every field the data holds then fits its table field; else None."""
-    data = io.to_delta_schema(T.StructType([data_field])).fields[0]
+    data = to_delta_schema(T.StructType([data_field])).fields[0]
     merged = merge_schemas(StructType((table_field,)), StructType((data,))).fields[0]
     if merged == table_field or not _fits(data.data_type, merged.data_type):
         return None
@@ -613,7 +615,7 @@ def _fits(given: DataType, target: DataType) -> bool:
     if isinstance(given, MapType) and isinstance(target, MapType):
         return _fits(given.key_type, target.key_type) and _fits(given.value_type, target.value_type)
     a, b = given.simple_string(), target.simple_string()
-    return a == b or target.to_json_value() in io.WIDENING.get(str(given.to_json_value()), ())
+    return a == b or target.to_json_value() in WIDENING.get(str(given.to_json_value()), ())
 
 
 def _conform(given: T.StructField, target: T.StructField) -> Column | None:
@@ -621,7 +623,7 @@ def _conform(given: T.StructField, target: T.StructField) -> Column | None:
     col = F.col(_q(given.name))
     if _same_type(given.dataType, target.dataType):
         return col.alias(target.name) if given.name != target.name else col
-    if target.dataType.typeName() in io.WIDENING.get(given.dataType.typeName(), ()):
+    if target.dataType.typeName() in WIDENING.get(given.dataType.typeName(), ()):
         return col.cast(target.dataType).alias(target.name)
     return None
 
@@ -686,7 +688,7 @@ def add_schema_features(txn: OptimisticTransaction, schema: StructType) -> None:
     txn.update_protocol(features.required_protocol(meta.configuration if meta else {}, needed, base=protocol))
 
 
-_q = io.quote_name
+_q = quote_name
 
 
 # ---------------------------------------------------------------------------------------------
@@ -715,9 +717,9 @@ def write_checked_files(
     configuration: Mapping[str, str] | None = None,
     schema: StructType | None = None,
 ) -> list[AddFile]:
-    """``io.write_data_files`` where a failed ``check_rows`` check raises ``DeltaAnalysisException``."""
+    """``data_write.write_data_files`` where a failed ``check_rows`` check raises ``DeltaAnalysisException``."""
     try:
-        return io.write_data_files(
+        return data_write.write_data_files(
             df,
             table,
             partition_columns,
@@ -794,7 +796,7 @@ def _replace_where(
     files = txn.filter_files([expr])
     if all(n.lower() in parts for n in refs) or not files:
         return files, checked
-    old = io.read_files_df(spark, snap, files)
+    old = data_read.read_files_df(spark, snap, files)
     kept = (old.alias(target_alias) if target_alias else old).filter(~F.coalesce(spark_cond, F.lit(False)))
     names = [_q(f.name) for f in schema.fields]
     combined = checked.select(*names).unionByName(kept.select(*names), allowMissingColumns=True).select(*names)

@@ -23,7 +23,8 @@ from serialake.core.predicates import expressions as P
 from serialake.core.txn.post_commit import after_commit
 from serialake.core.txn.transaction import OptimisticTransaction
 from serialake.exceptions import DeltaAnalysisException, DeltaTableNotFoundError
-from serialake.spark import dml, io, isolation
+from serialake.spark import dml, isolation
+from serialake.spark.schemas import to_spark_schema
 from serialake.spark.write import write
 from serialake.sql.parser import DIALECT
 from serialake.sql.results import metric, rows
@@ -129,7 +130,7 @@ def _simple_target_filter(query: exp.Expr, path: str, snap: Any) -> str | None:
 
 def _shape_insert(spark: SparkSession, df: DataFrame, schema: StructType, st: Insert) -> DataFrame:
     """The query's rows as table columns: by position (or by the column list / BY NAME), cast."""
-    spark_schema = io.to_spark_schema(schema)
+    spark_schema = to_spark_schema(schema)
     types = {f.name.lower(): f for f in spark_schema.fields}
     static = {k.lower(): v for k, v in st.static_partition.items()}
     for col in static:

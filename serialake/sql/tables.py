@@ -31,7 +31,7 @@ from serialake.core import DeltaLog
 from serialake.core.log.snapshot import Snapshot
 from serialake.core.tables import catalog
 from serialake.exceptions import DeltaTableNotFoundError
-from serialake.spark import io, scans
+from serialake.spark import data_read, scans
 from serialake.spark.isolation import read_cut, read_snapshot
 from serialake.spark.read import check_version_readable
 from serialake.sql.errors import SqlError
@@ -206,7 +206,7 @@ def bind_query(
         if pinned is not None and path in pinned and version is None and timestamp is None:
             txn, files = pinned[path]
             assert txn.snapshot is not None
-            df = scans.mark(io.read_files_df(spark, txn.snapshot, files), txn.snapshot)
+            df = scans.mark(data_read.read_files_df(spark, txn.snapshot, files), txn.snapshot)
         else:
             key = (path, version, timestamp)
             snap = binding.snapshots.get(key)
@@ -216,7 +216,7 @@ def bind_query(
             time_travel = version is not None or timestamp is not None
             if time_travel:
                 check_version_readable(snap)
-            df = scans.mark(io.read_files_df(spark, snap, snap.all_files), snap, time_travel=time_travel)
+            df = scans.mark(data_read.read_files_df(spark, snap, snap.all_files), snap, time_travel=time_travel)
         view = exp.to_table(binding.view_of(df))
         alias = node.args.get("alias")
         if alias is not None:

@@ -43,8 +43,9 @@ from pyspark.sql import functions as F
 import serialake
 from serialake.core.log.deltalog import DeltaLog
 from serialake.core.model.actions import AddFile
+from serialake.core.model.paths import absolute_path
 from serialake.exceptions import CommitFailedError, DeltaConcurrentModificationException
-from serialake.spark import io, scans
+from serialake.spark import scans
 from serialake.verify.history import History, Mop, Recorder
 from serialake.verify.txn import TxnResult, error_text, key_name
 from serialake.verify.workload import (
@@ -288,7 +289,7 @@ def commit_lists(table: str, actions: Sequence[Any]) -> list[list[int]]:
     for a in actions:
         if not isinstance(a, AddFile):
             continue
-        data = pq.read_table(io.absolute_path(table, a.path), columns=["v", "pos"]).to_pydict()
+        data = pq.read_table(absolute_path(table, a.path), columns=["v", "pos"]).to_pydict()
         key = (a.partition_values or {}).get("k") or ""
         by_key.setdefault(key, []).extend(zip(data["pos"], data["v"]))
     return [[v for _, v in sorted(pairs)] for pairs in by_key.values()]

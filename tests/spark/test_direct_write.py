@@ -297,7 +297,7 @@ def test_a_job_record_the_driver_cannot_find_is_an_error(tmp_path: Any) -> None:
     """The sink records every job's files, even none: a missing record means the driver looks
     at another storage than the job wrote to, never an empty write."""
     from serialake.exceptions import WrittenFileMissingError
-    from serialake.spark.io import file_stats
+    from serialake.spark.footer_stats import file_stats
 
     table = str(tmp_path / "t")
     os.makedirs(os.path.join(table, "0123456789abcdef"))

@@ -12,7 +12,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from serialake.core import DeltaLog
 from serialake.spark import read, write
-from serialake.spark.io import write_data_files
+from serialake.spark.data_write import write_data_files
 
 deltalake = pytest.importorskip("deltalake")
 

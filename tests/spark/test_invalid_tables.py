@@ -13,8 +13,8 @@ from pyspark.sql import SparkSession
 
 import serialake
 from serialake.core import DeltaLog
+from serialake.core.model.paths import absolute_path
 from serialake.exceptions import InvalidTableError
-from serialake.spark import io
 
 pytestmark = pytest.mark.spark
 
@@ -55,10 +55,10 @@ def test_spark_read_refuses_a_path_outside_the_table(spark: SparkSession, tmp_pa
 
 
 def test_absolute_path_resolution() -> None:
-    assert io.absolute_path("/t", "p=1/a%20b.parquet") == "/t/p=1/a b.parquet"
-    assert io.absolute_path("/t", "p=1/../a.parquet") == "/t/a.parquet"
-    assert io.absolute_path("/t", "/elsewhere/a.parquet") == "/elsewhere/a.parquet"
-    assert io.absolute_path("/t", "file:///elsewhere/a.parquet") == "/elsewhere/a.parquet"
+    assert absolute_path("/t", "p=1/a%20b.parquet") == "/t/p=1/a b.parquet"
+    assert absolute_path("/t", "p=1/../a.parquet") == "/t/a.parquet"
+    assert absolute_path("/t", "/elsewhere/a.parquet") == "/elsewhere/a.parquet"
+    assert absolute_path("/t", "file:///elsewhere/a.parquet") == "/elsewhere/a.parquet"
     for bad in ("../a.parquet", "%2E%2E/a.parquet", "p=1/../../a.parquet"):
         with pytest.raises(InvalidTableError, match="leaves the table directory"):
-            io.absolute_path("/t", bad)
+            absolute_path("/t", bad)

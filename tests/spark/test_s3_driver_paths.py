@@ -5,7 +5,7 @@ RESTORE, CLONE (shallow and deep, from and to S3), GENERATE symlink manifests an
 DELTA, all through ``storage.datafiles``. Tables are created by delta-rs (or serialake's
 Spark writer for deletion vectors), and results are read back by delta-rs and by serialake's
 Spark reader from S3. While the driver paths work, Spark's data path is forbidden
-(``io.read_files_df`` / ``io.write_data_files`` raise), which proves the driver did the work.
+(``data_read.read_files_df`` / ``data_write.write_data_files`` raise), which proves the driver did the work.
 """
 
 from __future__ import annotations
@@ -63,14 +63,14 @@ def options(server: S3Server) -> dict[str, str]:
 @contextmanager
 def _spark_data_path_forbidden() -> Iterator[None]:
     """Spark's data path fails inside: what passes was done on the driver."""
-    from serialake.spark import io
+    from serialake.spark import data_read, data_write
 
     def spark_path(*args: Any, **kwargs: Any) -> Any:
         raise AssertionError("Spark's data path was used")
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(io, "read_files_df", spark_path)
-        mp.setattr(io, "write_data_files", spark_path)
+        mp.setattr(data_read, "read_files_df", spark_path)
+        mp.setattr(data_write, "write_data_files", spark_path)
         yield
 
 
@@ -89,7 +89,7 @@ def _spark_rows(spark: Any, uri: str) -> list[tuple[Any, ...]]:
 
 @pytest.fixture
 def no_retention_check(spark: Any) -> Iterator[None]:
-    from serialake.spark.table import RETENTION_CHECK_CONF
+    from serialake.spark.dml import RETENTION_CHECK_CONF
 
     spark.conf.set(RETENTION_CHECK_CONF, "false")
     yield

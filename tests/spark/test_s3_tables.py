@@ -333,7 +333,7 @@ def test_direct_write_job_on_s3_becomes_add_files(server: S3Server) -> None:
 
     from serialake.core.model.schema import PrimitiveType
     from serialake.spark import direct
-    from serialake.spark.io import file_stats
+    from serialake.spark.footer_stats import file_stats
     from serialake.storage.datafiles import Access
 
     table = _uri(server)
@@ -372,7 +372,7 @@ def test_direct_write_job_on_s3_becomes_add_files(server: S3Server) -> None:
     # enough), never the log or another hidden object.
     import time
 
-    from serialake.spark.table import _remote_vacuum_candidates
+    from serialake.spark.dml.vacuum_command import _remote_vacuum_candidates
 
     files.put(f"{table}/fedcba9876543210/_spark_metadata/0", b"v1\n")
     files.put(f"{table}/_delta_log/_hidden", b"x")

@@ -8,7 +8,8 @@ import threading
 
 import pytest
 
-from serialake.spark import io
+from serialake.exceptions import StorageWriteError
+from serialake.spark.staging import STAGING_DIR, staging_area
 
 pytestmark = pytest.mark.spark
 
@@ -23,7 +24,7 @@ def test_concurrent_staging_areas_never_lose_their_directory(tmp_path) -> None:
         try:
             start.wait()
             for i in range(300):
-                with io.staging_area(table) as staging:
+                with staging_area(table) as staging:
                     assert os.path.isdir(staging)
                     with open(os.path.join(staging, f"part-{i}.parquet"), "wb") as f:
                         f.write(b"x")
@@ -36,13 +37,13 @@ def test_concurrent_staging_areas_never_lose_their_directory(tmp_path) -> None:
     for t in threads:
         t.join(120)
     assert not errors, errors[:3]
-    assert not os.path.exists(os.path.join(table, io.STAGING_DIR))
+    assert not os.path.exists(os.path.join(table, STAGING_DIR))
 
 
 def test_staging_area_that_cannot_be_created_names_the_table(tmp_path) -> None:
     table = tmp_path / "t"
     table.write_text("not a directory")
-    with pytest.raises(io.StorageWriteError) as info:
-        with io.staging_area(str(table)):
+    with pytest.raises(StorageWriteError) as info:
+        with staging_area(str(table)):
             pass
     assert str(table) in str(info.value) and "_staging" in str(info.value)

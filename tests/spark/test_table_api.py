@@ -17,7 +17,7 @@ from serialake.exceptions import (
     InvalidPropertyError,
 )
 from serialake.spark import DeltaTable, read, write
-from serialake.spark.table import RETENTION_CHECK_CONF
+from serialake.spark.dml import RETENTION_CHECK_CONF
 from serialake.sql import sql as serialake_sql
 
 pytestmark = pytest.mark.spark

@@ -22,7 +22,8 @@ from serialake.exceptions import (
     SchemaMismatchError,
 )
 from serialake.spark import DeltaTable, read, write
-from serialake.spark.io import read_files_df, write_data_files
+from serialake.spark.data_read import read_files_df
+from serialake.spark.data_write import write_data_files
 
 pytestmark = pytest.mark.spark
 

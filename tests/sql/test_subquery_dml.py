@@ -118,7 +118,7 @@ def test_subquery_delete_and_an_append_in_both_orders(spark: SparkSession, tmp_p
     log = DeltaLog.for_table(t2)
     txn = log.start_transaction()  # the append, planned from v0
     _planned(spark, delete.replace(t, t2), lambda: None)
-    from serialake.spark.io import write_data_files
+    from serialake.spark.data_write import write_data_files
 
     adds = write_data_files(spark.sql("SELECT 100L AS id"), t2, [])
     txn.commit(adds, operation="WRITE")

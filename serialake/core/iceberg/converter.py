@@ -56,7 +56,7 @@ def after_commit(log: DeltaLog, version: int, configuration: Mapping[str, str]) 
     """The commit path's hook: schedule the conversion of ``version`` when the table is a UniForm table.
 
     Cheap (a property lookup, then a queue). The commit runs it as a step after the commit
-    (``core.post_commit.after_commit``): a failure to schedule is warned about, never raised
+    (``core.txn.post_commit.after_commit``): a failure to schedule is warned about, never raised
     into the commit; the conversion's own failures are logged on its thread (``last_error``).
     """
     if iceberg_enabled(configuration):

@@ -14,7 +14,7 @@ statistics guarantee, widened where they are approximate, and left out otherwise
 - timestamps: Delta's JSON statistics have millisecond precision (writers truncate), so the
   lower bound is the value floored to the millisecond and the upper bound that millisecond
   plus 999 microseconds;
-- strings: Delta keeps a prefix of long strings (``serialake.spark.io.STRING_STATS_PREFIX``
+- strings: Delta keeps a prefix of long strings (``serialake.spark.footer_stats.STRING_STATS_PREFIX``
   = 32 characters; Delta Spark counts UTF-16 units and appends U+10FFFF to a truncated max).
   A prefix is still a lower bound, so the min is always used (cut before a lone surrogate,
   which UTF-8 cannot hold). A max is used only when it is shorter than 32 UTF-16 units:

@@ -34,20 +34,13 @@ READER_WRITER_FEATURES = frozenset(
     }
 )
 
-# Features whose presence does not change how we read (or that we implement on read).
-SUPPORTED_READER_FEATURES = frozenset(
-    {
-        "columnMapping",
-        "deletionVectors",
-        "timestampNtz",
-        "v2Checkpoint",
-        "vacuumProtocolCheck",
-        "typeWidening",
-        "typeWidening-preview",
-        "variantType",
-        "variantType-preview",
-    }
-)
+# Features whose presence does not change how we read (or that we implement on read): every
+# reader-writer feature but shredded variants and catalog-managed tables (a catalog owns their commits).
+SUPPORTED_READER_FEATURES = READER_WRITER_FEATURES - {
+    "variantShredding-preview",
+    "catalogManaged",
+    "catalogOwned-preview",
+}
 
 # Writer features we honour on every write.
 SUPPORTED_WRITER_FEATURES = frozenset(

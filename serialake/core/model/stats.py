@@ -14,7 +14,7 @@ def stats_columns(file_schema: StructType, configuration: Mapping[str, str]) -> 
     """Leaf columns (paths of names, type) that get stats: the first ``dataSkippingNumIndexedCols``.
 
     Arrays and maps count as leaves but get no stats. Writers collect exactly these
-    (``serialake.spark.io``); clustering columns must be among them (``model.clustering``).
+    (``serialake.spark.footer_stats``); clustering columns must be among them (``model.clustering``).
     """
     limit = props.get(configuration, "delta.dataSkippingNumIndexedCols")
     leaves: list[tuple[tuple[str, ...], DataType]] = []

@@ -10,7 +10,7 @@
 - operations, one ``*_command`` module each (as Delta's ``DeleteCommand``...): ``delete``,
   ``update``, ``merge``, ``optimize``, ``restore``, ``insert`` (a non-blind append),
   ``reorg`` (REORG ... APPLY (PURGE)), ``drop_feature``, ``alter`` (ADD COLUMNS, ALTER
-  COLUMN, UNSET TBLPROPERTIES); this package exposes their entry points (``dml.delete``,
+  COLUMN, UNSET TBLPROPERTIES), ``vacuum``; this package exposes their entry points (``dml.delete``,
   ``dml.run_delete``, ``dml.merge``...), each module loaded on first use;
 - driver paths (pyarrow, exact subset only): ``driver_files`` (reading and writing data
   files, finding rows, the one rewrite loop), ``driver_merge``, ``driver_compaction``; the
@@ -57,6 +57,7 @@ if TYPE_CHECKING:
         run_restore,
     )
     from serialake.spark.dml.update_command import run_update, update
+    from serialake.spark.dml.vacuum_command import RETENTION_CHECK_CONF, vacuum
 
 # Each name's module, imported on first use: an operation loads only the modules it runs.
 _MODULE_OF = {
@@ -98,6 +99,8 @@ _MODULE_OF = {
     "run_restore": "restore_command",
     "run_update": "update_command",
     "update": "update_command",
+    "RETENTION_CHECK_CONF": "vacuum_command",
+    "vacuum": "vacuum_command",
 }
 
 __all__ = [
@@ -108,6 +111,7 @@ __all__ = [
     "DeltaOptimizeBuilder",
     "DmlResult",
     "FILE_COL",
+    "RETENTION_CHECK_CONF",
     "ROW_COL",
     "TARGET_ALIAS",
     "add_columns",
@@ -139,6 +143,7 @@ __all__ = [
     "unset_properties",
     "update",
     "upgrade_uniform",
+    "vacuum",
 ]
 
 

@@ -33,8 +33,10 @@ from serialake.exceptions import (
     DeltaTableNotFoundError,
     UnsupportedFeatureError,
 )
-from serialake.spark import io
+from serialake.spark import data_read
+from serialake.spark.columns import column_mapping_mode, quote_name
 from serialake.spark.dml.kernel import open_transaction
+from serialake.spark.schemas import to_delta_schema
 
 __all__ = ["add_columns", "change_column", "cluster_by", "drop_columns", "rename_column", "unset_properties"]
 
@@ -59,7 +61,7 @@ def add_columns(
         added = StructType.from_ddl(columns).fields
     else:
         struct = columns if isinstance(columns, T.StructType) else T.StructType(list(columns))
-        added = io.to_delta_schema(struct).fields
+        added = to_delta_schema(struct).fields
     if not added:
         raise DeltaIllegalArgumentException(f"ADD COLUMNS on table {table}: no columns given")
     seen = {n.lower() for n in snap.schema.field_names}
@@ -143,7 +145,7 @@ def change_column(
 
 def _require_mapping(snap: Any, action: str) -> None:
     """Renaming and dropping columns rewrite no file: they need column mapping (``name`` or ``id``)."""
-    if io.column_mapping_mode(snap) == "none":
+    if column_mapping_mode(snap) == "none":
         raise DeltaAnalysisException(
             f"Cannot {action} of table {snap.table_path}: it needs column mapping, so that data files keep the "
             "column under its physical name. Enable it with ALTER TABLE ... SET TBLPROPERTIES "
@@ -289,8 +291,8 @@ def _check_no_nulls(spark: SparkSession, txn: Any, snap: Any, column: Sequence[s
     files = txn.read_whole_table()
     if not files:
         return
-    col = F.col(".".join(io.quote_name(p) for p in column))
-    nulls = io.read_files_df(spark, snap, files).filter(col.isNull()).count()
+    col = F.col(".".join(quote_name(p) for p in column))
+    nulls = data_read.read_files_df(spark, snap, files).filter(col.isNull()).count()
     if nulls:
         raise DeltaAnalysisException(
             f"Cannot SET NOT NULL on column '{'.'.join(column)}' of table {table}: {nulls} row(s) at version "

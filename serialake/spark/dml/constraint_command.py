@@ -20,7 +20,7 @@ from pyspark.sql import functions as F
 from serialake.core.model import constraints, features
 from serialake.core.txn.written import BeforeCommit, commit_or_clean_up
 from serialake.exceptions import DeltaAnalysisException
-from serialake.spark import invariants, io
+from serialake.spark import data_read, invariants
 from serialake.spark.dml.kernel import open_transaction
 
 __all__ = ["add_constraint", "drop_constraint"]
@@ -51,7 +51,7 @@ def add_constraint(
     invariants.check_definitions(spark, snap.schema, {key: expression}, table)
     files = txn.read_whole_table()
     if files:
-        rows = io.read_files_df(spark, snap, files)
+        rows = data_read.read_files_df(spark, snap, files)
         violating = rows.filter(~F.coalesce(F.expr(expression), F.lit(False))).count()
         if violating:
             raise DeltaAnalysisException(

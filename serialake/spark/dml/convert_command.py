@@ -33,9 +33,14 @@ from serialake.core import DeltaLog
 from serialake.core.model.actions import AddFile, Metadata, encode_path
 from serialake.core.model.paths import parquet_metadata
 from serialake.core.model.schema import StructType
+from serialake.core.model.stats import stats_columns
 from serialake.exceptions import DeltaAnalysisException, DeltaIllegalArgumentException
-from serialake.spark import io
+from serialake.spark import data_write
+from serialake.spark.columns import data_fields
 from serialake.spark.dml.kernel import json_list
+from serialake.spark.footer_stats import file_stats
+from serialake.spark.partition_values import hive_partition_values, is_hidden
+from serialake.spark.schemas import to_delta_schema
 from serialake.spark.write import add_schema_features, nullable_type
 from serialake.storage.datafiles import Access, DataFileStatus, is_remote
 
@@ -95,10 +100,10 @@ def convert_to_delta(
             f"Cannot CONVERT TO DELTA {table}: partition column(s) {', '.join(sorted(clash))} are also stored "
             "in the data files"
         )
-    schema = io.to_delta_schema(T.StructType(list(data_schema.fields) + list(parts.fields)))
+    schema = to_delta_schema(T.StructType(list(data_schema.fields) + list(parts.fields)))
     part_names = [f.name for f in parts.fields]
-    indexed = io.stats_columns(StructType(tuple(io.data_fields(schema, part_names))), {})
-    zone = io.session_zone(spark)
+    indexed = stats_columns(StructType(tuple(data_fields(schema, part_names))), {})
+    zone = data_write.session_zone(spark)
     spark_types = {f.name: f.dataType for f in parts.fields}
     adds = []
     for rel, values in files:
@@ -109,7 +114,7 @@ def convert_to_delta(
             st = os.stat(full)
             size, mtime, footer = st.st_size, int(st.st_mtime * 1000), pq.read_metadata(full)
         typed = {
-            name: io.format_partition_value(value, spark_types[name], zone) for name, value in values.items()
+            name: data_write.format_partition_value(value, spark_types[name], zone) for name, value in values.items()
         }
         adds.append(
             AddFile(
@@ -118,7 +123,7 @@ def convert_to_delta(
                 size=size,
                 modification_time=mtime,
                 data_change=True,
-                stats=io.file_stats(footer, indexed),
+                stats=file_stats(footer, indexed),
             )
         )
     txn = log.start_transaction()
@@ -153,7 +158,7 @@ def _data_files(
     depth = len(partition_columns)
     for segments, names in _directories(table, partition_columns, listing):
         for name in names:
-            if io.is_hidden(name, partition_columns) or name.endswith(".crc"):
+            if is_hidden(name, partition_columns) or name.endswith(".crc"):
                 continue
             rel = posixpath.join(*segments, name) if segments else name
             if len(segments) != depth:
@@ -163,7 +168,7 @@ def _data_files(
                     "the partition columns in directory order (PARTITIONED BY (...))."
                 )
             try:
-                out.append((rel, io.hive_partition_values(segments, partition_columns)))
+                out.append((rel, hive_partition_values(segments, partition_columns)))
             except ValueError as e:
                 raise DeltaAnalysisException(f"Cannot CONVERT TO DELTA {table}: file {rel}: {e}") from None
     return out
@@ -176,14 +181,14 @@ def _directories(
     if listing is None:
         found = []
         for root, dirs, names in os.walk(table):
-            dirs[:] = sorted(d for d in dirs if not io.is_hidden(d, partition_columns))
+            dirs[:] = sorted(d for d in dirs if not is_hidden(d, partition_columns))
             rel_dir = os.path.relpath(root, table)
             found.append(([] if rel_dir == "." else rel_dir.split(os.sep), sorted(names)))
         return found
     by_dir: dict[tuple[str, ...], list[str]] = {}
     for path in listing:
         *segments, name = path.split("/")
-        if not any(io.is_hidden(s, partition_columns) for s in segments):
+        if not any(is_hidden(s, partition_columns) for s in segments):
             by_dir.setdefault(tuple(segments), []).append(name)
     return [(list(d), sorted(by_dir[d])) for d in sorted(by_dir)]
 

@@ -26,7 +26,7 @@ from serialake.core.model.actions import Action, AddCDCFile, AddFile, now_ms
 from serialake.core.predicates import expressions as P
 from serialake.core.txn.transaction import OptimisticTransaction
 from serialake.core.txn.written import BeforeCommit, commit_or_clean_up
-from serialake.spark import io
+from serialake.spark import data_read
 from serialake.spark.dml import engine
 from serialake.spark.dml.kernel import (
     FILE_COL,
@@ -102,8 +102,8 @@ def _partition_matches(
     """Files whose partition values satisfy ``cond`` (evaluated by Spark on one row per file, no data read)."""
     if not files:
         return []
-    rows = [[f.path, *io.partition_row(snap, f)] for f in files]
-    schema = T.StructType([T.StructField(FILE_COL, T.StringType(), False), *io.partition_schema(snap).fields])
+    rows = [[f.path, *data_read.partition_row(snap, f)] for f in files]
+    schema = T.StructType([T.StructField(FILE_COL, T.StringType(), False), *data_read.partition_schema(snap).fields])
     df = spark.createDataFrame(rows, schema).alias(alias)
     hit = {r[0] for r in df.filter(is_true(cond)).select(FILE_COL).collect()}
     return [f for f in files if f.path in hit]

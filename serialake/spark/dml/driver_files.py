@@ -46,12 +46,17 @@ from serialake.core.log.snapshot import Snapshot
 from serialake.core.model import column_mapping as cm
 from serialake.core.model import constraints, uniform
 from serialake.core.model.actions import AddCDCFile, AddFile, decode_path, encode_path
+from serialake.core.model.paths import absolute_path
 from serialake.core.model.schema import StructField, StructType, physical_name
+from serialake.core.model.stats import stats_columns
 from serialake.core.model.types import arrow_type
 from serialake.core.predicates import row_eval
 from serialake.core.predicates.expressions import Expr
 from serialake.core.predicates.values import NotExact
-from serialake.spark import io
+from serialake.spark.columns import WRITE_SIDE_METADATA, column_mapping_mode, data_fields
+from serialake.spark.footer_stats import file_stats
+from serialake.spark.partition_values import typed_partition_value
+from serialake.spark.staging import data_write_error, fsync_dirs, publish_staged, staging_area
 from serialake.storage.datafiles import Access, is_remote
 
 __all__ = [
@@ -92,9 +97,9 @@ class DriverTable:
         if constraints.check_constraints(snap.configuration):
             raise NotExact("CHECK constraints")
         for f in snap.schema.fields:
-            if any(k.startswith(io.WRITE_SIDE_METADATA) for k in f.metadata):
+            if any(k.startswith(WRITE_SIDE_METADATA) for k in f.metadata):
                 raise NotExact(f"generated or identity column {f.name}")
-        stored = tuple(io.data_fields(snap.schema, snap.partition_columns))
+        stored = tuple(data_fields(snap.schema, snap.partition_columns))
         fields = []
         for f in stored:
             t = arrow_type(f.data_type)
@@ -102,7 +107,7 @@ class DriverTable:
                 raise NotExact(f"column {f.name} of type {f.data_type}")
             fields.append(pa.field(f.name, t, nullable=True))
         physical: dict[str, str] = {}
-        if io.column_mapping_mode(snap) != "none":
+        if column_mapping_mode(snap) != "none":
             physical = {f.name: physical_name(f) for f in snap.schema.fields}
         compat = uniform.compat_v2(snap.configuration)
         return DriverTable(snap, stored, pa.schema(fields), physical, compat)
@@ -118,11 +123,11 @@ class DriverTable:
 
     @contextmanager
     def staging(self) -> Iterator[str | None]:
-        """Where ``write`` stages files: ``io.staging_area`` locally; None on S3 (nothing is staged)."""
+        """Where ``write`` stages files: ``staging_area`` locally; None on S3 (nothing is staged)."""
         if self.remote:
             yield None
             return
-        with io.staging_area(self.path) as staging:
+        with staging_area(self.path) as staging:
             yield staging
 
     def rel_dir(self, add: AddFile) -> str:
@@ -147,7 +152,7 @@ class DriverTable:
         import pyarrow as pa
         import pyarrow.parquet as pq
 
-        path = io.absolute_path(self.path, add.path)
+        path = absolute_path(self.path, add.path)
         schema = self.schema if columns is None else pa.schema([self.schema.field(c) for c in columns])
         if self.physical:  # column mapping: read by physical names, shown under the table's names
             shown = schema
@@ -220,11 +225,11 @@ class DriverTable:
         if f is None or t is None:
             raise NotExact(f"partition column {part}")
         raw = next((v for k, v in (add.partition_values or {}).items() if k.lower() == part.lower()), None)
-        return pa.scalar(io.typed_partition_value(raw, f.data_type, table=self.path, column=part), t)
+        return pa.scalar(typed_partition_value(raw, f.data_type, table=self.path, column=part), t)
 
     def stats_columns(self) -> list[tuple[tuple[str, ...], Any]]:
         stored = StructType(self.stored)
-        return io.stats_columns(cm.physical_schema(stored) if self.physical else stored, self.snap.configuration)
+        return stats_columns(cm.physical_schema(stored) if self.physical else stored, self.snap.configuration)
 
     def _as_stored(self, table: Any, partition_values: Mapping[str, str | None]) -> Any:
         """``table`` (table names) as written to a column-mapped table's files: physical names, field
@@ -239,7 +244,7 @@ class DriverTable:
                 if t is None:
                     raise NotExact(f"partition column {name}")
                 raw = partition_values.get(self.physical[name])
-                value = io.typed_partition_value(raw, f.data_type, table=self.path, column=name)
+                value = typed_partition_value(raw, f.data_type, table=self.path, column=name)
                 table = table.append_column(pa.field(name, t), pa.repeat(pa.scalar(value, t), table.num_rows))
         by_column = [fields.get(c) for c in table.column_names]  # None: not a table column (_change_type)
         table = table.rename_columns([self.physical.get(c, c) for c in table.column_names])
@@ -278,13 +283,13 @@ class DriverTable:
             try:
                 os.makedirs(os.path.join(staging, rel_dir), exist_ok=True)
                 pq.write_table(table, target, compression="snappy")
-                add = io.publish_staged(self.path, staging, rel_dir, name, dict(partition_values), indexed, data_change)
+                add = publish_staged(self.path, staging, rel_dir, name, dict(partition_values), indexed, data_change)
             except OSError as e:
                 try:
                     os.remove(target)
                 except OSError:
                     pass
-                raise io.data_write_error(self.path, target, e) from e
+                raise data_write_error(self.path, target, e) from e
         if add is not None and self.compat:  # written for IcebergCompatV2: tagged, as Delta's writers do
             add = dataclasses.replace(add, tags={**(add.tags or {}), uniform.COMPAT_TAG: uniform.COMPAT_VERSION})
         return add
@@ -319,14 +324,14 @@ class DriverTable:
                 files.delete(target)
                 raise
         except OSError as e:
-            raise io.data_write_error(self.path, target, e) from e
+            raise data_write_error(self.path, target, e) from e
         return AddFile(
             path=encode_path(rel_path),
             partition_values=dict(partition_values),
             size=size,
             modification_time=mtime,
             data_change=data_change,
-            stats=io.file_stats(metadata, indexed),
+            stats=file_stats(metadata, indexed),
         )
 
     def discard(self, adds: Sequence[AddFile]) -> None:
@@ -335,13 +340,13 @@ class DriverTable:
             files = Access()
             for add in adds:
                 try:
-                    files.delete(io.absolute_path(self.path, add.path))
+                    files.delete(absolute_path(self.path, add.path))
                 except OSError:
                     pass
             return
         for add in adds:
             try:
-                os.remove(io.absolute_path(self.path, add.path))
+                os.remove(absolute_path(self.path, add.path))
             except OSError:
                 pass
 
@@ -352,10 +357,10 @@ class DriverTable:
         if self.remote:
             return
         try:
-            io.fsync_dirs(self.path, {posixpath.dirname(decode_path(a.path)) for a in adds})
+            fsync_dirs(self.path, {posixpath.dirname(decode_path(a.path)) for a in adds})
         except OSError as e:
             self.discard(adds)
-            raise io.data_write_error(self.path, e.filename or self.path, e) from e
+            raise data_write_error(self.path, e.filename or self.path, e) from e
 
 
 _Job = TypeVar("_Job")

@@ -21,8 +21,8 @@ from collections import defaultdict
 
 from serialake.core import DeltaLog
 from serialake.core.model.actions import decode_path
+from serialake.core.model.paths import absolute_path
 from serialake.exceptions import DeltaIllegalArgumentException, DeltaTableNotFoundError, UnsupportedFeatureError
-from serialake.spark import io
 from serialake.storage.datafiles import Access, is_remote
 
 __all__ = ["MANIFEST_DIR", "generate"]
@@ -53,7 +53,7 @@ def generate(table_path: str, mode: str) -> int:
     for f in snap.all_files:
         rel = decode_path(f.path)
         directory = posixpath.dirname(rel) if snap.partition_columns and "://" not in rel else ""
-        groups[directory].append(_uri(io.absolute_path(table, f.path)))
+        groups[directory].append(_uri(absolute_path(table, f.path)))
     if not groups and not snap.partition_columns:
         groups[""] = []  # an empty table: an empty manifest
     if is_remote(table):

@@ -60,8 +60,10 @@ from serialake.exceptions import (
     DeltaIllegalArgumentException,
     DeltaTableNotFoundError,
 )
-from serialake.spark import cdf, invariants, io, scans
+from serialake.spark import cdf, data_read, invariants, scans
 from serialake.spark.backend import backend
+from serialake.spark.columns import quote_name
+from serialake.spark.schemas import to_spark_schema
 from serialake.spark.streaming import batch_txn
 from serialake.spark.write import check_not_null, write_checked_files
 
@@ -254,15 +256,16 @@ def read_target(
     spark: SparkSession, snap: Snapshot, files: Sequence[AddFile], alias: str, *, with_rows: bool = True
 ) -> DataFrame:
     """The rows of ``files`` under ``alias``, with ``FILE_COL``/``ROW_COL`` (AddFile path, Parquet row)."""
-    df = io.read_files_df(spark, snap, files, with_file_path=with_rows)
+    df = data_read.read_files_df(spark, snap, files, with_file_path=with_rows)
     if with_rows:
-        df = df.withColumnRenamed(io.FILE_COLUMN, FILE_COL).withColumnRenamed(io.ROW_INDEX_COLUMN, ROW_COL)
+        df = df.withColumnRenamed(data_read.FILE_COLUMN, FILE_COL)
+        df = df.withColumnRenamed(data_read.ROW_INDEX_COLUMN, ROW_COL)
     return df.alias(alias)
 
 
 def target_col(alias: str, name: str) -> Column:
     """A target column referenced through its alias (unambiguous next to a source)."""
-    return F.col(f"{io.quote_name(alias)}.{io.quote_name(name)}")
+    return F.col(f"{quote_name(alias)}.{quote_name(name)}")
 
 
 def live_rows(table: str, add: AddFile) -> int | None:
@@ -346,9 +349,9 @@ def file_rows_df(
 
 def table_columns(snap: Snapshot, df: DataFrame, alias: str | None = None) -> list[Column]:
     """The table's columns of ``df`` in table order, cast to the table types."""
-    spark_schema = io.to_spark_schema(snap.schema)
+    spark_schema = to_spark_schema(snap.schema)
     return [
-        (target_col(alias, f.name) if alias else F.col(io.quote_name(f.name))).cast(f.dataType).alias(f.name)
+        (target_col(alias, f.name) if alias else F.col(quote_name(f.name))).cast(f.dataType).alias(f.name)
         for f in spark_schema.fields
     ]
 
@@ -560,7 +563,7 @@ def retire_touched(table: str, touched: Iterable[Touched], stamp: int, *, dvs: b
 def probe(spark: SparkSession, snap: Snapshot, alias: str, cond: Column, what: str) -> DataFrame:
     """An empty table-shaped DataFrame filtered by ``cond``: analysis only (no job), for errors and SQL."""
     try:
-        empty = spark.createDataFrame([], io.to_spark_schema(snap.schema)).alias(alias)
+        empty = spark.createDataFrame([], to_spark_schema(snap.schema)).alias(alias)
         return empty.filter(cond)
     except AnalysisException as e:
         raise analysis_error(snap.table_path, f"{what} condition", e) from None
@@ -616,7 +619,7 @@ def updated_columns(
 ) -> list[Column]:
     """Table columns where the first branch whose guard holds assigns its values (others keep theirs)."""
     out: list[Column] = []
-    for f in io.to_spark_schema(snap.schema).fields:
+    for f in to_spark_schema(snap.schema).fields:
         current = target_col(alias, f.name)
         value: Column | None = None
         for guard, assigned in reversed(branches):

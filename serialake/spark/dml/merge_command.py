@@ -24,10 +24,14 @@ only a necessary condition for a UDF, a non-equi or a multi-key condition, so Sp
 its TRUE rows too). A new target row some source row matches conflicts: it could have changed
 a matched clause's outcome or a NOT MATCHED insert.
 
-Execution: one aggregate job finds the target rows each clause changes (and fails on
-multiple matches), then one write job produces the new files: updated rows, inserted
-rows, and (copy-on-write) the unchanged rows of touched files. With deletion vectors the
-changed rows are marked deleted instead of copying the rest of their files.
+Execution: this module plans (clauses resolved, schema evolution, the read predicate) and
+commits; the data work is asked once of ``engine.for_dml(spark).merge(run)`` (``dml/engine.py``
+picks the engine). The driver engine (``engines/driver.py``) joins the source with the
+candidate files in pyarrow when the result is provably Spark's; otherwise the Spark engine
+(``engines/spark_merge.py``) runs one aggregate job that finds the target rows each clause
+changes (and fails on multiple matches), then one write job that produces the new files:
+updated rows, inserted rows, and (copy-on-write) the unchanged rows of touched files. With
+deletion vectors the changed rows are marked deleted instead of copying the rest of their files.
 
 On a table recording change data (``delta.enableChangeDataFeed``) the same write records
 every change as Delta does: deleted rows (``delete``), updated rows before and after
@@ -60,8 +64,9 @@ from serialake.core.predicates import expressions as P
 from serialake.core.txn import row_level
 from serialake.core.txn.written import BeforeCommit, commit_or_clean_up
 from serialake.exceptions import DeltaAnalysisException, DeltaIllegalArgumentException
-from serialake.spark import io, scans
+from serialake.spark import scans
 from serialake.spark.arguments import check_assignments, check_condition
+from serialake.spark.columns import quote_name
 from serialake.spark.dml import engine
 from serialake.spark.dml.engines.spark_merge import (
     INSERT,
@@ -91,6 +96,7 @@ from serialake.spark.dml.kernel import (
     to_column,
 )
 from serialake.spark.errors import pyspark_errors
+from serialake.spark.schemas import to_delta_schema, to_spark_schema
 from serialake.spark.write import add_schema_features
 
 __all__ = ["AUTO_MERGE_CONF", "DeltaMergeBuilder", "MAX_KEY_VALUES", "merge", "merge_result_df"]
@@ -275,7 +281,7 @@ class _MergeRun(SparkMerge):
     # -- planning -----------------------------------------------------------------
     def run(self) -> DmlResult:
         snap = self.snap
-        empty = self.spark.createDataFrame([], io.to_spark_schema(snap.schema)).alias(self.alias)
+        empty = self.spark.createDataFrame([], to_spark_schema(snap.schema)).alias(self.alias)
         try:
             probe = empty.join(self.source, self.cond, "inner")
         except AnalysisException as e:
@@ -299,7 +305,7 @@ class _MergeRun(SparkMerge):
         star = any(c.star for c in clauses)
         named = {assigned_column(k, self.alias).lower() for c in clauses if not c.star for k in (c.assignments or {})}
         wanted = [f for f in self.source.schema.fields if star or f.name.lower() in named]
-        evolved = merge_schemas(self.snap.schema, io.to_delta_schema(T.StructType(wanted)))
+        evolved = merge_schemas(self.snap.schema, to_delta_schema(T.StructType(wanted)))
         if evolved == self.snap.schema:
             return False
         self.txn.update_metadata(replace(self.snap.metadata, schema_string=evolved.to_json()))
@@ -458,7 +464,7 @@ class _MergeRun(SparkMerge):
 
     def _source_key(self, col: P.Column) -> tuple[DataFrame, T.DataType] | None:
         """The source key column as a one-column DataFrame ``k`` and its type (None: odd type or name)."""
-        name = ".".join(io.quote_name(p) for p in [*(col.qualifier.split(".") if col.qualifier else []), col.name])
+        name = ".".join(quote_name(p) for p in [*(col.qualifier.split(".") if col.qualifier else []), col.name])
         try:
             keys = self.source.select(F.col(name).alias("k"))
         except AnalysisException:

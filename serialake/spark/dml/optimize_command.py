@@ -36,16 +36,18 @@ from serialake.core.log.snapshot import Snapshot
 from serialake.core.model import clustering
 from serialake.core.model import properties as props
 from serialake.core.model.actions import Action, AddFile, FileAction, RemoveFile, now_ms
-from serialake.core.model.paths import parquet_metadata
+from serialake.core.model.paths import absolute_path, parquet_metadata
 from serialake.core.model.schema import StructType
+from serialake.core.model.stats import stats_columns
 from serialake.core.predicates import expressions as P
 from serialake.core.predicates import skipping
 from serialake.core.txn.post_commit import after_commit
 from serialake.core.txn.row_level import COMPACTED_FROM_TAG
 from serialake.core.txn.written import BeforeCommit, commit_or_clean_up
 from serialake.exceptions import DeltaAnalysisException, DeltaIllegalArgumentException
-from serialake.spark import io
+from serialake.spark import data_read
 from serialake.spark.backend import backend
+from serialake.spark.columns import data_fields, quote_name
 from serialake.spark.dml import engine
 from serialake.spark.dml.engine import Engine
 from serialake.spark.dml.kernel import (
@@ -200,7 +202,7 @@ class DeltaOptimizeBuilder:
             )
         names = self._zorder_columns(snap, columns)
         files = self._selected_files(snap)
-        adds = self._write_zordered(snap, files, [F.col(io.quote_name(n)) for n in names])
+        adds = self._write_zordered(snap, files, [F.col(quote_name(n)) for n in names])
         cubes = len({_partition_key(f) for f in files})  # one z-ordered cube per partition
         return self._commit(txn, snap, files, adds, files, cubes, names, start, before_commit)
 
@@ -231,7 +233,7 @@ class DeltaOptimizeBuilder:
         if not files:
             return []
         n_files = max(1, math.ceil(file_bytes(files) / self._target_size(snap)))
-        df = io.read_files_df(self._spark, snap, files)
+        df = data_read.read_files_df(self._spark, snap, files)
         return write_rows(snap, _zordered(df, list(snap.partition_columns), keys, n_files), data_change=False)
 
     # -- planning -----------------------------------------------------------------
@@ -449,8 +451,8 @@ def _metrics(
     # Inputs an earlier OPTIMIZE clustered (removes do not say: their adds among the considered files do).
     providers = {f.path: f.clustering_provider for f in considered}
     clustered = [f for f in removed if providers.get(f.path)]
-    stored = StructType(tuple(io.data_fields(snap.schema, snap.partition_columns)))
-    columns = io.stats_columns(stored, snap.configuration)
+    stored = StructType(tuple(data_fields(snap.schema, snap.partition_columns)))
+    columns = stats_columns(stored, snap.configuration)
     end_ms = now_ms()
     return {
         "numAddedFiles": len(added),
@@ -527,7 +529,7 @@ def _live(snap: Snapshot, f: AddFile) -> int:
     n = live_rows(snap.table_path, f)
     if n is not None:
         return n
-    total = parquet_metadata(io.absolute_path(snap.table_path, f.path), f.size).num_rows
+    total = parquet_metadata(absolute_path(snap.table_path, f.path), f.size).num_rows
     return total - (f.deletion_vector.cardinality if f.deletion_vector else 0)
 
 
@@ -538,7 +540,7 @@ def _live(snap: Snapshot, f: AddFile) -> int:
 
 def _zordered(df: DataFrame, partition_columns: list[str], columns: list[Column], n_files: int) -> DataFrame:
     """``df`` clustered by the z-value of ``columns`` within each partition (``n_files`` ranges)."""
-    parts = [F.col(io.quote_name(c)) for c in partition_columns]
+    parts = [F.col(quote_name(c)) for c in partition_columns]
     bits = max(1, min(ZORDER_BITS, 62 // len(columns)))
     scale = float((1 << bits) - 1)
     ranks: list[Column] = []
@@ -558,7 +560,7 @@ def _zordered(df: DataFrame, partition_columns: list[str], columns: list[Column]
     else:
         out = out.repartitionByRange(n_files, *parts, F.col(_Z))
     out = out.sortWithinPartitions(*parts, F.col(_Z))
-    return out.select(*[F.col(io.quote_name(c)) for c in df.columns])
+    return out.select(*[F.col(quote_name(c)) for c in df.columns])
 
 
 # ---------------------------------------------------------------------------------------------

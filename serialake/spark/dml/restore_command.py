@@ -16,10 +16,10 @@ from pyspark.sql import types as T
 
 from serialake.core.dv.deletion_vectors import dv_absolute_path
 from serialake.core.model.actions import Action, now_ms
+from serialake.core.model.paths import absolute_path
 from serialake.core.model.paths import file_exists as _exists
 from serialake.core.txn.written import BeforeCommit, commit_or_clean_up
 from serialake.exceptions import DeltaAnalysisException, DeltaIllegalArgumentException, DeltaTableNotFoundError
-from serialake.spark import io
 from serialake.spark.dml.kernel import DmlResult, file_bytes, open_transaction, result_df
 
 __all__ = ["restore", "restoreToTimestamp", "restoreToVersion", "restore_metrics_df", "run_restore"]
@@ -93,7 +93,7 @@ def run_restore(
     then_files = {f.key: f for f in old.all_files}
     to_add = [f for k, f in then_files.items() if k not in now_files]
     to_remove = [f for k, f in now_files.items() if k not in then_files]
-    missing = [f.path for f in to_add if not _exists(io.absolute_path(table, f.path))]
+    missing = [f.path for f in to_add if not _exists(absolute_path(table, f.path))]
     missing += [
         f"{f.path} (deletion vector)"
         for f in to_add

@@ -46,7 +46,7 @@ How: PySpark's Python data source API (``pyspark.sql.datasource``, streaming fro
 registers the source and hands Spark the schema and the metadata in its options. Spark runs
 the offsets and partitions (``DeltaStreamReader``) in a Python process of its own, where
 this module reads the log; each micro-batch's files are spread over tasks that read them
-on the executors with pyarrow, as for tables on S3 (``spark.remote``'s reader: partition
+on the executors with pyarrow, as for tables on S3 (``spark.arrow_reader``: partition
 values from the log, deletion vectors, column mapping by physical name, local paths and
 ``s3://`` objects alike). The S3 settings of the driver travel with the source class (never
 in the options, which Spark shows in plans).
@@ -58,7 +58,7 @@ import hashlib
 import json
 import re
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import replace
 from typing import Any, ClassVar
 
 import pyspark.sql.types as T
@@ -71,18 +71,30 @@ from serialake.core.log import cdf as core_cdf
 from serialake.core.log.deltalog import CommitEntry, format_ms, to_millis
 from serialake.core.model import properties as props
 from serialake.core.model.actions import AddFile, CommitInfo, Metadata, RemoveFile
-from serialake.core.model.identity import HIGH_WATER_MARK
-from serialake.core.model.schema import PrimitiveType, StructField, StructType, physical_name
+from serialake.core.model.column_mapping import mapping_mode
+from serialake.core.model.schema import PrimitiveType, StructField, StructType
 from serialake.exceptions import (
     DeltaAnalysisException,
-    DeltaError,
     DeltaIllegalArgumentException,
     DeltaTableNotFoundError,
 )
-from serialake.spark import io
+from serialake.spark.arrow_reader import ReadColumn, ReadTask, read_bins, read_task
 from serialake.spark.backend import backend
 from serialake.spark.cdf import changes_schema
-from serialake.spark.remote import _TARGET_TASK_BYTES, _bins, _Column, _plan, _ReadTask
+from serialake.spark.schemas import to_spark_schema
+from serialake.spark.streaming.changes import CHANGE_TYPE, change_bins, read_changes
+from serialake.spark.streaming.metadata_changes import column_list, metadata_changes
+from serialake.spark.streaming.offsets import (
+    BASE_INDEX,
+    END_INDEX,
+    SOURCE_VERSION,
+    Admission,
+    Barrier,
+    Offset,
+    StreamingSourceError,
+    VersionFiles,
+)
+from serialake.spark.streaming.options import DEFAULT_MAX_FILES, StreamOptions, flag, getter
 from serialake.storage.datafiles import Access
 from serialake.storage.s3 import S3LogStore, split_s3_uri, store_with
 
@@ -102,141 +114,6 @@ __all__ = ["DeltaStreamReader", "DeltaStreamSource", "StreamingSourceError", "St
 
 #: The name of the option carrying the stream's table version and metadata (JSON) to Spark's workers.
 CONFIG_OPTION = "serialake.stream"
-#: The change data feed's change type column.
-CHANGE_TYPE = core_cdf.CHANGE_TYPE
-#: Data files per micro-batch when neither limit is given (Delta's default).
-DEFAULT_MAX_FILES = 1000
-#: The ``index`` of an offset before a version's first file.
-BASE_INDEX = -1
-#: The ``index`` of the marker after a version's last file (never in an offset).
-END_INDEX = 2**63 - 1
-_SOURCE_VERSION = 1
-
-
-class StreamingSourceError(DeltaError, RuntimeError):
-    """A streaming read of a Delta table cannot go on (a data change, a metadata change, a gap in the log)."""
-
-
-# ---------------------------------------------------------------------------------------------
-# Options
-# ---------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class StreamOptions:
-    """The reader options a Delta stream takes (names as Delta's, case-insensitive)."""
-
-    starting_version: int | None = None
-    starting_latest: bool = False
-    starting_timestamp: str | None = None
-    max_files: int | None = None
-    max_bytes: int | None = None
-    ignore_deletes: bool = False
-    ignore_changes: bool = False
-    skip_change_commits: bool = False
-    exclude_regex: str | None = None
-
-    @classmethod
-    def parse(cls, options: Mapping[str, Any]) -> StreamOptions:
-        """The options of ``options`` (any other key is left alone); Delta's messages for bad values."""
-        get = _getter(options)
-        version, timestamp = get("startingVersion"), get("startingTimestamp")
-        if version is not None and timestamp is not None:
-            raise DeltaIllegalArgumentException(
-                "[DELTA_STARTING_VERSION_AND_TIMESTAMP_BOTH_SET] Please either provide 'startingVersion' or "
-                "'startingTimestamp'"
-            )
-        starting_version: int | None = None
-        latest = False
-        if version is not None:
-            text = version.strip().lower()
-            if text == "latest":
-                latest = True
-            else:
-                try:
-                    starting_version = int(text)
-                except ValueError:
-                    starting_version = -1
-                if starting_version < 0:
-                    raise DeltaIllegalArgumentException(
-                        f"[DELTA_ILLEGAL_OPTION] Invalid value '{version}' for option 'startingVersion': must be "
-                        "greater than or equal to zero, or 'latest' for the latest version"
-                    )
-        if timestamp is not None:
-            to_millis(timestamp.strip())  # checked now: Delta's message for a string that is no timestamp
-        max_files = get("maxFilesPerTrigger")
-        files: int | None = None
-        if max_files is not None:
-            try:
-                files = int(max_files)
-            except ValueError:
-                files = 0
-            if files <= 0:
-                raise DeltaIllegalArgumentException(
-                    f"[DELTA_ILLEGAL_OPTION] Invalid value '{max_files}' for option 'maxFilesPerTrigger': "
-                    "must be a positive integer"
-                )
-        max_bytes = get("maxBytesPerTrigger")
-        size = None if max_bytes is None else _byte_size(max_bytes, "maxBytesPerTrigger")
-        exclude = get("excludeRegex")
-        if exclude is not None:
-            try:
-                re.compile(exclude)
-            except re.error as e:
-                raise DeltaIllegalArgumentException(
-                    f"[DELTA_REGEX_OPT_SYNTAX_ERROR] Please recheck your syntax for 'excludeRegex': {e}"
-                ) from None
-        return cls(
-            starting_version=starting_version,
-            starting_latest=latest,
-            starting_timestamp=None if timestamp is None else timestamp.strip(),
-            max_files=files,
-            max_bytes=size,
-            ignore_deletes=_flag(get, "ignoreDeletes"),
-            ignore_changes=_flag(get, "ignoreChanges") or _flag(get, "ignoreFileDeletion"),
-            skip_change_commits=_flag(get, "skipChangeCommits"),
-            exclude_regex=exclude,
-        )
-
-    @property
-    def has_start(self) -> bool:
-        return self.starting_version is not None or self.starting_latest or self.starting_timestamp is not None
-
-
-def _getter(options: Mapping[str, Any]) -> Any:
-    lowered = {str(k).lower(): v for k, v in options.items()}
-
-    def get(name: str) -> str | None:
-        value = lowered.get(name.lower())
-        return None if value is None else str(value)
-
-    return get
-
-
-def _flag(get: Any, name: str) -> bool:
-    value = get(name)
-    if value is None:
-        return False
-    text = value.strip().lower()
-    if text not in ("true", "false"):
-        raise DeltaIllegalArgumentException(
-            f"[DELTA_ILLEGAL_OPTION] Invalid value '{value}' for option '{name}': must be 'true' or 'false'"
-        )
-    return text == "true"
-
-
-_SIZE = re.compile(r"^\s*(\d+)\s*([kmgtp]?)(i?b)?\s*$", re.IGNORECASE)
-
-
-def _byte_size(text: str, name: str) -> int:
-    """Spark's byte strings: ``1048576``, ``512k``, ``10m``, ``1g``, ``10mb`` (powers of 1024)."""
-    match = _SIZE.match(text)
-    if match is None or int(match.group(1)) <= 0:
-        raise DeltaIllegalArgumentException(
-            f"[DELTA_ILLEGAL_OPTION] Invalid value '{text}' for option '{name}': must be a positive size in "
-            "bytes, e.g. 1048576, 512k, 10m or 1g"
-        )
-    return int(match.group(1)) * 1024 ** "bkmgtp".index((match.group(2) or "b").lower())
 
 
 # ---------------------------------------------------------------------------------------------
@@ -266,9 +143,9 @@ def load(spark: SparkSession, path: Any, st: dict[str, Any], *, name: str | None
             f"the stream of {name or path} has the table's schema"
         )
     options = {k: v for k, v in st["options"].items() if k != "path"}
-    get = _getter(options)
-    changes = _flag(get, "readChangeFeed") or _flag(get, "readChangeData")
-    if _flag(get, "withEventTimeOrder"):
+    get = getter(options)
+    changes = flag(get, "readChangeFeed") or flag(get, "readChangeData")
+    if flag(get, "withEventTimeOrder"):
         raise DeltaIllegalArgumentException(
             "withEventTimeOrder is not supported by serialake's Delta stream: the initial snapshot is read in "
             "file order, not event-time order"
@@ -303,7 +180,7 @@ def load(spark: SparkSession, path: Any, st: dict[str, Any], *, name: str | None
 def stream_schema(metadata: Metadata, *, changes: bool = False) -> T.StructType:
     """The Spark schema of a stream over a table with ``metadata`` (what a batch read shows); of
     its change data feed: then ``_change_type``, ``_commit_version``, ``_commit_timestamp``."""
-    return changes_schema(metadata.schema) if changes else io.to_spark_schema(metadata.schema)
+    return changes_schema(metadata.schema) if changes else to_spark_schema(metadata.schema)
 
 
 def _check_reserved(table: str, schema: StructType) -> None:
@@ -364,70 +241,6 @@ class DeltaStreamSource(DataSource):
         return DeltaStreamReader(dict(self.options), schema, type(self).ACCESS)
 
 
-@dataclass(frozen=True)
-class Offset:
-    """A position in the stream: after file ``index`` of ``version`` (of its snapshot when ``initial``)."""
-
-    version: int
-    index: int
-    initial: bool
-
-    def to_json(self, table_id: str) -> dict[str, Any]:
-        return {
-            "sourceVersion": _SOURCE_VERSION,
-            "reservoirId": table_id,
-            "reservoirVersion": self.version,
-            "index": self.index,
-            "isStartingVersion": self.initial,
-        }
-
-
-@dataclass(frozen=True)
-class _Barrier:
-    """The stream cannot pass ``version``: ``error`` is raised when it is the next thing to read."""
-
-    version: int
-    error: StreamingSourceError
-
-
-@dataclass(frozen=True)
-class _Version:
-    """The files of one version a scan reads, with their indexes; ``whole``: admitted all or none
-    (a commit's changes in a change data feed stream, as Delta admits them)."""
-
-    version: int
-    files: list[tuple[int, Any]]  # AddFile, or core.cdf.FileRead for the change data feed
-    whole: bool
-
-
-class _Admission:
-    """How many files and bytes a micro-batch may still take (Delta's admission control)."""
-
-    def __init__(self, files: int, size: int) -> None:
-        self.files = files
-        self.size = size
-        self.taken = False
-
-    def admit(self, add: Any) -> bool:
-        """Whether to take ``add``: always while capacity is left before it (so at least one file)."""
-        ok = self.files > 0 and self.size > 0
-        self.taken = True
-        self.files -= 1
-        self.size -= add.size or 0
-        return ok
-
-    def admit_all(self, files: Sequence[Any]) -> bool:
-        """Whether to take all of ``files``: when they fit, or when nothing was taken yet."""
-        if not files:
-            return True
-        size = sum(f.size or 0 for f in files)
-        ok = not self.taken or (self.files >= len(files) and self.size >= size)
-        self.taken = True
-        self.files -= len(files)
-        self.size -= size
-        return ok
-
-
 class DeltaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Offsets, micro-batch plans and reads of one stream (see the module docstring).
 
@@ -436,8 +249,8 @@ class DeltaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """
 
     def __init__(self, options: Mapping[str, Any], schema: T.StructType, access: Access) -> None:
-        config = json.loads(_getter(options)(CONFIG_OPTION) or "{}")
-        self.table = str(_getter(options)("path"))
+        config = json.loads(getter(options)(CONFIG_OPTION) or "{}")
+        self.table = str(getter(options)("path"))
         self.version = int(config["version"])  # the table's version at load(): the stream's metadata
         self.metadata = Metadata._from_obj(config["metadata"])
         self.parallelism = max(1, int(config.get("parallelism") or 1))
@@ -502,7 +315,7 @@ class DeltaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         admission = self._admission(limit)
         last: tuple[int, int] | None = None
         for group in self._versions(begin):
-            if isinstance(group, _Barrier):
+            if isinstance(group, Barrier):
                 if last is None:
                     raise group.error
                 break
@@ -533,14 +346,14 @@ class DeltaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         begin, stop = self._offset(start), self._offset(end)
         files: list[Any] = []
         for group in self._versions(begin, stop):
-            if isinstance(group, _Barrier):
+            if isinstance(group, Barrier):
                 raise group.error
             files.extend(f for index, f in group.files if (group.version, index) <= (stop.version, stop.index))
         if not files:
             return []
         if not self.changes:
-            return [InputPartition(b) for b in _bins(files, self.table, self.parallelism)]
-        return [InputPartition(b) for b in _change_bins(files, self.table, self.parallelism)]
+            return [InputPartition(b) for b in read_bins(files, self.table, self.parallelism)]
+        return [InputPartition(b) for b in change_bins(files, self.table, self.parallelism)]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         """The rows of a partition's files as Arrow batches of the stream's schema (on an executor)."""
@@ -549,32 +362,10 @@ class DeltaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 yield from self._read_changes(entry)
             else:
                 assert self.task is not None
-                yield from self.task._read(entry)
+                yield from self.task.read_file(entry)
 
     def _read_changes(self, entry: dict[str, Any]) -> Iterator[Any]:
-        """One file's changes: its rows (those ``rows`` names, else all but its deletion vector's)
-        with ``_change_type`` (the change file's own, else the entry's) and the commit's version and time."""
-        import numpy as np
-        import pyarrow as pa
-
-        cdc = entry["type"] is None
-        rows = entry.get("rows")
-        task = self.change_tasks[(cdc, rows is not None)]
-        if not cdc:
-            entry = {**entry, "pv": {**entry["pv"], CHANGE_TYPE: entry["type"]}}
-        width = len(task.order)
-        schema = self.arrow_schema
-        version = pa.scalar(int(entry["version"]), schema.field(width).type)
-        stamp = pa.scalar(int(entry["ts"]) * 1000, pa.int64()).cast(schema.field(width + 1).type)
-        keep = None if rows is None else np.asarray(rows, dtype=np.int64)
-        for batch in task._read(entry):
-            if keep is not None:
-                batch = batch.filter(pa.array(np.isin(batch.column(width + 1).to_numpy(), keep)))
-                if not batch.num_rows:
-                    continue
-            n = batch.num_rows
-            columns = [*batch.columns[:width], pa.repeat(version, n), pa.repeat(stamp, n)]
-            yield pa.RecordBatch.from_arrays(columns, schema=schema)
+        return read_changes(self.change_tasks, self.arrow_schema, entry)
 
     def commit(self, end: dict[str, Any]) -> None:
         if not bool(end.get("isStartingVersion")):
@@ -582,15 +373,15 @@ class DeltaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     # -- the scan ------------------------------------------------------------------------------
 
-    def _versions(self, start: Offset, stop: Offset | None = None) -> Iterator[_Version | _Barrier]:
+    def _versions(self, start: Offset, stop: Offset | None = None) -> Iterator[VersionFiles | Barrier]:
         """The files after ``start`` in stream order, one group per version (the initial snapshot,
-        then each commit); a ``_Barrier`` (and nothing after it) at a commit the stream cannot
+        then each commit); a ``Barrier`` (and nothing after it) at a commit the stream cannot
         pass. Commits are read until the log ends, ``stop``'s version or ``Trigger.AvailableNow``'s."""
         version = start.version
         files: list[Any]
         if start.initial:
             files = self._snapshot_files(version)
-            yield _Version(version, [(i, f) for i, f in enumerate(files) if i > start.index], False)
+            yield VersionFiles(version, [(i, f) for i, f in enumerate(files) if i > start.index], False)
             version += 1
         metadata: Metadata | None = None  # the metadata in effect (change data feed only)
         while True:
@@ -605,17 +396,17 @@ class DeltaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 if metadata is None:
                     metadata = self._metadata_before(version)
                 changed = self._commit_changes(entry, metadata)
-                if isinstance(changed, _Barrier):
+                if isinstance(changed, Barrier):
                     yield changed
                     return
                 metadata, files = changed
             else:
                 found = self._commit_files(entry)
-                if isinstance(found, _Barrier):
+                if isinstance(found, Barrier):
                     yield found
                     return
                 files = list(found)
-            yield _Version(version, [
+            yield VersionFiles(version, [
                 (i, f) for i, f in enumerate(files)
                 if (version > start.version or start.initial or i > start.index)
                 and (self._exclude is None or not self._exclude.search(f.path))
@@ -652,7 +443,7 @@ class DeltaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         except FileNotFoundError:
             raise self._lost(version, None) from None
 
-    def _commit_files(self, entry: CommitEntry) -> list[AddFile] | _Barrier:
+    def _commit_files(self, entry: CommitEntry) -> list[AddFile] | Barrier:
         """The files of a commit that become rows (in commit order), or why the stream must stop at it."""
         version = entry.version
         adds: list[AddFile] = []
@@ -673,7 +464,7 @@ class DeltaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if meta is not None:
             problem = self._metadata_problem(meta, version)
             if problem is not None:
-                return _Barrier(version, problem)
+                return Barrier(version, problem)
         if removed is None:
             return adds
         opts = self.options
@@ -683,7 +474,7 @@ class DeltaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             change = removed
             if info is not None and info.operation:
                 change = f"{info.operation} ({json.dumps(info.get('operationParameters') or {}, sort_keys=True)})"
-            return _Barrier(version, StreamingSourceError(
+            return Barrier(version, StreamingSourceError(
                 f"[DELTA_SOURCE_TABLE_IGNORE_CHANGES] Detected a data update (for example {change}) in the source "
                 f"table at version {version}. This is currently not supported. If this is going to happen "
                 "regularly and you are okay to skip changes, set the option 'skipChangeCommits' to 'true'. If you "
@@ -691,7 +482,7 @@ class DeltaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 f"directory. The source table can be found at path {self.table}."
             ))  # fmt: skip
         if not adds and not (opts.ignore_deletes or opts.ignore_changes):
-            return _Barrier(version, StreamingSourceError(
+            return Barrier(version, StreamingSourceError(
                 f"[DELTA_SOURCE_IGNORE_DELETE] Detected deleted data (for example {removed}) from streaming source "
                 f"at version {version}. This is currently not supported. If you'd like to ignore deletes, set the "
                 f"option 'ignoreDeletes' to 'true'. The source table can be found at path {self.table}."
@@ -700,7 +491,7 @@ class DeltaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _commit_changes(
         self, entry: CommitEntry, metadata: Metadata
-    ) -> tuple[Metadata, list[core_cdf.FileRead]] | _Barrier:
+    ) -> tuple[Metadata, list[core_cdf.FileRead]] | Barrier:
         """The change data feed of a commit (``core.log.cdf``: its change files, else its adds as inserts
         and removes as deletes, re-marked rows through deletion vectors) and the metadata in effect
         after it; or why the stream must stop at it."""
@@ -709,10 +500,10 @@ class DeltaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if isinstance(action, Metadata):
                 problem = self._metadata_problem(action, version)
                 if problem is not None:
-                    return _Barrier(version, problem)
+                    return Barrier(version, problem)
                 metadata = action
         if not core_cdf.enabled(metadata):
-            return _Barrier(version, StreamingSourceError(
+            return Barrier(version, StreamingSourceError(
                 f"[DELTA_MISSING_CHANGE_DATA] Error getting change data for range [{version} , {version}] of "
                 f"table {self.table} as change data was not recorded for version [{version}]. If you've enabled "
                 "change data feed on this table, use `DESCRIBE HISTORY` to see when it was first enabled. "
@@ -752,8 +543,8 @@ class DeltaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 return StreamingSourceError(
                     f"[DELTA_SCHEMA_CHANGED_WITH_STARTING_OPTIONS] Detected a partitioning change in version "
                     f"{version} of table {self.table}: its files are partitioned by "
-                    f"{_columns(meta.partition_columns)}, the stream reads the table as of version {self.version}, "
-                    f"partitioned by {_columns(ours.partition_columns)}, and cannot read both as one stream. Start "
+                    f"{column_list(meta.partition_columns)}, the stream reads the table as of version {self.version}, "
+                    f"partitioned by {column_list(ours.partition_columns)}, and cannot read both as one stream. Start "
                     "the query from scratch with a new checkpoint directory, from the latest snapshot (no "
                     "startingVersion / startingTimestamp) or from a version after the partitioning changed."
                 )
@@ -853,12 +644,12 @@ class DeltaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 "to read from a new table or you deleted and re-created a table. Please revert your change or delete "
                 "your streaming query checkpoint to restart from scratch."
             )
-        source_version = int(value.get("sourceVersion", _SOURCE_VERSION))
-        if source_version != _SOURCE_VERSION:
+        source_version = int(value.get("sourceVersion", SOURCE_VERSION))
+        if source_version != SOURCE_VERSION:
             raise StreamingSourceError(f"[DELTA_INVALID_SOURCE_VERSION] sourceVersion({source_version}) is invalid")
         return Offset(int(value["reservoirVersion"]), int(value["index"]), bool(value.get("isStartingVersion")))
 
-    def _admission(self, limit: Any) -> _Admission | None:
+    def _admission(self, limit: Any) -> Admission | None:
         if limit is None or isinstance(limit, ReadAllAvailable):
             return None
         opts = self.options
@@ -870,91 +661,7 @@ class DeltaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             files = limit.max_files
         elif isinstance(limit, ReadMaxBytes):
             size = limit.max_bytes
-        return _Admission(files, size)
-
-
-def _change_bins(reads: Sequence[core_cdf.FileRead], table: str, parallelism: int) -> list[list[dict[str, Any]]]:
-    """``remote._bins`` for change reads: each entry also says its change type (None: a change
-    file's own), the rows to read (re-marked rows) and its commit's version and time."""
-    from serialake.core.model.paths import absolute_path
-
-    total = sum(max(r.size, 1) for r in reads)
-    count = max(1, min(len(reads), max(parallelism, -(-total // _TARGET_TASK_BYTES))))
-    bins: list[list[dict[str, Any]]] = [[] for _ in range(count)]
-    weights = [0] * count
-    for r in sorted(reads, key=lambda r: -r.size):
-        i = weights.index(min(weights))
-        bins[i].append({
-            "uri": absolute_path(table, r.path),
-            "path": r.path,
-            "pv": dict(r.partition_values),
-            "dv": r.deletion_vector._to_obj() if r.deletion_vector is not None else None,
-            "type": r.change_type,
-            "rows": None if r.rows is None else [int(x) for x in r.rows.to_numpy()],
-            "version": r.version,
-            "ts": r.timestamp,
-        })  # fmt: skip
-        weights[i] += max(r.size, 1)
-    return [b for b in bins if b]
-
-
-def _columns(names: Sequence[str]) -> str:
-    return "[" + ", ".join(names) + "]"
-
-
-# ---------------------------------------------------------------------------------------------
-# What a metadata change changed
-# ---------------------------------------------------------------------------------------------
-
-
-def metadata_changes(old: Metadata, new: Metadata) -> list[str]:
-    """What ``new`` changes in ``old``'s schema, partitioning and properties, in words (empty: nothing).
-
-    An identity column's high-water mark is left out: every write that generates values
-    moves it, and it changes nothing a reader sees.
-    """
-    out: list[str] = []
-    if tuple(old.partition_columns) != tuple(new.partition_columns):
-        out.append(f"partitioning changed from {_columns(old.partition_columns)} to {_columns(new.partition_columns)}")
-    before, after = old.schema, new.schema
-    old_fields = {f.name: f for f in before.fields}
-    new_fields = {f.name: f for f in after.fields}
-    added = [f for name, f in new_fields.items() if name not in old_fields]
-    dropped = [f for name, f in old_fields.items() if name not in new_fields]
-    if added:
-        out.append("column(s) added: " + ", ".join(f"{f.name} {f.data_type.simple_string()}" for f in added))
-    if dropped:
-        out.append("column(s) dropped: " + ", ".join(f.name for f in dropped))
-    for name, f in new_fields.items():
-        g = old_fields.get(name)
-        if g is None or _field_json(g) == _field_json(f):
-            continue
-        if g.data_type != f.data_type:
-            types = f"{g.data_type.simple_string()} to {f.data_type.simple_string()}"
-            out.append(f"column {name} changed type from {types}")
-        elif g.nullable != f.nullable:
-            out.append(f"column {name} became {'nullable' if f.nullable else 'NOT NULL'}")
-        elif physical_name(g) != physical_name(f):
-            out.append(f"column {name} now stored as {physical_name(f)}")
-        else:
-            out.append(f"column {name} changed its metadata (comment, constraints, generation)")
-    if not added and not dropped and list(old_fields) != list(new_fields):
-        out.append("columns reordered: " + ", ".join(new_fields))
-    changed = {k: v for k, v in new.configuration.items() if old.configuration.get(k) != v}
-    unset = [k for k in old.configuration if k not in new.configuration]
-    if changed:
-        out.append("properties set: " + ", ".join(f"{k}={v}" for k, v in sorted(changed.items())))
-    if unset:
-        out.append("properties unset: " + ", ".join(sorted(unset)))
-    return out
-
-
-def _field_json(f: StructField) -> Any:
-    value = f.to_json_value()
-    meta = value.get("metadata")
-    if isinstance(meta, dict) and HIGH_WATER_MARK in meta:
-        value["metadata"] = {k: v for k, v in meta.items() if k != HIGH_WATER_MARK}
-    return value
+        return Admission(files, size)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -970,8 +677,8 @@ def _read_task(
     *,
     change_type: str | None = None,
     with_rows: bool = False,
-) -> _ReadTask:
-    """``spark.remote``'s file reader for the stream's columns, in the Arrow types of ``schema``
+) -> ReadTask:
+    """``spark.arrow_reader``'s task for the stream's columns, in the Arrow types of ``schema``
     (the schema Spark gave the source, so the batches match what it expects).
 
     For the change data feed (``schema`` ends with its three columns): the table's columns and
@@ -987,37 +694,22 @@ def _read_task(
         raise StreamingSourceError(
             f"The stream of {table} was given a schema of {len(arrow_schema)} columns; the table has {len(fields)}"
         )
-    mapped = str(props.get(metadata.configuration, props.COLUMN_MAPPING_MODE)).lower() != "none"
-    lowered = {c.lower() for c in metadata.partition_columns}
-    columns = []
-    parts = []
-    for i, f in enumerate(fields):
-        arrow_type = arrow_schema.field(i).type
-        if f.name.lower() in lowered:
-            parts.append((f.name, physical_name(f) if mapped else f.name, f.data_type, arrow_type))
-        else:
-            columns.append(_plan(f, mapped, arrow_type))
-    order = [f.name for f in fields]
-    out = [arrow_schema.field(i) for i in range(len(fields))]
-    if change_type is not None:
-        kind = arrow_schema.field(len(fields))
-        if change_type == "stored":
-            columns.append(_Column(CHANGE_TYPE, CHANGE_TYPE, kind.type))
-        else:
-            parts.append((CHANGE_TYPE, CHANGE_TYPE, PrimitiveType("string"), kind.type))
-        order.append(CHANGE_TYPE)
-        out.append(kind)
+    mapped = mapping_mode(metadata.configuration, table) != "none"
+    task = read_task(
+        access, table, fields, arrow_schema, metadata.partition_columns, mapped, with_file_path=with_rows
+    )
+    if change_type is None:
+        return task
+    kind = arrow_schema.field(len(fields))
+    columns, parts = task.columns, task.partitions
+    if change_type == "stored":
+        columns += (ReadColumn(CHANGE_TYPE, CHANGE_TYPE, kind.type),)
+    else:
+        parts += ((CHANGE_TYPE, CHANGE_TYPE, PrimitiveType("string"), kind.type),)
+    out = [*(arrow_schema.field(i) for i in range(len(fields))), kind]
     if with_rows:
         out += [pa.field("_file", pa.string(), False), pa.field("_row_index", pa.int64(), False)]
-    return _ReadTask(
-        access=access,
-        table=table,
-        columns=tuple(columns),
-        partitions=tuple(parts),
-        order=tuple(order),
-        with_file_path=with_rows,
-        schema=arrow_schema if change_type is None else pa.schema(out),
-    )
+    return replace(task, columns=columns, partitions=parts, order=(*task.order, CHANGE_TYPE), schema=pa.schema(out))
 
 
 def _configure_s3(settings: Mapping[str, Any]) -> None:

@@ -22,7 +22,6 @@ from serialake.core.log.snapshot import Snapshot
 from serialake.core.model.actions import AddCDCFile, AddFile
 from serialake.core.predicates import values as V
 from serialake.core.predicates.values import NotExact
-from serialake.spark import io
 from serialake.spark.dml import driver_merge
 from serialake.spark.dml.driver_compaction import driver_compact
 from serialake.spark.dml.driver_files import (
@@ -36,6 +35,7 @@ from serialake.spark.dml.driver_files import (
 from serialake.spark.dml.engines.base import DML_MAX_BYTES_CONF, Rewritten, UpdateJob
 from serialake.spark.dml.engines.spark_merge import INSERT, MATCHED_DELETE, MATCHED_UPDATE, NMBS_DELETE, NMBS_UPDATE
 from serialake.spark.dml.kernel import DmlResult, PlannedCondition, Touched, elapsed_ms, records_changes
+from serialake.spark.schemas import to_delta_schema
 
 if TYPE_CHECKING:
     from serialake.spark.dml.merge_command import _MergeRun as MergeRun
@@ -92,7 +92,7 @@ class DriverEngine:
             raise NotExact("schema evolution")  # the driver reads the files with their own schema
         if records_changes(run.snap) and (run.matched or run.by_source):
             raise NotExact("change data to record")  # the driver MERGE writes no change data files
-        source_schema = io.to_delta_schema(run.source.schema)
+        source_schema = to_delta_schema(run.source.schema)
         mp = driver_merge.plan(run.snap, run.on_parsed, run.alias, source_schema, run.b._clauses)
         run.local_source = driver_merge.source_table(run.source, source_schema, self.max_bytes)
         run.files = run._record_read(run.empty)

@@ -21,7 +21,7 @@ from serialake.core.dv.deletion_vectors import RowIndexSet
 from serialake.core.log import cdf as core_cdf
 from serialake.core.log.snapshot import Snapshot
 from serialake.core.model.actions import AddCDCFile, AddFile
-from serialake.spark import io
+from serialake.spark.columns import quote_name
 from serialake.spark.dml.engines.base import Rewritten, UpdateJob
 from serialake.spark.dml.kernel import (
     FILE_COL,
@@ -121,7 +121,7 @@ class SparkEngine:
         """One job: the live rows in file and row order, coalesced into one file."""
         df = read_target(self.spark, snap, inputs, COMPACT_ALIAS)
         # Partition columns lead the sort: the writer then keeps this order (it sorts by them itself otherwise).
-        parts = [F.col(io.quote_name(c)) for c in snap.partition_columns]
+        parts = [F.col(quote_name(c)) for c in snap.partition_columns]
         ordered = df.coalesce(1).sortWithinPartitions(*parts, F.col(FILE_COL), F.col(ROW_COL))
         return write_rows(snap, ordered.select(*table_columns(snap, ordered)), data_change=False)
 

@@ -27,7 +27,8 @@ from serialake.core.model.actions import AddCDCFile, AddFile
 from serialake.core.txn.post_commit import after_commit
 from serialake.core.txn.transaction import OptimisticTransaction
 from serialake.exceptions import DeltaAnalysisException
-from serialake.spark import invariants, io
+from serialake.spark import invariants
+from serialake.spark.columns import quote_name
 from serialake.spark.dml.kernel import (
     FILE_COL,
     ROW_COL,
@@ -50,6 +51,7 @@ from serialake.spark.dml.kernel import (
     write_rows_and_changes,
 )
 from serialake.spark.invariants import EXPLICIT_PREFIX
+from serialake.spark.schemas import conform, has_spark_struct, to_spark_schema
 
 if TYPE_CHECKING:
     from serialake.spark.dml.merge_command import DeltaMergeBuilder, MergeClause
@@ -187,14 +189,14 @@ class SparkMerge:
         """
         if not self.evolved:
             return assigned
-        types = io.to_spark_schema(self.snap.schema)
-        nested = [k for k in assigned if io.has_spark_struct(types[k].dataType)]
+        types = to_spark_schema(self.snap.schema)
+        nested = [k for k in assigned if has_spark_struct(types[k].dataType)]
         if not nested:
             return assigned
         probe = self.empty.join(self.source, self.cond, "inner").select(*[assigned[k] for k in nested])
         out = dict(assigned)
         for k, f in zip(nested, probe.schema.fields):
-            out[k] = io.conform(assigned[k], f.dataType, types[k].dataType)
+            out[k] = conform(assigned[k], f.dataType, types[k].dataType)
         return out
 
     def _star_assignments(self, clause: MergeClause) -> dict[str, Column]:
@@ -208,7 +210,7 @@ class SparkMerge:
         out: dict[str, Column] = {}
         missing = []
         idents = {c.name: c for c in identity.identity_columns(self.snap.schema)}
-        for f in io.to_spark_schema(self.snap.schema).fields:
+        for f in to_spark_schema(self.snap.schema).fields:
             name = self.source_names.get(f.name.lower())
             ident = idents.get(f.name)
             if ident is not None and (name is None or not ident.allow_explicit_insert):
@@ -217,7 +219,7 @@ class SparkMerge:
                 missing.append(f.name)
                 continue
             given = self.source.schema[name].dataType
-            out[f.name] = io.conform(self.source[name], given, f.dataType) if self.evolved else self.source[name]
+            out[f.name] = conform(self.source[name], given, f.dataType) if self.evolved else self.source[name]
         if missing and not self.evolved:
             what = "updateAll" if clause.action == "update" else "insertAll"
             raise DeltaAnalysisException(
@@ -361,7 +363,7 @@ class SparkMerge:
     # -- output -------------------------------------------------------------------
     def _outputs(self, changes: DataFrame, touched: dict[str, Touched], copy_on_write: bool) -> DataFrame:
         """Rows to write: updated and inserted rows, and (copy-on-write) the unchanged rows of touched files."""
-        names = [io.quote_name(f.name) for f in self.snap.schema.fields]
+        names = [quote_name(f.name) for f in self.snap.schema.fields]
         flags = [c for c in changes.columns if c.startswith((EXPLICIT_PREFIX, invariants.GENERATE_PREFIX))]
         out = changes.where(F.col(CODE_COL).isin(MATCHED_UPDATE, NMBS_UPDATE, INSERT)).select(*names, *flags)
         if copy_on_write and touched:
@@ -385,7 +387,7 @@ class SparkMerge:
     def _inserted_columns(self) -> list[Column]:
         """Table columns of inserted rows: the first NOT MATCHED clause that holds assigns (others NULL)."""
         out: list[Column] = []
-        for f in io.to_spark_schema(self.snap.schema).fields:
+        for f in to_spark_schema(self.snap.schema).fields:
             value: Column = F.lit(None).cast(f.dataType)
             for clause in reversed(self.inserts):
                 i = self.b._clauses.index(clause)
@@ -412,7 +414,7 @@ class SparkMerge:
     def _outputs_and_changes(self, changes: DataFrame, touched: dict[str, Touched], copy_on_write: bool) -> DataFrame:
         """``_outputs`` with ``_change_type``, and the change rows no file stores: deleted rows and the
         old values of updated rows (``kernel.write_rows_and_changes`` splits them)."""
-        names = [io.quote_name(f.name) for f in self.snap.schema.fields]
+        names = [quote_name(f.name) for f in self.snap.schema.fields]
         flags = [c for c in changes.columns if c.startswith((EXPLICIT_PREFIX, invariants.GENERATE_PREFIX))]
         unflagged = [F.lit(False).alias(f) for f in flags]
         code = F.col(CODE_COL)

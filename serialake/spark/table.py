@@ -35,7 +35,7 @@ from serialake.exceptions import (
     DeltaTableNotFoundError,
     UnsupportedFeatureError,
 )
-from serialake.spark import direct, dml, invariants, io, scans
+from serialake.spark import direct, dml, invariants, io, scans, transaction
 from serialake.spark.arguments import check_assignments, check_condition, check_type
 from serialake.spark.errors import pyspark_errors
 from serialake.spark.write import add_schema_features
@@ -183,8 +183,9 @@ class DeltaTable:
 
     # -- reading ------------------------------------------------------------------
     def snapshot(self) -> Snapshot:
-        """The latest snapshot of the table."""
-        return self.deltaLog.update()
+        """The latest snapshot of the table (inside ``serialake.transaction``: the transaction's)."""
+        tx = transaction.active(self.spark)
+        return tx.snapshot_for_read(self.path) if tx is not None else self.deltaLog.update()
 
     def toDF(self) -> DataFrame:  # noqa: N802
         """The table's rows at its latest version (pinned when called: call again after writes)."""
@@ -426,6 +427,7 @@ class DeltaTable:
         return keep
 
     def _commit_marker(self, operation: str, params: dict[str, Any], metrics: dict[str, Any]) -> int:
+        transaction.refuse(operation, self.path, self.spark)
         txn = self.deltaLog.start_transaction()
         return txn.commit([], operation, params, metrics)
 
@@ -671,6 +673,7 @@ class DeltaTableBuilder:
         location = self._resolve_location()
         log = DeltaLog.for_table(location)
         shown = self._name or log.table_path
+        transaction.refuse("CREATE TABLE", shown, spark)
         txn = log.start_transaction()
         exists = txn.snapshot is not None
         if exists and self._mode == "create":

@@ -34,7 +34,7 @@ from serialake.core.model.actions import AddFile, Metadata, encode_path
 from serialake.core.model.paths import parquet_metadata
 from serialake.core.model.schema import StructType
 from serialake.exceptions import DeltaAnalysisException, DeltaIllegalArgumentException
-from serialake.spark import io
+from serialake.spark import io, transaction
 from serialake.spark.dml.kernel import json_list
 from serialake.spark.write import add_schema_features, nullable_type
 from serialake.storage.datafiles import Access, DataFileStatus, is_remote
@@ -121,6 +121,7 @@ def convert_to_delta(
                 stats=io.file_stats(footer, indexed),
             )
         )
+    transaction.refuse("CONVERT TO DELTA", log.table_path)
     txn = log.start_transaction()
     txn.update_metadata(Metadata(schema_string=schema.to_json(), partition_columns=tuple(part_names)))
     add_schema_features(txn, schema)

@@ -1,0 +1,213 @@
+"""Transactions across tables through Spark: ``serialake.transaction``, SQL BEGIN/COMMIT (#44)."""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from pyspark.sql import SparkSession
+
+import serialake
+from serialake.core import DeltaLog
+from serialake.exceptions import (
+    ConcurrentAppendException,
+    DeltaConcurrentModificationException,
+    DeltaIllegalArgumentException,
+    DeltaTableNotFoundError,
+)
+from serialake.spark import DeltaTable
+
+pytestmark = pytest.mark.spark
+
+
+def _make(spark: SparkSession, path: str, ids: list[int]) -> str:
+    spark.createDataFrame([(i, f"v{i}") for i in ids], "id long, v string").write.format("delta").save(path)
+    return path
+
+
+def _ids(spark: SparkSession, path: str) -> list[int]:
+    return sorted(r.id for r in spark.read.format("delta").load(path).collect())
+
+
+def _parquet(path: str) -> set[str]:
+    out = set()
+    for root, _, files in os.walk(path):
+        out |= {os.path.join(root, f) for f in files if f.endswith(".parquet")}
+    return out
+
+
+def _version(path: str) -> int:
+    return DeltaLog.for_table(path).update().version
+
+
+@pytest.fixture
+def two(spark: SparkSession, tmp_path: Path) -> tuple[str, str]:
+    return _make(spark, str(tmp_path / "a"), [1, 2]), _make(spark, str(tmp_path / "b"), [10])
+
+
+def test_dataframe_writes_and_dml_commit_together(spark: SparkSession, two: tuple[str, str]) -> None:
+    a, b = two
+    with serialake.transaction(spark) as tx:
+        spark.createDataFrame([(3, "v3")], "id long, v string").write.format("delta").mode("append").save(a)
+        serialake.write(spark.createDataFrame([(11, "v11")], "id long, v string"), b, mode="append")
+        DeltaTable.forPath(spark, a).delete("id = 1")
+        # nothing committed yet
+        assert _version(a) == 0 and _version(b) == 0
+    assert tx.result is not None
+    assert _ids(spark, a) == [2, 3] and _ids(spark, b) == [10, 11]
+    # one commit per table, each carrying the group record
+    assert tx.result.versions == {DeltaLog.for_table(a).table_path: 2, DeltaLog.for_table(b).table_path: 2}
+    hist = DeltaLog.for_table(a).history(1)
+    assert hist[0][0] == 2
+
+
+def test_exception_in_block_commits_nothing_and_deletes_files(spark: SparkSession, two: tuple[str, str]) -> None:
+    a, b = two
+    before_a, before_b = _parquet(a), _parquet(b)
+    with pytest.raises(RuntimeError, match="boom"), serialake.transaction(spark):
+        spark.createDataFrame([(3, "v3")], "id long, v string").write.format("delta").mode("append").save(a)
+        DeltaTable.forPath(spark, b).update("id = 10", {"v": "'x'"})
+        assert len(_parquet(a)) > len(before_a)
+        raise RuntimeError("boom")
+    assert _version(a) == 0 and _version(b) == 0
+    assert _parquet(a) == before_a and _parquet(b) == before_b
+    assert _ids(spark, a) == [1, 2]
+
+
+def test_rollback(spark: SparkSession, two: tuple[str, str]) -> None:
+    a, _ = two
+    with serialake.transaction(spark) as tx:
+        spark.createDataFrame([(3, "v3")], "id long, v string").write.format("delta").mode("append").save(a)
+        tx.rollback()
+    assert _version(a) == 0 and _ids(spark, a) == [1, 2]
+
+
+def test_reads_see_own_writes_and_compose(spark: SparkSession, two: tuple[str, str]) -> None:
+    a, b = two
+    with serialake.transaction(spark):
+        spark.createDataFrame([(3, "v3"), (4, "v4")], "id long, v string").write.format("delta").mode("append").save(a)
+        assert spark.read.format("delta").load(a).count() == 4
+        assert DeltaTable.forPath(spark, a).toDF().count() == 4
+        # a second and third write to the same table build on the pending state
+        DeltaTable.forPath(spark, a).delete("id = 3")
+        DeltaTable.forPath(spark, a).update("id = 4", {"v": "'four'"})
+        assert sorted((r.id, r.v) for r in spark.read.format("delta").load(a).collect()) == [
+            (1, "v1"), (2, "v2"), (4, "four"),
+        ]  # fmt: skip
+        # the other table: its snapshot when first read, not changed by a commit from outside
+        assert _ids(spark, b) == [10]
+        DeltaLog.for_table(b)  # (outside writer below)
+    assert sorted((r.id, r.v) for r in spark.read.format("delta").load(a).collect()) == [
+        (1, "v1"), (2, "v2"), (4, "four"),
+    ]  # fmt: skip
+    assert _version(a) == 2  # the lock, then one body for the three writes
+    assert DeltaLog.for_table(a).history(1)[0][1].commit_info.get("operation") == "TRANSACTION"
+
+
+def test_other_tables_read_at_one_pinned_state(spark: SparkSession, two: tuple[str, str], tmp_path: Path) -> None:
+    a, b = two
+    out = _make(spark, str(tmp_path / "out"), [0])
+    with pytest.raises(DeltaConcurrentModificationException) as err, serialake.transaction(spark, [a, b]):
+        n_a = spark.read.format("delta").load(a).count()
+        # another writer (another thread) appends to b after the cut: the block keeps reading b as pinned
+        _outside(lambda: serialake.write(spark.createDataFrame([(12, "v12")], "id long, v string"), b, mode="append"))
+        assert _version(b) == 1
+        assert _ids(spark, b) == [10]
+        n_b = spark.read.format("delta").load(b).count()
+        spark.createDataFrame([(n_a + n_b, "sum")], "id long, v string").write.format("delta").mode(
+            "append"
+        ).save(out)
+    # b was read (Serializable): the append to it after the read aborts the transaction
+    assert DeltaLog.for_table(b).table_path in str(err.value)
+    assert _ids(spark, out) == [0]
+
+
+def _outside(fn: Callable[[], object]) -> None:
+    """Run ``fn`` in another thread: outside the block's transaction."""
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            fn()
+        except BaseException as e:  # noqa: BLE001
+            errors.append(e)
+
+    th = threading.Thread(target=run)
+    th.start()
+    th.join()
+    if errors:
+        raise errors[0]
+
+
+def test_write_skew_across_two_tables_refused(spark: SparkSession, two: tuple[str, str]) -> None:
+    a, b = two
+    # T1 reads a and b, writes a; T2 reads a and b, writes b; T2 commits in between.
+    tx1 = serialake.transaction(spark)
+    with tx1:
+        total = spark.read.format("delta").load(a).count() + spark.read.format("delta").load(b).count()
+        def t2() -> None:
+            with serialake.transaction(spark):
+                n = spark.read.format("delta").load(a).count() + spark.read.format("delta").load(b).count()
+                spark.createDataFrame([(100 + n, "t2")], "id long, v string").write.format("delta").mode(
+                    "append"
+                ).save(b)
+
+        th = threading.Thread(target=t2)
+        th.start()
+        th.join()
+        assert _version(b) == 2  # T2 committed (its lock, its body)
+        spark.createDataFrame([(200 + total, "t1")], "id long, v string").write.format("delta").mode(
+            "append"
+        ).save(a)
+        with pytest.raises(ConcurrentAppendException) as err:
+            tx1.commit()
+    assert DeltaLog.for_table(b).table_path in str(err.value)
+    assert _ids(spark, a) == [1, 2]  # (lock commits of both transactions are empty)
+
+
+def test_single_table_writer_racing_a_transaction(spark: SparkSession, two: tuple[str, str]) -> None:
+    a, b = two
+    # blind appends on both sides: ordinary rules let both commit
+    with serialake.transaction(spark):
+        spark.createDataFrame([(3, "v3")], "id long, v string").write.format("delta").mode("append").save(a)
+        spark.createDataFrame([(11, "v11")], "id long, v string").write.format("delta").mode("append").save(b)
+        th = threading.Thread(
+            target=lambda: serialake.write(spark.createDataFrame([(4, "v4")], "id long, v string"), a, mode="append")
+        )
+        th.start()
+        th.join()
+    assert _ids(spark, a) == [1, 2, 3, 4] and _ids(spark, b) == [10, 11]
+    # a DELETE in the transaction reading rows a concurrent writer deleted: conflict
+    with pytest.raises(DeltaConcurrentModificationException), serialake.transaction(spark):
+        DeltaTable.forPath(spark, a).delete("id = 2")
+        spark.createDataFrame([(12, "v12")], "id long, v string").write.format("delta").mode("append").save(b)
+        th = threading.Thread(target=lambda: DeltaTable.forPath(spark, a).delete("id = 2"))
+        th.start()
+        th.join()
+    assert _ids(spark, b) == [10, 11]
+
+
+def test_refused_operations(spark: SparkSession, two: tuple[str, str], tmp_path: Path) -> None:
+    a, _ = two
+    with serialake.transaction(spark) as tx:
+        with pytest.raises(DeltaIllegalArgumentException, match="OPTIMIZE"):
+            DeltaTable.forPath(spark, a).optimize().executeCompaction()
+        with pytest.raises(DeltaTableNotFoundError, match="create it before"):
+            spark.createDataFrame([(1, "x")], "id long, v string").write.format("delta").save(str(tmp_path / "new"))
+        tx.rollback()
+
+
+def test_delta_rs_reads_both_tables_after_commit(spark: SparkSession, two: tuple[str, str]) -> None:
+    deltalake = pytest.importorskip("deltalake")
+    a, b = two
+    with serialake.transaction(spark):
+        spark.createDataFrame([(3, "v3")], "id long, v string").write.format("delta").mode("append").save(a)
+        DeltaTable.forPath(spark, b).delete("id = 10")
+        spark.createDataFrame([(13, "v13")], "id long, v string").write.format("delta").mode("append").save(b)
+    ta, tb = deltalake.DeltaTable(a), deltalake.DeltaTable(b)
+    assert sorted(ta.to_pyarrow_table().column("id").to_pylist()) == [1, 2, 3]
+    assert sorted(tb.to_pyarrow_table().column("id").to_pylist()) == [13]
+    assert ta.version() == 2 and tb.version() == 2  # the lock commit and the body

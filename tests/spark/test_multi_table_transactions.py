@@ -19,6 +19,7 @@ from serialake.exceptions import (
     DeltaTableNotFoundError,
 )
 from serialake.spark import DeltaTable
+from serialake.spark.transaction import TransactionAbortedError
 
 pytestmark = pytest.mark.spark
 
@@ -211,3 +212,68 @@ def test_delta_rs_reads_both_tables_after_commit(spark: SparkSession, two: tuple
     assert sorted(ta.to_pyarrow_table().column("id").to_pylist()) == [1, 2, 3]
     assert sorted(tb.to_pyarrow_table().column("id").to_pylist()) == [13]
     assert ta.version() == 2 and tb.version() == 2  # the lock commit and the body
+
+
+# -- SQL ------------------------------------------------------------------------------------
+
+
+def test_sql_begin_commit(spark: SparkSession, two: tuple[str, str]) -> None:
+    a, b = two
+    spark.sql("BEGIN TRANSACTION")
+    try:
+        spark.sql(f"INSERT INTO delta.`{a}` VALUES (3, 'v3')")
+        spark.sql(f"DELETE FROM delta.`{b}` WHERE id = 10")
+        assert spark.sql(f"SELECT count(*) AS n FROM delta.`{a}`").collect()[0].n == 3  # own write seen
+        spark.sql(f"UPDATE delta.`{a}` SET v = 'three' WHERE id = 3")  # over the pending INSERT
+        assert _version(a) == 0 and _version(b) == 0
+    except BaseException:
+        spark.sql("ROLLBACK")
+        raise
+    spark.sql("COMMIT")
+    assert sorted((r.id, r.v) for r in spark.read.format("delta").load(a).collect()) == [
+        (1, "v1"), (2, "v2"), (3, "three"),
+    ]  # fmt: skip
+    assert _ids(spark, b) == []
+
+
+def test_sql_rollback_and_serialake_sql(spark: SparkSession, two: tuple[str, str]) -> None:
+    a, b = two
+    before = _parquet(a)
+    serialake.sql(spark, "BEGIN")
+    serialake.sql(spark, f"INSERT INTO delta.`{a}` VALUES (3, 'v3')")
+    serialake.sql(spark, f"MERGE INTO delta.`{b}` t USING (SELECT 10 AS id) s ON t.id = s.id "
+                  "WHEN MATCHED THEN UPDATE SET v = 'm'")  # fmt: skip
+    serialake.sql(spark, "ROLLBACK")
+    assert _version(a) == 0 and _version(b) == 0 and _parquet(a) == before
+    with pytest.raises(DeltaIllegalArgumentException, match="no transaction is open"):
+        spark.sql("COMMIT")
+
+
+def test_sql_error_aborts_the_transaction(spark: SparkSession, two: tuple[str, str]) -> None:
+    a, _ = two
+    spark.sql("BEGIN")
+    spark.sql(f"INSERT INTO delta.`{a}` VALUES (3, 'v3')")
+    with pytest.raises(Exception):  # noqa: B017,PT011 - whatever the statement's error
+        spark.sql(f"INSERT INTO delta.`{a}` SELECT no_such_column")
+    with pytest.raises(TransactionAbortedError):
+        spark.sql(f"INSERT INTO delta.`{a}` VALUES (4, 'v4')")
+    with pytest.raises(TransactionAbortedError):
+        spark.sql("COMMIT")
+    spark.sql("ROLLBACK")
+    assert _version(a) == 0
+
+
+def test_sql_begin_atomic(spark: SparkSession, two: tuple[str, str]) -> None:
+    a, b = two
+    spark.sql(f"""BEGIN ATOMIC
+        INSERT INTO delta.`{a}` VALUES (3, 'v3');
+        UPDATE delta.`{b}` SET v = CASE WHEN id = 10 THEN 'ten' ELSE v END;
+    END;""")
+    assert _ids(spark, a) == [1, 2, 3]
+    assert [r.v for r in spark.read.format("delta").load(b).collect()] == ["ten"]
+    with pytest.raises(Exception):  # noqa: B017,PT011
+        spark.sql(f"""BEGIN ATOMIC
+            INSERT INTO delta.`{a}` VALUES (4, 'v4');
+            DELETE FROM delta.`{b}` WHERE no_such_column = 1;
+        END""")
+    assert _ids(spark, a) == [1, 2, 3]

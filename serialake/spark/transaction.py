@@ -282,7 +282,8 @@ class SparkTransaction:
         """Commit every table written as one; None when the block wrote nothing."""
         with self._lock:
             self._check_open("COMMIT")
-            written = [t for t in self._tables.values() if t.writes and t.main is not None]
+            # (a write that found its work done -- a replayed streaming batch -- handed nothing over)
+            written = [t for t in self._tables.values() if t.writes and t.main is not None and t.operations]
             if not written:
                 self.state = "committed"
                 return None

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 
 import serialake
 from serialake.core import DeltaLog
@@ -19,6 +19,7 @@ from serialake.exceptions import (
     DeltaTableNotFoundError,
 )
 from serialake.spark import DeltaTable
+from serialake.spark.streaming.batch_txn import BatchResetError
 from serialake.spark.transaction import TransactionAbortedError
 
 pytestmark = pytest.mark.spark
@@ -277,3 +278,44 @@ def test_sql_begin_atomic(spark: SparkSession, two: tuple[str, str]) -> None:
             DELETE FROM delta.`{b}` WHERE no_such_column = 1;
         END""")
     assert _ids(spark, a) == [1, 2, 3]
+
+
+# -- streaming: several tables per batch, once ------------------------------------------------
+
+
+def _two_table_batch(a: str, b: str) -> Callable[[DataFrame, int], None]:
+    def fn(batch_df: DataFrame, batch_id: int) -> None:
+        with serialake.transaction(batch_df.sparkSession):
+            batch_df.write.format("delta").mode("append").save(a)
+            DeltaTable.forPath(batch_df.sparkSession, b).delete(f"id = {10 + batch_id}")
+            batch_df.selectExpr("id + 100 AS id", "v").write.format("delta").mode("append").save(b)
+
+    return fn
+
+
+def test_idempotent_batch_writes_several_tables_once(spark: SparkSession, two: tuple[str, str]) -> None:
+    a, b = two
+    fn = serialake.streaming.idempotent(_two_table_batch(a, b), app_id="q")
+    batch = spark.createDataFrame([(5, "v5")], "id long, v string")
+    fn(batch, 0)
+    va, vb = _version(a), _version(b)
+    assert _ids(spark, a) == [1, 2, 5] and _ids(spark, b) == [105]
+    snap_a, snap_b = DeltaLog.for_table(a).update(), DeltaLog.for_table(b).update()
+    assert snap_a.txn_version("q") == 0 and snap_b.txn_version("q") == 0
+    fn(batch, 0)  # replayed after a crash: nothing is written
+    assert (_version(a), _version(b)) == (va, vb)
+    assert _ids(spark, a) == [1, 2, 5] and _ids(spark, b) == [105]
+    fn(spark.createDataFrame([(6, "v6")], "id long, v string"), 1)
+    assert _ids(spark, a) == [1, 2, 5, 6] and _ids(spark, b) == [105, 106]
+
+
+def test_idempotent_checkpoint_reset_fails_loudly_unless_skipped(spark: SparkSession, two: tuple[str, str]) -> None:
+    a, b = two
+    batch = spark.createDataFrame([(5, "v5")], "id long, v string")
+    serialake.streaming.idempotent(_two_table_batch(a, b), app_id="q")(batch, 3)
+    before = (_version(a), _version(b))
+    with pytest.raises(BatchResetError, match="batch 3"):
+        serialake.streaming.idempotent(_two_table_batch(a, b), app_id="q")(batch, 0)
+    assert (_version(a), _version(b)) == before
+    serialake.streaming.idempotent(_two_table_batch(a, b), app_id="q", failOnReset=False)(batch, 0)
+    assert (_version(a), _version(b)) == before

@@ -313,8 +313,9 @@ class SparkTransaction:
         for t in written:
             kept = {a.path for a in t.adds.values()} | {a.path for a in t.others if isinstance(a, AddCDCFile)}
             dropped = [f for f in t.new_files if f.path not in kept]
+            dropped_dvs = [a for a in t.new_dvs if _key(a) not in t.adds]  # vectors replaced by later ones
             with contextlib.suppress(Exception):
-                remove_written(t.log.table_path, dropped, [])
+                remove_written(t.log.table_path, dropped, dropped_dvs)
 
     def rollback(self) -> None:
         """Abort: nothing is committed; the files written in the block are deleted."""

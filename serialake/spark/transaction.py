@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from serialake.core import DeltaLog
+from serialake.core.dv.deletion_vectors import dv_absolute_path
 from serialake.core.log.snapshot import Snapshot
 from serialake.core.model.actions import (
     Action,
@@ -313,7 +314,9 @@ class SparkTransaction:
         for t in written:
             kept = {a.path for a in t.adds.values()} | {a.path for a in t.others if isinstance(a, AddCDCFile)}
             dropped = [f for f in t.new_files if f.path not in kept]
-            dropped_dvs = [a for a in t.new_dvs if _key(a) not in t.adds]  # vectors replaced by later ones
+            # vectors replaced by later ones (a vector file may hold several: only files no add keeps)
+            kept_dvs = {_dv_file(t, a) for a in t.adds.values() if a.deletion_vector is not None}
+            dropped_dvs = [a for a in t.new_dvs if _key(a) not in t.adds and _dv_file(t, a) not in kept_dvs]
             with contextlib.suppress(Exception):
                 remove_written(t.log.table_path, dropped, dropped_dvs)
 
@@ -355,6 +358,10 @@ class SparkTransaction:
 
 def _is_new(a: AddFile | AddCDCFile, base_files: Mapping[str, AddFile]) -> bool:
     return isinstance(a, AddCDCFile) or a.path not in base_files
+
+
+def _dv_file(t: _Table, a: AddFile) -> str | None:
+    return dv_absolute_path(t.log.table_path, a.deletion_vector) if a.deletion_vector is not None else None
 
 
 def _new_dv(a: AddFile, base_files: Mapping[str, AddFile]) -> bool:

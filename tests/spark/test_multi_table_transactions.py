@@ -319,3 +319,24 @@ def test_idempotent_checkpoint_reset_fails_loudly_unless_skipped(spark: SparkSes
     assert (_version(a), _version(b)) == before
     serialake.streaming.idempotent(_two_table_batch(a, b), app_id="q", failOnReset=False)(batch, 0)
     assert (_version(a), _version(b)) == before
+
+
+def test_deletion_vectors_compose_in_one_transaction(spark: SparkSession, tmp_path: Path) -> None:
+    a = str(tmp_path / "dv")
+    serialake.write(
+        spark.createDataFrame([(i, f"v{i}") for i in range(6)], "id long, v string").coalesce(1), a,
+        properties={"delta.enableDeletionVectors": "true"},
+    )  # fmt: skip
+    b = _make(spark, str(tmp_path / "other"), [10])
+    with serialake.transaction(spark):
+        DeltaTable.forPath(spark, a).delete("id = 1")
+        DeltaTable.forPath(spark, a).delete("id = 2")  # the vector replaces the block's first one
+        spark.sql(f"UPDATE delta.`{a}` SET v = 'x' WHERE id = 3")
+        assert _ids(spark, a) == [0, 3, 4, 5]
+        spark.createDataFrame([(11, "v11")], "id long, v string").write.format("delta").mode("append").save(b)
+    assert sorted((r.id, r.v) for r in spark.read.format("delta").load(a).collect()) == [
+        (0, "v0"), (3, "x"), (4, "v4"), (5, "v5"),
+    ]  # fmt: skip
+    dv_files = [f for f in os.listdir(a) if f.startswith("deletion_vector_")]
+    live = {f.deletion_vector.path_or_inline_dv for f in DeltaLog.for_table(a).update().all_files if f.deletion_vector}
+    assert len(dv_files) == len(live)  # the replaced vectors are gone

@@ -340,3 +340,23 @@ def test_deletion_vectors_compose_in_one_transaction(spark: SparkSession, tmp_pa
     dv_files = [f for f in os.listdir(a) if f.startswith("deletion_vector_")]
     live = {f.deletion_vector.path_or_inline_dv for f in DeltaLog.for_table(a).update().all_files if f.deletion_vector}
     assert len(dv_files) == len(live)  # the replaced vectors are gone
+
+
+def test_table_names_insert_into_and_write_to(spark: SparkSession, tmp_path: Path) -> None:
+    spark.createDataFrame([(1, "v1")], "id long, v string").write.format("delta").option(
+        "path", str(tmp_path / "ta")
+    ).saveAsTable("tx_ta")
+    spark.createDataFrame([(10, "v10")], "id long, v string").write.format("delta").option(
+        "path", str(tmp_path / "tb")
+    ).saveAsTable("tx_tb")
+    with serialake.transaction(spark):
+        spark.createDataFrame([(2, "v2")], "id long, v string").write.insertInto("tx_ta")
+        spark.createDataFrame([(11, "v11")], "id long, v string").writeTo("tx_tb").append()
+        spark.createDataFrame([(3, "v3")], "id long, v string").write.format("delta").mode("append").saveAsTable(
+            "tx_ta"
+        )
+        assert spark.table("tx_ta").count() == 3
+        assert spark.sql("SELECT count(*) AS n FROM tx_tb").collect()[0].n == 2
+        assert _version(str(tmp_path / "ta")) == 0
+    assert sorted(r.id for r in spark.table("tx_ta").collect()) == [1, 2, 3]
+    assert sorted(r.id for r in spark.table("tx_tb").collect()) == [10, 11]

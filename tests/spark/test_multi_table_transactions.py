@@ -360,3 +360,22 @@ def test_table_names_insert_into_and_write_to(spark: SparkSession, tmp_path: Pat
         assert _version(str(tmp_path / "ta")) == 0
     assert sorted(r.id for r in spark.table("tx_ta").collect()) == [1, 2, 3]
     assert sorted(r.id for r in spark.table("tx_tb").collect()) == [10, 11]
+
+
+def test_parse_transaction_statements() -> None:
+    from serialake.sql import parse_statement
+    from serialake.sql import statements as S
+
+    for text, kind in [
+        ("BEGIN", S.BeginTransaction), ("begin transaction;", S.BeginTransaction), ("BEGIN WORK", S.BeginTransaction),
+        ("START TRANSACTION", S.BeginTransaction), ("COMMIT", S.CommitTransaction),
+        ("COMMIT WORK;", S.CommitTransaction), ("ROLLBACK TRANSACTION", S.RollbackTransaction),
+    ]:  # fmt: skip
+        assert isinstance(parse_statement(text), kind), text
+    st = parse_statement("""-- one transaction
+        BEGIN ATOMIC
+          UPDATE t SET v = CASE WHEN id = 1 THEN 'a' ELSE v END WHERE id > 0;
+          DELETE FROM u WHERE id = 2;
+        END;""")
+    assert isinstance(st, S.Atomic)
+    assert [type(s) for s in st.statements] == [S.Update, S.Delete]

@@ -340,6 +340,7 @@ class DeltaTable:
         table the objects below it are listed (``storage.datafiles``), their age is their
         listed modification time, and nothing is staged.
         """
+        transaction.refuse("VACUUM", self.path, self.spark)
         snap = self.snapshot()
         retention_ms = self._retention_ms(snap, retentionHours)
         cutoff = now_ms() - retention_ms

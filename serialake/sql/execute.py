@@ -102,7 +102,17 @@ def execute(spark: SparkSession, st: Statement) -> DataFrame | None:
         return handler(spark, st)
     # Inside the session's BEGIN ... COMMIT: the statement runs in its transaction (a failure aborts it).
     with transaction.entered(spark):
+        if not isinstance(st, _IN_TRANSACTION) and transaction.active(spark) is not None:
+            words = " ".join(st.text.split()[:2]).upper() or type(st).__name__
+            raise transaction.refusal(words, _target(st))
         return handler(spark, st)
+
+
+def _target(st: Statement) -> str:
+    """The table a statement names, for messages (its text when it names none)."""
+    ref = getattr(st, "table", None) or getattr(st, "target", None)
+    name = getattr(ref, "name", None) or getattr(ref, "path", None)
+    return str(name) if name else "its table"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -732,3 +742,9 @@ _HANDLERS: dict[type, Callable[[SparkSession, Any], DataFrame | None]] = {
 }
 
 _TRANSACTION_CONTROL = (BeginTransaction, CommitTransaction, RollbackTransaction, Atomic)
+
+#: Statements that may run inside a transaction across tables (the others are refused there).
+_IN_TRANSACTION = (
+    Query, Passthrough, CreateTempView, Insert, Delete, Update, Merge, DescribeHistory, DescribeDetail,
+    DescribeTable, ShowProperties, SetIsolation, ShowIsolation,
+)  # fmt: skip

@@ -197,6 +197,16 @@ def test_refused_operations(spark: SparkSession, two: tuple[str, str], tmp_path:
     with serialake.transaction(spark) as tx:
         with pytest.raises(DeltaIllegalArgumentException, match="OPTIMIZE"):
             DeltaTable.forPath(spark, a).optimize().executeCompaction()
+        with pytest.raises(DeltaIllegalArgumentException, match="VACUUM"):
+            DeltaTable.forPath(spark, a).vacuum()
+        with pytest.raises(DeltaIllegalArgumentException, match="RESTORE"):
+            spark.sql(f"RESTORE TABLE delta.`{a}` TO VERSION AS OF 0")
+        with pytest.raises(DeltaIllegalArgumentException, match="ALTER TABLE|ADD COLUMNS"):
+            spark.sql(f"ALTER TABLE delta.`{a}` ADD COLUMNS (w INT)")
+        with pytest.raises(DeltaIllegalArgumentException, match="ALTER TABLE"):
+            spark.sql(f"ALTER TABLE delta.`{a}` SET TBLPROPERTIES ('x' = 'y')")
+        with pytest.raises(DeltaIllegalArgumentException, match="CREATE TABLE"):
+            spark.sql(f"CREATE TABLE delta.`{tmp_path / 'c'}` (id LONG) USING delta")
         with pytest.raises(DeltaTableNotFoundError, match="create it before"):
             spark.createDataFrame([(1, "x")], "id long, v string").write.format("delta").save(str(tmp_path / "new"))
         tx.rollback()

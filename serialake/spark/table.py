@@ -440,6 +440,7 @@ class DeltaTable:
         for value, name in ((readerVersion, "readerVersion"), (writerVersion, "writerVersion")):
             if not isinstance(value, int) or isinstance(value, bool):
                 raise ValueError(f"The {name} needs to be an integer but got '{type(value)}'.")
+        transaction.refuse("UPGRADE PROTOCOL", self.path, self.spark)
         txn = self.deltaLog.start_transaction()
         assert txn.snapshot is not None
         new = _upgraded_protocol(txn.snapshot.protocol, readerVersion, writerVersion, self.path)
@@ -466,6 +467,7 @@ class DeltaTable:
                 f"[DELTA_UNSUPPORTED_FEATURES_IN_CONFIG] Table {self.path}: unknown or unsupported table feature "
                 f"'{featureName}' (serialake supports: {', '.join(sorted(known))})"
             )
+        transaction.refuse("ADD FEATURE", self.path, self.spark)
         txn = self.deltaLog.start_transaction()
         snap = txn.snapshot
         assert snap is not None
@@ -489,6 +491,7 @@ class DeltaTable:
         the protocol in the same commit; ``delta.minReaderVersion``/``minWriterVersion`` upgrade
         it too and are not stored.
         """
+        transaction.refuse("SET TBLPROPERTIES", self.path, self.spark)
         txn = self.deltaLog.start_transaction()
         snap = txn.snapshot
         assert snap is not None

@@ -205,6 +205,8 @@ def test_refused_operations(spark: SparkSession, two: tuple[str, str], tmp_path:
             spark.sql(f"ALTER TABLE delta.`{a}` ADD COLUMNS (w INT)")
         with pytest.raises(DeltaIllegalArgumentException, match="ALTER TABLE"):
             spark.sql(f"ALTER TABLE delta.`{a}` SET TBLPROPERTIES ('x' = 'y')")
+        with pytest.raises(DeltaIllegalArgumentException, match="SET TBLPROPERTIES"):
+            DeltaTable.forPath(spark, a).setTableProperties({"x": "y"})
         with pytest.raises(DeltaIllegalArgumentException, match="CREATE TABLE"):
             spark.sql(f"CREATE TABLE delta.`{tmp_path / 'c'}` (id LONG) USING delta")
         with pytest.raises(DeltaTableNotFoundError, match="create it before"):

@@ -273,6 +273,11 @@ class SparkTransaction:
             main._new_protocol = sub._new_protocol
         if sub._external_adds:
             main._external_adds = True
+        for a in actions:  # (a metadata or protocol given as an action: the transaction carries it)
+            if isinstance(a, Metadata):
+                main._new_metadata = a
+            elif isinstance(a, Protocol):
+                main._new_protocol = a
         entry.absorb(actions)
         entry.new_files.extend(a for a in actions if isinstance(a, AddFile | AddCDCFile) and _is_new(a, base_files))
         entry.new_dvs.extend(a for a in actions if isinstance(a, AddFile) and _new_dv(a, base_files))

@@ -391,3 +391,18 @@ def test_parse_transaction_statements() -> None:
         END;""")
     assert isinstance(st, S.Atomic)
     assert [type(s) for s in st.statements] == [S.Update, S.Delete]
+
+
+def test_schema_evolution_in_a_transaction(spark: SparkSession, two: tuple[str, str]) -> None:
+    a, b = two
+    with serialake.transaction(spark):
+        spark.createDataFrame([(3, "v3", 1.5)], "id long, v string, w double").write.format("delta").mode(
+            "append"
+        ).option("mergeSchema", "true").save(a)
+        assert spark.read.format("delta").load(a).columns == ["id", "v", "w"]
+        DeltaTable.forPath(spark, a).update("id = 1", {"w": "2.5"})  # over the evolved pending schema
+        DeltaTable.forPath(spark, b).delete("id = 10")
+    assert sorted((r.id, r.w) for r in spark.read.format("delta").load(a).collect()) == [
+        (1, 2.5), (2, None), (3, 1.5),
+    ]  # fmt: skip
+    assert _ids(spark, b) == []

@@ -195,7 +195,10 @@ class SparkTransaction:
             raise DeltaIllegalArgumentException(f"{what}: the transaction {self.txn_id} is {self.state}")
 
     def snapshot_for_read(self, path: str) -> Snapshot:
-        """The snapshot a read of ``path`` uses in the block; the read is recorded in the group."""
+        """The snapshot a read of ``path`` uses in the block; the read is recorded in the group.
+        (After ``commit`` or ``rollback`` inside the block: the table's latest snapshot.)"""
+        if self.state in ("committed", "rolled back"):
+            return DeltaLog.for_table(path).update()
         with self._lock:
             entry = self._table(path, f"Read of {path}")
             if not entry.read_recorded:

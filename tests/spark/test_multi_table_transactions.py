@@ -84,6 +84,9 @@ def test_rollback(spark: SparkSession, two: tuple[str, str]) -> None:
     with serialake.transaction(spark) as tx:
         spark.createDataFrame([(3, "v3")], "id long, v string").write.format("delta").mode("append").save(a)
         tx.rollback()
+        assert _ids(spark, a) == [1, 2]  # reads after the rollback: the table as it is
+        with pytest.raises(DeltaIllegalArgumentException, match="rolled back"):
+            spark.createDataFrame([(4, "v4")], "id long, v string").write.format("delta").mode("append").save(a)
     assert _version(a) == 0 and _ids(spark, a) == [1, 2]
 
 

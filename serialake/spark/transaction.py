@@ -310,11 +310,8 @@ class SparkTransaction:
                 raise
             self.state = "committed"
             self._discard_dropped(written)
-            from serialake.spark import isolation
-
-            for t in written:
-                path = t.log.table_path
-                isolation.note_committed(self.spark, path, self.result.versions.get(path), "WRITE")
+            # (the session's SERIALIZABLE reads see the commits: publishing them raised each table's
+            # known version, DeltaLog.remember_commit, so isolation's cached cut is not served)
             return self.result
 
     def _discard_dropped(self, written: list[_Table]) -> None:

@@ -31,6 +31,7 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "sql": ("serialake.sql", None),  # the callable module: serialake.sql(...) and serialake.sql.register
     "register": ("serialake.sql", "register"),
     "snapshot": ("serialake.sql.snapshot", "snapshot"),
+    "transaction": ("serialake.spark.transaction", "transaction"),
     "streaming": ("serialake.spark.streaming", None),  # serialake.streaming.idempotent
 }
 

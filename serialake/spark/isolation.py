@@ -50,6 +50,7 @@ from serialake.core.tables import cut, derived
 from serialake.core.tables.cut import ISOLATION_LEVELS
 from serialake.core.txn.post_commit import after_commit
 from serialake.exceptions import DeltaTableNotFoundError
+from serialake.spark import transaction
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -119,6 +120,9 @@ def read_cut(spark: SparkSession, tables: Sequence[tuple[str, str | None]]) -> d
     for path, name in tables:
         log = DeltaLog.for_table(path)
         logs.setdefault(log.table_path, (log, name))
+    tx = transaction.active(spark)
+    if tx is not None:  # inside serialake.transaction: its snapshots, with its own writes applied
+        return {p: tx.snapshot_for_read(p) for p in logs}
     pinned = cut.pinned(spark)
     if pinned is not None:
         return {p: cut.pinned_snapshot(pinned, p, logs[p][1]) for p in logs}

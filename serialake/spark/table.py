@@ -30,7 +30,7 @@ from serialake.exceptions import (
     DeltaTableNotFoundError,
     UnsupportedFeatureError,
 )
-from serialake.spark import data_read, dml, invariants, scans
+from serialake.spark import data_read, dml, invariants, scans, transaction
 from serialake.spark.arguments import check_assignments, check_condition, check_type
 from serialake.spark.columns import quote_name
 from serialake.spark.errors import pyspark_errors
@@ -178,8 +178,9 @@ class DeltaTable:
 
     # -- reading ------------------------------------------------------------------
     def snapshot(self) -> Snapshot:
-        """The latest snapshot of the table."""
-        return self.deltaLog.update()
+        """The latest snapshot of the table (inside ``serialake.transaction``: the transaction's)."""
+        tx = transaction.active(self.spark)
+        return tx.snapshot_for_read(self.path) if tx is not None else self.deltaLog.update()
 
     def toDF(self) -> DataFrame:  # noqa: N802
         """The table's rows at its latest version (pinned when called: call again after writes)."""
@@ -332,6 +333,7 @@ class DeltaTable:
         for value, name in ((readerVersion, "readerVersion"), (writerVersion, "writerVersion")):
             if not isinstance(value, int) or isinstance(value, bool):
                 raise ValueError(f"The {name} needs to be an integer but got '{type(value)}'.")
+        transaction.refuse("UPGRADE PROTOCOL", self.path, self.spark)
         txn = self.deltaLog.start_transaction()
         assert txn.snapshot is not None
         new = _upgraded_protocol(txn.snapshot.protocol, readerVersion, writerVersion, self.path)
@@ -358,6 +360,7 @@ class DeltaTable:
                 f"[DELTA_UNSUPPORTED_FEATURES_IN_CONFIG] Table {self.path}: unknown or unsupported table feature "
                 f"'{featureName}' (serialake supports: {', '.join(sorted(known))})"
             )
+        transaction.refuse("ADD FEATURE", self.path, self.spark)
         txn = self.deltaLog.start_transaction()
         snap = txn.snapshot
         assert snap is not None
@@ -381,6 +384,7 @@ class DeltaTable:
         the protocol in the same commit; ``delta.minReaderVersion``/``minWriterVersion`` upgrade
         it too and are not stored.
         """
+        transaction.refuse("SET TBLPROPERTIES", self.path, self.spark)
         txn = self.deltaLog.start_transaction()
         snap = txn.snapshot
         assert snap is not None
@@ -566,6 +570,7 @@ class DeltaTableBuilder:
         location = self._resolve_location()
         log = DeltaLog.for_table(location)
         shown = self._name or log.table_path
+        transaction.refuse("CREATE TABLE", shown, spark)
         txn = log.start_transaction()
         exists = txn.snapshot is not None
         if exists and self._mode == "create":

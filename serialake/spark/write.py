@@ -35,7 +35,7 @@ from serialake.exceptions import (
     SchemaMismatchError,
     UnsupportedFeatureError,
 )
-from serialake.spark import data_read, data_write, invariants, scans, write_settings
+from serialake.spark import data_read, data_write, invariants, scans, transaction, write_settings
 from serialake.spark.backend import backend
 from serialake.spark.columns import WIDENING, quote_name
 from serialake.spark.invariants import check_rows
@@ -205,7 +205,7 @@ def _write(
     _check_unique_columns(df.schema, path)
 
     log = DeltaLog.for_table(path)
-    txn = log.start_transaction()
+    txn = transaction.start(log, "WRITE", df.sparkSession)
     snap = txn.snapshot
     table = log.table_path
     replacing = replace is not None and mode_key == "overwrite"

@@ -18,9 +18,11 @@ from serialake.core.tables.cut import ISOLATION_LEVELS
 from serialake.sql.errors import SqlError, UnsupportedStatementError, position_of
 from serialake.sql.statements import (
     AddConstraint,
+    BeginTransaction,
     ChangeColumn,
     Clone,
     ClusterBy,
+    CommitTransaction,
     ConvertToDelta,
     DescribeDetail,
     DescribeHistory,
@@ -34,6 +36,7 @@ from serialake.sql.statements import (
     RenameTable,
     Reorg,
     Restore,
+    RollbackTransaction,
     SetIsolation,
     SetLocation,
     ShowIsolation,
@@ -599,6 +602,17 @@ def _show_properties(p: Cursor) -> Statement | None:
     return ShowProperties(table=table, key=key, text=p.statement)
 
 
+def _transaction_word(make: Callable[..., Statement]) -> Callable[[Cursor], Statement]:
+    """BEGIN / COMMIT / ROLLBACK, with an optional TRANSACTION or WORK."""
+
+    def handler(p: Cursor) -> Statement:
+        p.accept("TRANSACTION") or p.accept("WORK")
+        p.finish()
+        return make(text=p.statement)
+
+    return handler
+
+
 def _unsupported(what: str, hint: str | None = None) -> Callable[[Cursor], Statement]:
     def handler(p: Cursor) -> Statement:
         raise UnsupportedStatementError(what, statement=p.statement, hint=hint)
@@ -622,6 +636,10 @@ COMMANDS: list[tuple[re.Pattern[str], Callable[[Cursor], Statement | None]]] = [
     (_head("SET TRANSACTION ISOLATION LEVEL"), _set_isolation_level),
     (_head("SHOW TRANSACTION_ISOLATION"), _show_isolation),
     (_head("SHOW TRANSACTION ISOLATION"), _show_isolation),
+    (_head("START TRANSACTION"), _transaction_word(BeginTransaction)),
+    (_head("BEGIN"), _transaction_word(BeginTransaction)),
+    (_head("COMMIT"), _transaction_word(CommitTransaction)),
+    (_head("ROLLBACK"), _transaction_word(RollbackTransaction)),
     (_head("ALTER TABLE"), _alter_table),
     (_head("CREATE OR REPLACE TABLE"), _clone("createOrReplace")),
     (_head("CREATE TABLE"), _clone("create")),

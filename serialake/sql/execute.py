@@ -26,7 +26,7 @@ from serialake.core.predicates.expressions import ParsedCondition
 from serialake.core.tables import catalog
 from serialake.core.txn.post_commit import after_commit
 from serialake.exceptions import DeltaAnalysisException, DeltaTableNotFoundError
-from serialake.spark import dml, isolation
+from serialake.spark import dml, isolation, transaction
 from serialake.spark.table import DeltaTable, IdentityGenerator
 from serialake.spark.write import write
 from serialake.sql.errors import SqlError, UnsupportedStatementError
@@ -36,10 +36,13 @@ from serialake.sql.results import empty, rows
 from serialake.sql.statements import (
     AddColumns,
     AddConstraint,
+    Atomic,
+    BeginTransaction,
     ChangeColumn,
     Clone,
     ClusterBy,
     ColumnSpec,
+    CommitTransaction,
     ConvertToDelta,
     CreateTable,
     CreateTempView,
@@ -61,6 +64,7 @@ from serialake.sql.statements import (
     RenameTable,
     Reorg,
     Restore,
+    RollbackTransaction,
     SetIsolation,
     SetLocation,
     SetProperties,
@@ -94,7 +98,54 @@ def execute(spark: SparkSession, st: Statement) -> DataFrame | None:
     handler = _HANDLERS.get(type(st))
     if handler is None:  # pragma: no cover - every statement type has a handler
         raise UnsupportedStatementError(type(st).__name__, statement=st.text)
-    return handler(spark, st)
+    if type(st) in _TRANSACTION_CONTROL:
+        return handler(spark, st)
+    # Inside the session's BEGIN ... COMMIT: the statement runs in its transaction (a failure aborts it).
+    with transaction.entered(spark):
+        if not isinstance(st, _IN_TRANSACTION) and transaction.active(spark) is not None:
+            words = " ".join(st.text.split()[:2]).upper() or type(st).__name__
+            raise transaction.refusal(words, _target(st))
+        return handler(spark, st)
+
+
+def _target(st: Statement) -> str:
+    """The table a statement names, for messages (its text when it names none)."""
+    ref = getattr(st, "table", None) or getattr(st, "target", None)
+    name = getattr(ref, "name", None) or getattr(ref, "path", None)
+    return str(name) if name else "its table"
+
+
+# ---------------------------------------------------------------------------------------------
+# Transactions across tables (BEGIN / COMMIT / ROLLBACK, BEGIN ATOMIC ... END)
+# ---------------------------------------------------------------------------------------------
+
+
+def _begin(spark: SparkSession, st: BeginTransaction) -> DataFrame:
+    transaction.begin(spark)
+    return empty(spark)
+
+
+def _commit(spark: SparkSession, st: CommitTransaction) -> DataFrame:
+    transaction.end(spark, commit=True)
+    return empty(spark)
+
+
+def _rollback(spark: SparkSession, st: RollbackTransaction) -> DataFrame:
+    transaction.end(spark, commit=False)
+    return empty(spark)
+
+
+def _atomic(spark: SparkSession, st: Atomic) -> DataFrame | None:
+    """The statements as one transaction: all committed at END, or none (the error is raised)."""
+    result: DataFrame | None = None
+    with transaction.transaction(spark):
+        for inner in st.statements:
+            if isinstance(inner, BeginTransaction | CommitTransaction | RollbackTransaction | Atomic):
+                raise UnsupportedStatementError(
+                    "BEGIN / COMMIT / ROLLBACK inside BEGIN ATOMIC ... END", statement=inner.text
+                )
+            result = execute(spark, inner)
+    return result if result is not None else empty(spark)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -684,4 +735,16 @@ _HANDLERS: dict[type, Callable[[SparkSession, Any], DataFrame | None]] = {
     Restore: _restore,
     SetIsolation: _set_isolation,
     ShowIsolation: _show_isolation,
+    BeginTransaction: _begin,
+    CommitTransaction: _commit,
+    RollbackTransaction: _rollback,
+    Atomic: _atomic,
 }
+
+_TRANSACTION_CONTROL = (BeginTransaction, CommitTransaction, RollbackTransaction, Atomic)
+
+#: Statements that may run inside a transaction across tables (the others are refused there).
+_IN_TRANSACTION = (
+    Query, Passthrough, CreateTempView, Insert, Delete, Update, Merge, DescribeHistory, DescribeDetail,
+    DescribeTable, ShowProperties, SetIsolation, ShowIsolation,
+)  # fmt: skip

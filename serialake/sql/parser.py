@@ -26,6 +26,7 @@ from serialake.sql.commands import COMMANDS, ISOLATION_LEVELS, Cursor
 from serialake.sql.errors import SqlError, UnsupportedStatementError, position_of
 from serialake.sql.statements import (
     AddColumns,
+    Atomic,
     ColumnSpec,
     CreateTable,
     CreateTempView,
@@ -84,7 +85,17 @@ def split_statements(text: str) -> list[tuple[int, str]]:
 
 
 def parse_statement(text: str) -> Statement:
-    """Parse one statement (a trailing ``;`` is allowed); ``SqlError`` shows where it fails."""
+    """Parse one statement (a trailing ``;`` is allowed); ``SqlError`` shows where it fails.
+
+    ``BEGIN ATOMIC <statement>; ... END`` is one statement (``Atomic``) holding several.
+    """
+    atomic = _ATOMIC.match(text, noise_len(text))
+    if atomic:
+        inner = atomic.group(1)
+        parts = tuple(parse_statement(body) for _, body in split_statements(inner))
+        if not parts:
+            raise SqlError("BEGIN ATOMIC ... END holds no statement.", statement=text)
+        return Atomic(parts, text=text)
     pieces = split_statements(text)
     if not pieces:
         raise SqlError("Empty statement: there is nothing to run.", statement=text)
@@ -109,6 +120,9 @@ def parse_statement(text: str) -> Statement:
             if result is not None:
                 return result
     return _from_sqlglot(text, body, head)
+
+
+_ATOMIC = re.compile(r"BEGIN\s+ATOMIC\b(.*)\bEND\s*;?\s*\Z", re.I | re.S)
 
 
 # ---------------------------------------------------------------------------------------------

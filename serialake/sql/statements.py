@@ -11,6 +11,10 @@ from serialake.core.predicates.expressions import ParsedCondition
 
 __all__ = [
     "AddColumns",
+    "Atomic",
+    "BeginTransaction",
+    "CommitTransaction",
+    "RollbackTransaction",
     "ColumnSpec",
     "CreateTable",
     "CreateTempView",
@@ -404,6 +408,28 @@ class SetIsolation(Statement):
 @dataclass(frozen=True)
 class ShowIsolation(Statement):
     """SHOW TRANSACTION_ISOLATION."""
+
+
+@dataclass(frozen=True)
+class BeginTransaction(Statement):
+    """BEGIN [TRANSACTION | WORK] / START TRANSACTION: open the session's transaction across tables."""
+
+
+@dataclass(frozen=True)
+class CommitTransaction(Statement):
+    """COMMIT [TRANSACTION | WORK]: commit the session's transaction."""
+
+
+@dataclass(frozen=True)
+class RollbackTransaction(Statement):
+    """ROLLBACK [TRANSACTION | WORK]: abort the session's transaction."""
+
+
+@dataclass(frozen=True)
+class Atomic(Statement):
+    """BEGIN ATOMIC <statement>; ... END: the statements run as one transaction across tables."""
+
+    statements: tuple[Statement, ...]
 
 
 @dataclass(frozen=True)

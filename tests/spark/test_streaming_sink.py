@@ -496,6 +496,41 @@ def test_idempotent_merge_in_foreach_batch_survives_a_replay(spark: SparkSession
     assert _counts(target) == {0: 8, 1: 8, 2: 8}
 
 
+def test_idempotent_batch_writing_two_tables_in_a_transaction_commits_once(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """#44: a foreachBatch writing two tables inside serialake.transaction commits them together, once."""
+    events, counts, ck = str(tmp_path / "events"), str(tmp_path / "counts"), tmp_path / "ck"
+    write(spark.createDataFrame([], SCHEMA), events)
+    _counter_table(spark, counts)
+    merge = _merge_counts(spark, counts)
+
+    def both(batch_df: DataFrame, batch_id: int) -> None:
+        with serialake.transaction(batch_df.sparkSession):
+            batch_df.write.format("delta").mode("append").save(events)
+            merge(batch_df, batch_id)
+
+    src = _source_dir(tmp_path, 2, per_file=3)
+    fn = serialake.streaming.idempotent(both)
+
+    def run() -> Any:
+        q = _stream(spark, src).writeStream.foreachBatch(fn).option("checkpointLocation", str(ck)).trigger(
+            availableNow=True
+        ).start()
+        q.awaitTermination(STREAM_TIMEOUT)
+        assert q.exception() is None
+        return q
+
+    q = run()
+    assert _ids(events) == list(range(6)) and _counts(counts) == {0: 2, 1: 2, 2: 2}
+    versions = [DeltaLog.for_table(t).update().version for t in (events, counts)]
+    assert [DeltaLog.for_table(t).update().txn_version(q.id) for t in (events, counts)] == [1, 1]
+    _unfinish_last_batch(ck)
+    run()  # batch 1 again: nothing is written in either table
+    assert [DeltaLog.for_table(t).update().version for t in (events, counts)] == versions
+    assert _ids(events) == list(range(6)) and _counts(counts) == {0: 2, 1: 2, 2: 2}
+
+
 def test_idempotent_outside_a_stream_needs_an_app_id(spark: SparkSession, tmp_path: Path) -> None:
     df = spark.createDataFrame([(1, 0, "a")], SCHEMA)
     with pytest.raises(DeltaIllegalArgumentException, match="app_id"):

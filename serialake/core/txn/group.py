@@ -35,6 +35,7 @@ from typing import Any
 
 from serialake.core.log import groups
 from serialake.core.log.deltalog import DeltaLog
+from serialake.core.log.snapshot import Snapshot
 from serialake.core.model import properties as props
 from serialake.core.model.actions import (
     Action,
@@ -121,25 +122,29 @@ class GroupTransaction:
     def _log(self, table: DeltaLog | str) -> DeltaLog:
         return table if isinstance(table, DeltaLog) else DeltaLog.for_table(normalize_table_path(table))
 
-    def write(self, table: DeltaLog | str, *, isolation_level: str | None = None) -> OptimisticTransaction:
-        """The transaction of ``table`` in this group (made at its latest snapshot on first use)."""
+    def write(
+        self, table: DeltaLog | str, *, isolation_level: str | None = None, snapshot: Snapshot | None = None
+    ) -> OptimisticTransaction:
+        """The transaction of ``table`` in this group (made at ``snapshot``, or its latest, on first use)."""
         dlog = self._log(table)
         part = self._parts.get(dlog.table_path)
         if part is None:
-            part = self._parts[dlog.table_path] = _Part(dlog.start_transaction(isolation_level=isolation_level))
+            txn = dlog.start_transaction(snapshot, isolation_level=isolation_level)
+            part = self._parts[dlog.table_path] = _Part(txn)
         elif not part.writes and isolation_level is None:
             part.txn._isolation_override = None  # read first (at Serializable): now the table's own level
         part.writes = True
         return part.txn
 
     def read(
-        self, table: DeltaLog | str, predicates: Sequence[Any] | None = None
+        self, table: DeltaLog | str, predicates: Sequence[Any] | None = None, *, snapshot: Snapshot | None = None
     ) -> list[AddFile]:
-        """Record a read of ``table`` (``filter_files``); a table only read is checked at Serializable."""
+        """Record a read of ``table`` (``filter_files``); a table only read is checked at Serializable.
+        ``snapshot``: the version read, on first use (the latest when None)."""
         dlog = self._log(table)
         part = self._parts.get(dlog.table_path)
         if part is None:
-            txn = dlog.start_transaction(isolation_level=props.SERIALIZABLE)
+            txn = dlog.start_transaction(snapshot, isolation_level=props.SERIALIZABLE)
             part = self._parts[dlog.table_path] = _Part(txn)
         return part.txn.filter_files(predicates)
 

@@ -33,7 +33,7 @@ from serialake.exceptions import (
     DeltaTableNotFoundError,
     UnsupportedFeatureError,
 )
-from serialake.spark import data_read
+from serialake.spark import data_read, transaction
 from serialake.spark.columns import column_mapping_mode, quote_name
 from serialake.spark.dml.kernel import open_transaction
 from serialake.spark.schemas import to_delta_schema
@@ -303,6 +303,7 @@ def _check_no_nulls(spark: SparkSession, txn: Any, snap: Any, column: Sequence[s
 def unset_properties(table_path: str, keys: Sequence[str], *, if_exists: bool = False) -> int:
     """Remove table properties in one metadata commit (``UNSET TBLPROPERTIES``); the version."""
     log = DeltaLog.for_table(table_path)
+    transaction.refuse("ALTER TABLE", log.table_path)
     txn = log.start_transaction()
     snap = txn.snapshot
     if snap is None:

@@ -41,6 +41,7 @@ from serialake.core.tables import catalog
 from serialake.core.txn.post_commit import after_commit
 from serialake.core.txn.written import BeforeCommit, commit_or_clean_up
 from serialake.exceptions import DeltaAnalysisException, DeltaTableNotFoundError
+from serialake.spark import transaction
 from serialake.storage.datafiles import Access, is_remote
 
 __all__ = ["is_path", "run_clone"]
@@ -83,6 +84,7 @@ def run_clone(
     log = DeltaLog.for_table(location)
     if log.table_path == snap.table_path:
         raise DeltaAnalysisException(f"Cannot CLONE table {snap.table_path} onto itself.")
+    transaction.refuse("CLONE", log.table_path)
     txn = log.start_transaction()
     shown = name or log.table_path
     if txn.snapshot is not None and if_not_exists:

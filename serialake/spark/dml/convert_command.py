@@ -35,7 +35,7 @@ from serialake.core.model.paths import parquet_metadata
 from serialake.core.model.schema import StructType
 from serialake.core.model.stats import stats_columns
 from serialake.exceptions import DeltaAnalysisException, DeltaIllegalArgumentException
-from serialake.spark import data_write
+from serialake.spark import data_write, transaction
 from serialake.spark.columns import data_fields
 from serialake.spark.dml.kernel import json_list
 from serialake.spark.footer_stats import file_stats
@@ -126,6 +126,7 @@ def convert_to_delta(
                 stats=file_stats(footer, indexed),
             )
         )
+    transaction.refuse("CONVERT TO DELTA", log.table_path)
     txn = log.start_transaction()
     txn.update_metadata(Metadata(schema_string=schema.to_json(), partition_columns=tuple(part_names)))
     add_schema_features(txn, schema)

@@ -16,6 +16,7 @@ from serialake.core.model import features as F
 from serialake.core.model import properties as props
 from serialake.core.model.actions import Protocol
 from serialake.exceptions import DeltaAnalysisException, DeltaTableNotFoundError, UnsupportedFeatureError
+from serialake.spark import transaction
 from serialake.spark.dml.alter_command import unset_properties
 from serialake.spark.dml.reorg_command import purge_deletion_vectors
 
@@ -61,6 +62,7 @@ def drop_feature(spark: SparkSession, path: str, feature: str, truncate_history:
         unset_properties(log.table_path, [key], if_exists=True)
     if name == "deletionVectors":
         purge_deletion_vectors(spark, log.table_path)
+    transaction.refuse("DROP FEATURE", log.table_path)
     txn = log.start_transaction()
     assert txn.snapshot is not None
     txn.read_whole_table()  # any concurrent write between purge and this commit conflicts

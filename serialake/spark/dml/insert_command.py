@@ -26,7 +26,7 @@ from serialake.core.predicates import expressions as P
 from serialake.core.txn.transaction import OptimisticTransaction
 from serialake.core.txn.written import BeforeCommit, commit_or_clean_up
 from serialake.exceptions import DeltaTableNotFoundError, UnsupportedFeatureError
-from serialake.spark import invariants, scans
+from serialake.spark import invariants, scans, transaction
 from serialake.spark.dml.kernel import DmlResult, file_bytes, json_list, parse_or_true, rows_of
 from serialake.spark.write import align_to_schema, write_checked_files
 
@@ -54,10 +54,12 @@ def run_insert(
     may only name partition columns (the rows it replaces are whole files). Columns are
     aligned to the table's by name and cast; NOT NULL columns are checked while writing.
     """
-    del spark  # the DataFrame carries its session
     log = DeltaLog.for_table(table_path)
-    snap0 = log.snapshot(version=read_version) if read_version is not None else None
-    txn = log.start_transaction(snap0)
+    if transaction.active(spark) is not None:
+        txn = transaction.start(log, "INSERT", spark)  # the transaction's state of the table
+    else:
+        snap0 = log.snapshot(version=read_version) if read_version is not None else None
+        txn = log.start_transaction(snap0)
     snap = txn.snapshot
     if snap is None:
         raise DeltaTableNotFoundError(f"Cannot INSERT: {log.table_path} is not a Delta table.")

@@ -60,7 +60,7 @@ from serialake.exceptions import (
     DeltaIllegalArgumentException,
     DeltaTableNotFoundError,
 )
-from serialake.spark import cdf, data_read, invariants, scans
+from serialake.spark import cdf, data_read, invariants, scans, transaction
 from serialake.spark.backend import backend
 from serialake.spark.columns import quote_name
 from serialake.spark.schemas import to_spark_schema
@@ -151,7 +151,8 @@ _BATCH_OPERATIONS = frozenset({"DELETE", "UPDATE", "MERGE"})
 def open_transaction(table_path: str, operation: str) -> tuple[OptimisticTransaction, Snapshot]:
     """A transaction pinned to the latest snapshot; errors when the table cannot be rewritten here."""
     log = DeltaLog.for_table(table_path)
-    txn = log.start_transaction()
+    # Inside serialake.transaction: the table's transaction there (other operations are refused).
+    txn = transaction.start(log, operation)
     snap = txn.snapshot
     if snap is None:
         raise DeltaTableNotFoundError(f"Cannot {operation}: {log.table_path} is not a Delta table.")

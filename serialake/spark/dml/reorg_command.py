@@ -32,6 +32,7 @@ from serialake.core.predicates import skipping
 from serialake.core.txn.post_commit import after_commit
 from serialake.core.txn.written import BeforeCommit, commit_or_clean_up
 from serialake.exceptions import DeltaAnalysisException, DeltaTableNotFoundError, UnsupportedFeatureError
+from serialake.spark import transaction
 from serialake.spark.dml.optimize_command import write_compacted
 
 __all__ = ["purge_deletion_vectors", "upgrade_uniform"]
@@ -50,6 +51,7 @@ def purge_deletion_vectors(
     runs just before committing (tests interleave concurrent operations with it).
     """
     log = DeltaLog.for_table(path)
+    transaction.refuse("REORG TABLE", log.table_path)
     txn = log.start_transaction()
     snap = txn.snapshot
     if snap is None:
@@ -100,6 +102,7 @@ def upgrade_uniform(
             "supports ICEBERG_COMPAT_VERSION=2 only."
         )
     log = DeltaLog.for_table(path)
+    transaction.refuse("REORG TABLE", log.table_path)
     txn = log.start_transaction(isolation_level=props.SERIALIZABLE)
     snap = txn.snapshot
     if snap is None:

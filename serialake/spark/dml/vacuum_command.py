@@ -29,7 +29,7 @@ from serialake.core.model.actions import FileAction, now_ms
 from serialake.core.model.paths import absolute_path
 from serialake.core.txn.post_commit import after_commit
 from serialake.exceptions import DeltaIllegalArgumentException
-from serialake.spark import direct
+from serialake.spark import direct, transaction
 from serialake.spark.partition_values import is_hidden
 from serialake.spark.staging import STAGING_DIR
 from serialake.storage.datafiles import Access, is_remote
@@ -57,6 +57,7 @@ def vacuum(
     table the objects below it are listed (``storage.datafiles``), their age is their
     listed modification time, and nothing is staged.
     """
+    transaction.refuse("VACUUM", table_path, spark)
     log = DeltaLog.for_table(table_path)
     path = log.table_path
     snap = log.update()

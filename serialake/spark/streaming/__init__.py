@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["idempotent"]
+__all__ = ["BatchResetError", "idempotent"]
 
 
 def __getattr__(name: str) -> Any:
@@ -18,4 +18,8 @@ def __getattr__(name: str) -> Any:
         from serialake.spark.streaming.sink import idempotent
 
         return idempotent
+    if name == "BatchResetError":
+        from serialake.spark.streaming.batch_txn import BatchResetError
+
+        return BatchResetError
     raise AttributeError(f"module 'serialake.spark.streaming' has no attribute {name!r}")

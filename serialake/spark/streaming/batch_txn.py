@@ -20,6 +20,14 @@ the later writes' results. The usual case, one write per table and batch, commit
 ``SetTransaction(app, batch)``, Delta's convention (delta-spark's sink writes the same).
 The function must make the same writes in the same order for a batch (Spark hands it the
 same rows).
+
+A batch id lower than one the application already committed to the table means the query's
+checkpoint was reset or moved back (a new checkpoint, the same ``app_id``): its writes would be
+skipped as done and its rows lost, so the write fails with ``BatchResetError`` naming both ids,
+unless ``idempotent(fn, failOnReset=False)`` asks for the skip (delta-spark's behaviour).
+
+Inside ``serialake.transaction`` (several tables written as one in the batch) each table's
+body carries the marks, so the batch's writes to all tables commit once, together.
 """
 
 from __future__ import annotations
@@ -32,8 +40,13 @@ from typing import Any
 
 from serialake.core.model.actions import Action, SetTransaction, now_ms
 from serialake.core.txn.transaction import CommitResult, OptimisticTransaction
+from serialake.exceptions import DeltaIllegalArgumentException
 
-__all__ = ["BatchTxn", "app_ids", "current", "in_batch", "join"]
+__all__ = ["BatchResetError", "BatchTxn", "app_ids", "current", "in_batch", "join"]
+
+
+class BatchResetError(DeltaIllegalArgumentException):
+    """A batch older than one the application already committed to a table (a reset checkpoint)."""
 
 
 @dataclass
@@ -42,6 +55,8 @@ class BatchTxn:
 
     app_id: str
     version: int
+    #: a batch id below the one committed fails (``BatchResetError``); False: it is skipped as done
+    fail_on_reset: bool = True
     #: table path -> writes opened on it so far in this batch
     opened: dict[str, int] = field(default_factory=dict)
 
@@ -60,13 +75,13 @@ def current() -> BatchTxn | None:
 
 
 @contextmanager
-def in_batch(app_id: str, version: int) -> Iterator[BatchTxn]:
+def in_batch(app_id: str, version: int, *, fail_on_reset: bool = True) -> Iterator[BatchTxn]:
     """Writes made inside commit as batch ``version`` of application ``app_id``."""
     if not app_id:
         raise ValueError("an idempotent batch needs a non-empty application id")
     if int(version) < 0:
         raise ValueError(f"a batch id is >= 0, not {version}")
-    batch = BatchTxn(str(app_id), int(version))
+    batch = BatchTxn(str(app_id), int(version), fail_on_reset)
     token = _CURRENT.set(batch)
     try:
         yield batch
@@ -96,6 +111,15 @@ def join(txn: OptimisticTransaction) -> bool:
     for other in ids[:-1]:
         txn.txn_version(other)  # read too: they are written with this commit
     skip = done is not None and done >= batch.version
+    if done is not None and done > batch.version and batch.fail_on_reset:
+        raise BatchResetError(
+            f"Batch {batch.version} of application {ids[-1]!r} writes {txn.table_path}, where batch {done} of "
+            f"that application is already committed (SetTransaction {ids[-1]!r} version {done}): the streaming "
+            "query's checkpoint was reset or moved back. Writing nothing would lose this batch's rows; writing "
+            "would apply batches twice. Start the query with a new checkpoint and a new application id "
+            "(idempotent(fn, app_id=...)), or pass failOnReset=False to skip batches already passed, as "
+            "delta-spark does."
+        )
     original: Callable[..., int] = txn.commit
 
     def commit(actions: Iterable[Action], *args: Any, **kwargs: Any) -> int:

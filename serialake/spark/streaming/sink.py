@@ -75,7 +75,9 @@ def query_id(batch_df: DataFrame) -> str | None:
         return None
 
 
-def idempotent(batch_fn: BatchFunction, app_id: str | None = None) -> BatchFunction:
+def idempotent(
+    batch_fn: BatchFunction, app_id: str | None = None, *, failOnReset: bool = True  # noqa: N803
+) -> BatchFunction:
     """``batch_fn`` for ``foreachBatch`` whose serialake writes commit once per batch.
 
     Inside ``batch_fn(batch_df, batch_id)`` every serialake write and DML (``serialake.write``,
@@ -85,6 +87,11 @@ def idempotent(batch_fn: BatchFunction, app_id: str | None = None) -> BatchFunct
     ``app_id`` defaults to the streaming query's id (kept in its checkpoint, the same on
     every restart); give one to call the function outside a stream. Writes that give their
     own ``txnAppId`` keep it. See ``batch_txn`` for several writes to one table in a batch.
+
+    ``failOnReset``: a batch id lower than one already committed for the application (the
+    checkpoint was reset) raises ``BatchResetError``; False skips it as done. Several tables
+    written as one per batch: ``with serialake.transaction(batch_df.sparkSession):`` inside
+    ``batch_fn``: the batch's writes to all of them commit once, together.
     """
 
     @functools.wraps(batch_fn)
@@ -95,7 +102,7 @@ def idempotent(batch_fn: BatchFunction, app_id: str | None = None) -> BatchFunct
                 "serialake.streaming.idempotent: no streaming query runs this batch function; "
                 "pass app_id=... to call it outside a stream"
             )
-        with batch_txn.in_batch(app, int(batch_id)):
+        with batch_txn.in_batch(app, int(batch_id), fail_on_reset=failOnReset):
             return batch_fn(batch_df, batch_id)
 
     return run

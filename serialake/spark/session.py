@@ -41,8 +41,14 @@ DEFAULT_CONF: dict[str, str] = {
 }
 
 
-def spark_session(app_name: str = "serialake", *, master: str | None = None, **conf: Any) -> SparkSession:
+def spark_session(
+    app_name: str = "serialake", *, master: str | None = None, remote: str | None = None, **conf: Any
+) -> SparkSession:
     """The active SparkSession, or a new local one (``local[2]`` unless ``master`` is given).
+
+    ``remote`` (or ``SPARK_REMOTE`` when neither it nor ``master`` is given): a Spark Connect
+    URL (``sc://host:port``): a Connect client session on that server, configured the same way
+    (only the runtime SQL settings of ``DEFAULT_CONF`` apply: the server's own are the server's).
 
     ``conf`` keys are Spark settings (pass dotted keys as ``**{"spark.x": "y"}``). When a
     session is already active it is reused and only runtime-settable ``conf`` is applied.
@@ -53,6 +59,9 @@ def spark_session(app_name: str = "serialake", *, master: str | None = None, **c
     """
     from serialake.dropin import configure
 
+    url = remote or (None if master else os.environ.get("SPARK_REMOTE"))
+    if url:
+        return _remote_session(app_name, url, conf)
     active = SparkSession.getActiveSession()
     if active is not None:
         for key, value in conf.items():
@@ -69,6 +78,21 @@ def spark_session(app_name: str = "serialake", *, master: str | None = None, **c
     spark = builder.getOrCreate()
     backend(spark).set_log_level("ERROR")
     _silence_task_failure_logs(spark)
+    return configure(spark)
+
+
+def _remote_session(app_name: str, url: str, conf: dict[str, Any]) -> SparkSession:
+    """A Spark Connect client session on ``url`` (``spark_session``), configured for serialake."""
+    from serialake.dropin import configure
+
+    spark = SparkSession.builder.remote(url).appName(app_name).getOrCreate()
+    runtime = {k: v for k, v in DEFAULT_CONF.items() if k.startswith("spark.sql.") and "hive" not in k}
+    for key, value in {**runtime, **{k: str(v) for k, v in conf.items()}}.items():
+        try:
+            spark.conf.set(key, value)
+        except Exception:  # noqa: BLE001 - a static setting of the server's: left as the server has it
+            if key in conf:
+                raise
     return configure(spark)
 
 

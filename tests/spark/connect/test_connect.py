@@ -1,0 +1,201 @@
+"""Every idiom over a Spark Connect client session, as over a classic one (issue #43).
+
+One test body runs on the classic session and on a Connect client session of a local Spark
+Connect server (``conftest.py``): the same rows and the same exception classes on both.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+import serialake
+from serialake import DeltaTable
+from serialake.core import DeltaLog
+from serialake.exceptions import ConcurrentAppendException, ConcurrentDeleteReadException
+from tests.helpers import before_first_commit
+
+pytestmark = [pytest.mark.spark, pytest.mark.connect]
+
+D1, D2, D3 = "2024-01-01", "2024-01-02", "2024-01-03"
+SCHEMA = "id long, date string"
+
+
+def _rows(df: Any) -> list[tuple[Any, ...]]:
+    return sorted(tuple(r) for r in df.collect())
+
+
+def test_session_kind(session: SparkSession, request: pytest.FixtureRequest) -> None:
+    from serialake.spark.backend.connect import is_connect
+
+    assert is_connect(session) == (request.node.callspec.params["session"] == "connect")
+
+
+def test_delta_spark_pipeline(session: SparkSession, tmp_path: Path) -> None:
+    """write, versionAsOf, CREATE TABLE / INSERT / DELETE / UPDATE / MERGE in SQL, DeltaTable merge
+    and a Column-condition delete, OPTIMIZE (one commit each, nothing raised after)."""
+    spark = session
+    path, other = str(tmp_path / "events"), str(tmp_path / "t1")
+    name = f"events_{abs(hash(str(tmp_path))) % 10**8}"
+    spark.createDataFrame([(1, "a"), (2, "b")], "id long, v string").write.format("delta").save(path)
+    spark.createDataFrame([(3, "c")], "id long, v string").write.format("delta").mode("append").save(path)
+    assert _rows(spark.read.format("delta").option("versionAsOf", 0).load(path)) == [(1, "a"), (2, "b")]
+    assert _rows(spark.read.format("delta").load(path)) == [(1, "a"), (2, "b"), (3, "c")]
+
+    spark.sql(f"CREATE TABLE {name} (id long, v string) USING delta LOCATION '{other}'")
+    spark.sql(f"INSERT INTO {name} VALUES (1, 'x'), (2, 'y'), (5, 'z')")
+    spark.sql(f"DELETE FROM {name} WHERE id = 5")
+    spark.sql(f"UPDATE {name} SET v = 'yy' WHERE id = 2")
+    spark.sql(
+        f"MERGE INTO {name} t USING delta.`{path}` s ON t.id = s.id "
+        "WHEN MATCHED THEN UPDATE SET v = s.v WHEN NOT MATCHED THEN INSERT *"
+    )
+    assert _rows(spark.table(name)) == [(1, "a"), (2, "b"), (3, "c")]
+    assert _rows(spark.sql(f"SELECT id, v FROM {name} WHERE id > 1")) == [(2, "b"), (3, "c")]
+
+    source = spark.createDataFrame([(1, "m"), (9, "n")], "id long, v string")
+    (DeltaTable.forPath(spark, path).alias("t").merge(source.alias("s"), "t.id = s.id")
+     .whenMatchedUpdateAll().whenNotMatchedInsertAll().execute())  # fmt: skip
+    DeltaTable.forPath(spark, path).delete(F.col("id") == 9)
+    DeltaTable.forPath(spark, path).delete((F.col("v") == "c") & F.col("id").isin(3, 4))
+    assert _rows(spark.read.format("delta").load(path)) == [(1, "m"), (2, "b")]
+
+    log = DeltaLog.for_table(path)
+    before = log.update().version
+    metrics = DeltaTable.forPath(spark, path).optimize().executeCompaction().collect()
+    assert log.update().version == before + 1 and metrics
+    spark.sql(f"OPTIMIZE delta.`{path}`").collect()  # nothing left to compact: no commit
+    assert log.update().version == before + 1
+    assert _rows(spark.read.format("delta").load(path)) == [(1, "m"), (2, "b")]
+    assert [r["operation"] for r in DeltaTable.forPath(spark, path).history().collect()][:2] == ["OPTIMIZE", "DELETE"]
+    spark.sql(f"DROP TABLE {name}")
+
+
+def test_serialake_sql_select_over_two_tables(session: SparkSession, tmp_path: Path) -> None:
+    """serialake.sql's views of the tables live as long as the query (Connect analyses it lazily)."""
+    spark = session
+    a, b = str(tmp_path / "a"), str(tmp_path / "b")
+    serialake.write(spark.createDataFrame([(1, D1), (2, D2)], SCHEMA), a)
+    serialake.write(spark.createDataFrame([(1, "x"), (2, "y"), (3, "{z}")], "id long, v string"), b)
+    df = serialake.sql(
+        spark, f"SELECT a.id, a.date, b.v FROM delta.`{a}` a JOIN delta.`{b}` b ON a.id = b.id WHERE b.v <> '{{q}}'"
+    )
+    assert _rows(df) == [(1, D1, "x"), (2, D2, "y")]
+    assert _rows(df.where("id = 2")) == [(2, D2, "y")]  # the DataFrame is still usable afterwards
+    assert _rows(serialake.sql(spark, f"SELECT * FROM delta.`{b}` VERSION AS OF 0 WHERE v = '{{z}}'")) == [(3, "{z}")]
+    views = [t.name for t in spark.catalog.listTables() if t.isTemporary and t.name.startswith("__serialake_")]
+    assert views == []
+
+
+# ---------------------------------------------------------------------------------------------
+# Reads that feed a write (tests/spark/test_read_tracking.py, over both kinds of session)
+# ---------------------------------------------------------------------------------------------
+
+
+def _table(spark: SparkSession, path: str, level: str = "Serializable") -> None:
+    rows = [(1, D1), (2, D1), (3, D2), (4, D2)]
+    serialake.write(
+        spark.createDataFrame(rows, SCHEMA), path, partitionBy=["date"], properties={"delta.isolationLevel": level}
+    )
+
+
+def _table_rows(spark: SparkSession, path: str) -> list[tuple[Any, ...]]:
+    return _rows(serialake.read(spark, path))
+
+
+def _append_copy_of_d1(spark: SparkSession, path: str) -> int:
+    copy = serialake.read(spark, path).where(f"date = '{D1}'").select((F.col("id") + 1000).alias("id"), "date")
+    return serialake.write(copy, path)
+
+
+@pytest.mark.parametrize("form", ["sql", "python"])
+def test_merge_whose_source_reads_the_target_conflicts(
+    session: SparkSession, tmp_table: str, monkeypatch: pytest.MonkeyPatch, form: str
+) -> None:
+    spark = session
+    _table(spark, tmp_table)
+
+    def copy(src: str, dst: str, nested: bool = False) -> Any:
+        if form == "sql":  # nested: inside another operation, where spark.sql is Spark's own
+            return (partial(serialake.sql, spark) if nested else spark.sql)(
+                f"MERGE INTO delta.`{tmp_table}` t USING (SELECT id + 100 AS id, '{dst}' AS date FROM "
+                f"delta.`{tmp_table}` WHERE date = '{src}') s ON t.id = s.id AND t.date = '{dst}' "
+                "WHEN NOT MATCHED THEN INSERT *"
+            )
+        source = serialake.read(spark, tmp_table).where(f"date = '{src}'").select(
+            (F.col("id") + 100).alias("id"), F.lit(dst).alias("date")
+        )
+        return (
+            DeltaTable.forPath(spark, tmp_table).alias("t")
+            .merge(source.alias("s"), f"t.id = s.id AND t.date = '{dst}'").whenNotMatchedInsertAll().execute()
+        )  # fmt: skip
+
+    with before_first_commit(monkeypatch, lambda: copy(D1, D2, nested=True)):
+        with pytest.raises(ConcurrentAppendException) as e:
+            copy(D2, D1)
+    assert e.value.winning_version == 1
+    assert _table_rows(spark, tmp_table) == [(1, D1), (2, D1), (3, D2), (4, D2), (101, D2), (102, D2)]
+
+
+def test_read_feeding_a_write_vs_concurrent_delete(
+    session: SparkSession, tmp_table: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Serializable: an append computed from the target, a row it read deleted meanwhile."""
+    spark = session
+    _table(spark, tmp_table)
+    delete = lambda: DeltaTable.forPath(spark, tmp_table).delete(f"date = '{D1}' AND id = 1")  # noqa: E731
+    with before_first_commit(monkeypatch, delete):
+        with pytest.raises(ConcurrentDeleteReadException):
+            _append_copy_of_d1(spark, tmp_table)
+    assert _table_rows(spark, tmp_table) == [(2, D1), (3, D2), (4, D2)]
+
+
+def test_read_elsewhere_vs_concurrent_insert_commits(
+    session: SparkSession, tmp_table: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The read is of partition D1 (the plan's filter): an insert into D2 does not conflict."""
+    spark = session
+    _table(spark, tmp_table)
+    insert = spark.createDataFrame([(8, D2)], SCHEMA)
+    with before_first_commit(monkeypatch, lambda: serialake.write(insert, tmp_table)):
+        assert _append_copy_of_d1(spark, tmp_table) == 2
+    assert [r for r in _table_rows(spark, tmp_table) if r[0] > 1000] == [(1001, D1), (1002, D1)]
+
+
+# ---------------------------------------------------------------------------------------------
+# Two sessions
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def second_session(session: SparkSession, request: pytest.FixtureRequest) -> Any:
+    """Another session of the same kind: classic ``newSession()``, or a second Connect client."""
+    from serialake.spark.backend.connect import is_connect
+
+    if is_connect(session):
+        from tests.spark.connect.conftest import new_connect_session
+
+        other = new_connect_session(request.getfixturevalue("connect_server"))
+        yield other
+        other.stop()
+    else:
+        yield serialake.configure(session.newSession())
+
+
+def test_two_sessions_racing(session: SparkSession, second_session: SparkSession, tmp_table: str,
+                             monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """Session A copies D1 into D3; session B deletes a D1 row first: A gets the typed conflict, B's commit stands."""
+    _table(session, tmp_table)
+    # (inside A's operation, spark.sql is Spark's own: serialake.sql is the drop-in's entry)
+    delete = lambda: serialake.sql(second_session, f"DELETE FROM delta.`{tmp_table}` WHERE id = 2")  # noqa: E731
+    with before_first_commit(monkeypatch, delete):
+        with pytest.raises(ConcurrentDeleteReadException):
+            session.sql(f"INSERT INTO delta.`{tmp_table}` SELECT id + 10, '{D3}' FROM delta.`{tmp_table}` "
+                        f"WHERE date = '{D1}'")  # fmt: skip
+    assert _table_rows(session, tmp_table) == [(1, D1), (3, D2), (4, D2)]
+    assert _table_rows(second_session, tmp_table) == [(1, D1), (3, D2), (4, D2)]

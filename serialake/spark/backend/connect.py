@@ -126,7 +126,33 @@ class Connect:
         raise self._refuse("is_deterministic")
 
     def projects_deterministic(self, df: DataFrame) -> bool:
-        raise self._refuse("projects_deterministic")
+        """Whether the one expression ``df`` projects is deterministic, asked of the server's analyser:
+        Spark refuses a non-deterministic expression in a join condition
+        (``INVALID_NON_DETERMINISTIC_EXPRESSIONS``), and the expression is put in one."""
+        from pyspark.errors import AnalysisException
+        from pyspark.sql import functions as F
+        from pyspark.sql.connect import plan as connect_plan
+        from pyspark.sql.connect.dataframe import DataFrame as ConnectFrame
+
+        plan: Any = df._plan
+        if not isinstance(plan, connect_plan.Project) or len(plan._columns) != 1 or plan._child is None:
+            raise self._refuse("projects_deterministic")
+        try:
+            text = column_to_sql(plan._columns[0])
+        except UnsupportedExpression:
+            raise self._refuse("projects_deterministic") from None
+        session: Any = self.spark
+        child = ConnectFrame(plan._child, session)
+        probe = self.spark.range(0).toDF("__serialake_probe")
+        try:
+            child.join(probe, on=F.expr(f"({text}) IS NULL OR __serialake_probe IS NULL")).schema  # noqa: B018
+        except AnalysisException as e:
+            if getattr(e, "getCondition", lambda: None)() == "INVALID_NON_DETERMINISTIC_EXPRESSIONS" or (
+                "INVALID_NON_DETERMINISTIC_EXPRESSIONS" in str(e)
+            ):
+                return False
+            raise
+        return True
 
     def estimated_bytes(self, df: DataFrame) -> int | None:
         found = re.search(r"Statistics\(sizeInBytes=([0-9.]+)\s*([KMGTPE]?i?B)", self.explain(df, "cost"))

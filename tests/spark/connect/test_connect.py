@@ -199,3 +199,26 @@ def test_two_sessions_racing(session: SparkSession, second_session: SparkSession
                         f"WHERE date = '{D1}'")  # fmt: skip
     assert _table_rows(session, tmp_table) == [(1, D1), (3, D2), (4, D2)]
     assert _table_rows(second_session, tmp_table) == [(1, D1), (3, D2), (4, D2)]
+
+
+# ---------------------------------------------------------------------------------------------
+# Generated columns and CHECK constraints (determinism asked of the server's analyser on Connect)
+# ---------------------------------------------------------------------------------------------
+
+
+def test_generated_columns_and_constraints(session: SparkSession, tmp_path: Path) -> None:
+    from serialake.exceptions import DeltaAnalysisException
+
+    spark = session
+    path = str(tmp_path / "g")
+    spark.sql(f"CREATE TABLE delta.`{path}` (id long, g long GENERATED ALWAYS AS (id * 2)) USING delta")
+    spark.sql(f"ALTER TABLE delta.`{path}` ADD CONSTRAINT positive CHECK (id > 0)")
+    spark.sql(f"INSERT INTO delta.`{path}` (id) VALUES (1), (2)")
+    assert _rows(spark.read.format("delta").load(path)) == [(1, 2), (2, 4)]
+    with pytest.raises(DeltaAnalysisException, match="positive"):
+        spark.sql(f"INSERT INTO delta.`{path}` (id) VALUES (-1)")
+    with pytest.raises(DeltaAnalysisException, match="not deterministic"):
+        spark.sql(f"CREATE TABLE delta.`{tmp_path / 'r'}` (id long, g double GENERATED ALWAYS AS (rand())) USING delta")
+    with pytest.raises(DeltaAnalysisException, match="not deterministic"):
+        spark.sql(f"ALTER TABLE delta.`{path}` ADD CONSTRAINT chance CHECK (rand() > 0.5)")
+    assert _rows(spark.read.format("delta").load(path)) == [(1, 2), (2, 4)]

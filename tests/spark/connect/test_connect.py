@@ -222,3 +222,14 @@ def test_generated_columns_and_constraints(session: SparkSession, tmp_path: Path
     with pytest.raises(DeltaAnalysisException, match="not deterministic"):
         spark.sql(f"ALTER TABLE delta.`{path}` ADD CONSTRAINT chance CHECK (rand() > 0.5)")
     assert _rows(spark.read.format("delta").load(path)) == [(1, 2), (2, 4)]
+
+
+def test_identity_column(session: SparkSession, tmp_path: Path) -> None:
+    spark = session
+    path = str(tmp_path / "ident")
+    spark.sql(f"CREATE TABLE delta.`{path}` (id BIGINT GENERATED ALWAYS AS IDENTITY, v string) USING delta")
+    spark.sql(f"INSERT INTO delta.`{path}` (v) VALUES ('a'), ('b'), ('c')")
+    serialake.write(spark.createDataFrame([("d",)], "v string"), path)
+    rows = spark.read.format("delta").load(path).collect()
+    assert sorted(r["v"] for r in rows) == ["a", "b", "c", "d"]
+    assert len({r["id"] for r in rows}) == 4 and all(r["id"] is not None for r in rows)

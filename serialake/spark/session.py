@@ -10,7 +10,7 @@ from pyspark.sql import SparkSession
 
 from serialake.spark.backend import backend
 
-__all__ = ["DEFAULT_CONF", "spark_session", "use_executor_python"]
+__all__ = ["DEFAULT_CONF", "ship_serialake", "spark_session", "use_executor_python"]
 
 DEFAULT_MASTER = "local[2]"
 
@@ -94,6 +94,34 @@ def _remote_session(app_name: str, url: str, conf: dict[str, Any]) -> SparkSessi
             if key in conf:
                 raise
     return configure(spark)
+
+
+def ship_serialake(spark: SparkSession, directory: str | None = None) -> str:
+    """Make this process's serialake importable by ``spark``'s Python tasks; returns the zip shipped.
+
+    For executors that lack serialake: a remote Spark Connect server (the zip becomes one of the
+    session's artifacts, ``spark.addArtifacts(..., pyfile=True)``) or a classic cluster
+    (``SparkContext.addPyFile``). Only serialake's own package is shipped: its dependencies
+    (pyarrow, obstore) must be installed in the executors' Python. ``directory``: where the zip
+    is written (a temporary directory by default).
+    """
+    import tempfile
+    import zipfile
+
+    import serialake
+
+    package = os.path.dirname(os.path.abspath(serialake.__file__))
+    out_dir = directory or tempfile.mkdtemp(prefix="serialake-ship-")
+    target = os.path.join(out_dir, "serialake.zip")
+    with zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as z:
+        for root, dirs, files in os.walk(package):
+            dirs[:] = [d for d in dirs if d != "__pycache__"]
+            for name in files:
+                if name.endswith((".py", ".typed", ".json", ".sql")):
+                    full = os.path.join(root, name)
+                    z.write(full, os.path.relpath(full, os.path.dirname(package)))
+    backend(spark).add_python_files(target)
+    return target
 
 
 def use_executor_python(python: str | None) -> None:

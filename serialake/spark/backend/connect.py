@@ -92,6 +92,9 @@ class Connect:
     def tagged_tasks_running(self, tag: str) -> bool:
         raise self._refuse("tagged_tasks_running")
 
+    def add_python_files(self, path: str) -> None:
+        self.spark.addArtifacts(path, pyfile=True)  # the server's session artifacts: its tasks import them
+
     # -- file systems ----------------------------------------------------------------------------
 
     def opens(self, uri: str) -> bool:

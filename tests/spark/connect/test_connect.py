@@ -233,3 +233,63 @@ def test_identity_column(session: SparkSession, tmp_path: Path) -> None:
     rows = spark.read.format("delta").load(path).collect()
     assert sorted(r["v"] for r in rows) == ["a", "b", "c", "d"]
     assert len({r["id"] for r in rows}) == 4 and all(r["id"] is not None for r in rows)
+
+
+# ---------------------------------------------------------------------------------------------
+# Executors that lack serialake
+# ---------------------------------------------------------------------------------------------
+
+
+def _tasks_lacking_serialake(batches: Any) -> Any:
+    raise ModuleNotFoundError("No module named 'serialake'")
+    yield  # a generator, as mapInArrow wants
+
+
+def test_executors_lacking_serialake_fail_clearly(session: SparkSession) -> None:
+    """A job of serialake's tasks failing for a module the executors lack names it and the remedy."""
+    from serialake.exceptions import ExecutorEnvironmentError
+    from serialake.spark.errors import raising_executor_errors
+
+    df = session.range(2).mapInArrow(_tasks_lacking_serialake, "id long")
+    with pytest.raises(ExecutorEnvironmentError, match="cannot import 'serialake'.*ship_serialake") as e:
+        raising_executor_errors(df.collect)()
+    assert e.value.module == "serialake"
+    failing = session.range(1).selectExpr("raise_error('No module named \\'foo\\'') AS x")
+    with pytest.raises(Exception) as other:  # a module serialake's tasks do not import: Spark's own error
+        raising_executor_errors(failing.collect)()
+    assert not isinstance(other.value, ExecutorEnvironmentError)
+
+
+def test_ship_serialake(connect: SparkSession, tmp_path: Path) -> None:
+    """ship_serialake adds serialake to the Connect session's artifacts; its tasks import it."""
+    import zipfile
+
+    from serialake.spark.session import ship_serialake
+
+    shipped = ship_serialake(connect, str(tmp_path))
+    assert "serialake/__init__.py" in zipfile.ZipFile(shipped).namelist()
+    assert "serialake/spark/backend/connect.py" in zipfile.ZipFile(shipped).namelist()
+
+
+def test_spark_session_honours_spark_remote(connect_server: Any, tmp_path: Path) -> None:
+    """A new process with SPARK_REMOTE set: serialake.spark_session() is a configured Connect session."""
+    import os
+    import subprocess
+    import sys
+
+    script = tmp_path / "remote.py"
+    script.write_text(
+        "import serialake\n"
+        "from serialake.dropin import is_configured\n"
+        "from serialake.spark.backend.connect import is_connect\n"
+        "spark = serialake.spark_session('serialake-remote')\n"
+        f"path = {str(tmp_path / 't')!r}\n"
+        "spark.range(3).write.format('delta').save(path)\n"
+        "print(is_connect(spark), is_configured(spark), spark.conf.get('spark.sql.session.timeZone'),\n"
+        "      spark.read.format('delta').load(path).count())\n"
+    )
+    env = {**os.environ, "SPARK_REMOTE": connect_server.url, "PYTHONPATH": str(Path(__file__).resolve().parents[3])}
+    env.pop("SPARK_CONNECT_MODE_ENABLED", None)
+    done = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["True", "True", "UTC", "3"]

@@ -24,9 +24,9 @@ session was configured (a runtime setting, ``spark.serialake.enabled``): other s
 other formats and other tables run PySpark's own code, untouched. serialake's own calls to
 Spark inside an operation reach the original methods.
 
-Not covered: Spark Connect sessions (their classes are others: use ``serialake.write`` /
-``serialake.read`` / ``serialake.sql`` there), and SQL that reaches Spark without going
-through Python (a JDBC/Thrift server, Scala code): those need a JVM extension.
+On a Spark Connect session the same wrappers are installed on ``pyspark.sql.connect``'s
+classes (docs/dropin.md, "Spark Connect"). Not covered: SQL that reaches Spark without
+going through Python (a JDBC/Thrift server, Scala code): that needs a JVM extension.
 """
 
 from __future__ import annotations

@@ -167,6 +167,30 @@ def test_read_elsewhere_vs_concurrent_insert_commits(
     assert [r for r in _table_rows(spark, tmp_table) if r[0] > 1000] == [(1001, D1), (1002, D1)]
 
 
+def test_sql_filter_read_is_coarser_on_connect(
+    session: SparkSession, tmp_table: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A filter over a projection of the target (not the read's own ``where``) is parsed from the plan
+    on a classic session (an insert into another partition commits); on Connect the read counts
+    whole (a conflict, never a missed one)."""
+    from serialake.spark.backend.connect import is_connect
+
+    spark = session
+    _table(spark, tmp_table)
+    insert = spark.createDataFrame([(8, D2)], SCHEMA)
+    copy = serialake.read(spark, tmp_table).select((F.col("id") + 1000).alias("id"), "date").where(f"date = '{D1}'")
+    with before_first_commit(monkeypatch, lambda: serialake.write(insert, tmp_table)):
+        if is_connect(spark):
+            with pytest.raises(ConcurrentAppendException):
+                serialake.write(copy, tmp_table)
+        else:
+            serialake.write(copy, tmp_table)
+    expected = [(1, D1), (2, D1), (3, D2), (4, D2), (8, D2)]
+    if not is_connect(spark):
+        expected += [(1001, D1), (1002, D1)]
+    assert _table_rows(spark, tmp_table) == sorted(expected)
+
+
 # ---------------------------------------------------------------------------------------------
 # Two sessions
 # ---------------------------------------------------------------------------------------------

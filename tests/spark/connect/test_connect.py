@@ -167,7 +167,7 @@ def test_read_elsewhere_vs_concurrent_insert_commits(
     assert [r for r in _table_rows(spark, tmp_table) if r[0] > 1000] == [(1001, D1), (1002, D1)]
 
 
-def test_sql_filter_read_is_coarser_on_connect(
+def test_filter_above_a_projection_is_coarser_on_connect(
     session: SparkSession, tmp_table: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A filter over a projection of the target (not the read's own ``where``) is parsed from the plan
@@ -189,6 +189,30 @@ def test_sql_filter_read_is_coarser_on_connect(
     if not is_connect(spark):
         expected += [(1001, D1), (1002, D1)]
     assert _table_rows(spark, tmp_table) == sorted(expected)
+
+
+def test_reads_of_other_tables_and_time_travel_are_versions(
+    session: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another table, and the target as of an older version: exact tables and versions from the plan."""
+    from serialake.core.txn.transaction import READ_TABLES_KEY
+
+    spark = session
+    target, other = str(tmp_path / "target"), str(tmp_path / "other")
+    _table(spark, target)
+    _table(spark, other)
+    serialake.write(spark.createDataFrame([(5, D1)], SCHEMA), target)  # target v1
+    old = serialake.read(spark, target, version=0).where(f"date = '{D1}'").withColumn("id", F.col("id") + 500)
+    src = serialake.read(spark, other).where(f"date = '{D2}'")
+    insert = spark.createDataFrame([(6, D1)], SCHEMA)
+    with before_first_commit(monkeypatch, lambda: serialake.write(insert, target)):
+        version = serialake.write(old.unionByName(src), target)  # Serializable, yet no read of D1 now
+    info = DeltaLog.for_table(target).read_commit(version).commit_info
+    assert info is not None
+    values = dict(info.values)
+    assert values["isBlindAppend"] is True
+    tables = {(r["table"], r["version"]) for r in values[READ_TABLES_KEY]}
+    assert tables == {(DeltaLog.for_table(target).table_path, 0), (DeltaLog.for_table(other).table_path, 0)}
 
 
 # ---------------------------------------------------------------------------------------------

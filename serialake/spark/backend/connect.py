@@ -109,7 +109,16 @@ class Connect:
     # -- parsing and analysis --------------------------------------------------------------------
 
     def expression_references(self, text: str) -> list[list[str]]:
-        raise self._refuse("expression_references")
+        """The column references of ``text``, by sqlglot's Spark dialect (Spark's parser is the
+        server's): each as its name parts, in the order the text names them."""
+        import sqlglot
+        from sqlglot import exp
+
+        try:
+            parsed = sqlglot.parse_one(text, read="spark")
+        except sqlglot.errors.ParseError as e:
+            raise ValueError(f"[PARSE_SYNTAX_ERROR] {str(e).splitlines()[0]}") from None
+        return [[part.name for part in node.parts] for node in parsed.walk(bfs=False) if isinstance(node, exp.Column)]
 
     def parsed_expression(self, text: str) -> str:
         raise self._refuse("parsed_expression")

@@ -28,6 +28,7 @@ __all__ = [
     "DeltaIllegalArgumentException",
     "DeltaProtocolError",
     "DeltaTableNotFoundError",
+    "ExecutorEnvironmentError",
     "CheckpointError",
     "CorruptLogError",
     "FileAlreadyExistsError",
@@ -133,6 +134,16 @@ def _rebuild_staging(table: str, staging: str, job_rows: int, found_rows: int, f
     return StagingMismatchError(
         table=table, staging=staging, job_rows=job_rows, found_rows=found_rows, found_files=found_files
     )
+
+
+class ExecutorEnvironmentError(DeltaError, RuntimeError):
+    """Spark's executors lack a module serialake's tasks import (serialake itself, pyarrow...):
+    on a remote Spark Connect server, ship serialake (``serialake.spark.session.ship_serialake``
+    / ``spark.addArtifacts``) or install it on the cluster."""
+
+    def __init__(self, message: str, module: str | None = None) -> None:
+        super().__init__(message)
+        self.module = module
 
 
 class WrittenFileMissingError(DeltaError, IOError):

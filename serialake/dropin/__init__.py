@@ -24,9 +24,9 @@ session was configured (a runtime setting, ``spark.serialake.enabled``): other s
 other formats and other tables run PySpark's own code, untouched. serialake's own calls to
 Spark inside an operation reach the original methods.
 
-Not covered: Spark Connect sessions (their classes are others: use ``serialake.write`` /
-``serialake.read`` / ``serialake.sql`` there), and SQL that reaches Spark without going
-through Python (a JDBC/Thrift server, Scala code): those need a JVM extension.
+On a Spark Connect session the same wrappers are installed on ``pyspark.sql.connect``'s
+classes (docs/dropin.md, "Spark Connect"). Not covered: SQL that reaches Spark without
+going through Python (a JDBC/Thrift server, Scala code): that needs a JVM extension.
 """
 
 from __future__ import annotations
@@ -60,7 +60,9 @@ _local = threading.local()
 
 def configure(spark: SparkSession) -> SparkSession:
     """Make ``spark`` a serialake session (see the module docstring); returns it."""
-    _install()
+    from serialake.spark.backend.connect import is_connect
+
+    _install(connect=is_connect(spark))
     spark.conf.set(ENABLED_CONF, "true")
     spark.__dict__["_serialake_enabled"] = True
     _s3_options_from(spark)
@@ -148,17 +150,51 @@ def _wrap(cls: type, name: str, make: Callable[[Callable[..., Any]], Callable[..
 # ---------------------------------------------------------------------------------------------
 
 
-def _install() -> None:
-    """Wrap PySpark's methods; ``_wrap`` leaves a wrapped one alone, so a second call changes nothing."""
+def _install(connect: bool = False) -> None:
+    """Wrap PySpark's methods; ``_wrap`` leaves a wrapped one alone, so a second call changes nothing.
+
+    ``connect``: also Spark Connect's classes (``pyspark.sql.connect``: the same wrappers; their
+    writers hold a plan, not a DataFrame, and their readers the session as ``_client``).
+    """
     with _install_lock:
-        _install_writer()
-        _install_writer_v2()
-        _install_reader()
+        _install_writer(DataFrameWriter)
+        _install_writer_v2(DataFrameWriterV2)
+        _install_reader(DataFrameReader)
         _install_stream_reader()
         _install_dataframe()
-        _install_session()
-        _install_catalog()
+        _install_session(SparkSession)
+        _install_catalog(Catalog)
         _install_stream_writer()
+        if connect:
+            from pyspark.sql.connect.catalog import Catalog as ConnectCatalog
+            from pyspark.sql.connect.dataframe import DataFrame as ConnectFrame
+            from pyspark.sql.connect.readwriter import DataFrameReader as ConnectReader
+            from pyspark.sql.connect.readwriter import DataFrameWriter as ConnectWriter
+            from pyspark.sql.connect.readwriter import DataFrameWriterV2 as ConnectWriterV2
+            from pyspark.sql.connect.session import SparkSession as ConnectSession
+
+            _install_writer(ConnectWriter)
+            _install_writer_v2(ConnectWriterV2)
+            _install_reader(ConnectReader)
+            _install_filter(ConnectFrame)
+            _install_session(ConnectSession)
+            _install_catalog(ConnectCatalog)
+
+
+def _session(obj: Any) -> Any:
+    """The session of a reader or writer (classic: ``_spark``; a Connect reader: ``_client``)."""
+    spark = obj.__dict__.get("_spark")
+    return spark if spark is not None else obj._client
+
+
+def _frame(writer: Any) -> DataFrame:
+    """The DataFrame a writer writes (a Connect writer holds its plan)."""
+    df = writer._df
+    if isinstance(df, DataFrame):
+        return df
+    from pyspark.sql.connect.dataframe import DataFrame as ConnectFrame
+
+    return ConnectFrame(df, writer._spark)
 
 
 def _recording(key: str, convert: Callable[..., Any]) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -210,14 +246,14 @@ def _options_recorder(original: Callable[..., Any]) -> Callable[..., Any]:
     return options
 
 
-def _install_writer() -> None:
-    _wrap(DataFrameWriter, "format", _recording("format", _lower_first))
-    _wrap(DataFrameWriter, "mode", _recording("mode", _first_text))
-    _wrap(DataFrameWriter, "option", _option_recorder)
-    _wrap(DataFrameWriter, "options", _options_recorder)
-    _wrap(DataFrameWriter, "partitionBy", _recording("partitionBy", lambda *cols: _columns(cols)))
-    if hasattr(DataFrameWriter, "clusterBy"):
-        _wrap(DataFrameWriter, "clusterBy", _recording("clusterBy", lambda *cols: _columns(cols)))
+def _install_writer(cls: type) -> None:
+    _wrap(cls, "format", _recording("format", _lower_first))
+    _wrap(cls, "mode", _recording("mode", _first_text))
+    _wrap(cls, "option", _option_recorder)
+    _wrap(cls, "options", _options_recorder)
+    _wrap(cls, "partitionBy", _recording("partitionBy", lambda *cols: _columns(cols)))
+    if hasattr(cls, "clusterBy"):
+        _wrap(cls, "clusterBy", _recording("clusterBy", lambda *cols: _columns(cols)))
 
     def make_save(original: Callable[..., Any]) -> Callable[..., Any]:
         def save(self: DataFrameWriter, path: str | None = None, format: str | None = None,  # noqa: A002
@@ -230,7 +266,7 @@ def _install_writer() -> None:
             if not target:
                 raise DeltaIllegalArgumentException("'path' is not specified: df.write.format('delta').save(path)")
             with serialake_calls():
-                dropin_write.save(self._df, target, st)
+                dropin_write.save(_frame(self), target, st)
             return None
 
         return save
@@ -242,7 +278,7 @@ def _install_writer() -> None:
                 return original(self, name, format, mode, partitionBy, **options)
             _apply_call_args(self, format, mode, partitionBy, options)
             with serialake_calls():
-                dropin_write.save_as_table(self._df, name, _state(self))
+                dropin_write.save_as_table(_frame(self), name, _state(self))
             return None
 
         return saveAsTable
@@ -254,14 +290,14 @@ def _install_writer() -> None:
             if location is None or st["format"] not in (None, "delta"):
                 return original(self, tableName, overwrite)
             with serialake_calls():
-                dropin_write.insert_into(self._df, tableName, location, st, overwrite)
+                dropin_write.insert_into(_frame(self), tableName, location, st, overwrite)
             return None
 
         return insertInto
 
-    _wrap(DataFrameWriter, "save", make_save)
-    _wrap(DataFrameWriter, "saveAsTable", make_save_as_table)
-    _wrap(DataFrameWriter, "insertInto", make_insert_into)
+    _wrap(cls, "save", make_save)
+    _wrap(cls, "saveAsTable", make_save_as_table)
+    _wrap(cls, "insertInto", make_insert_into)
 
 
 def _apply_call_args(self: DataFrameWriter, fmt: str | None, mode: str | None, partition_by: Any,
@@ -295,18 +331,18 @@ def _writes_delta(writer: DataFrameWriter, fmt: str | None, *, table: str | None
     return _default_is_delta(spark)
 
 
-def _install_writer_v2() -> None:
+def _install_writer_v2(cls: type) -> None:
     def make_init(original: Callable[..., Any]) -> Callable[..., Any]:
-        def __init__(self: Any, df: DataFrame, table: str) -> None:  # noqa: N807
-            _state(self)["table"] = table
-            original(self, df, table)
+        def __init__(self: Any, *args: Any, **kwargs: Any) -> None:  # noqa: N807
+            original(self, *args, **kwargs)  # classic (df, table); Connect (plan, session, table, callback)
+            _state(self)["table"] = self.__dict__.get("_table_name") or (args[1] if len(args) > 1 else kwargs["table"])
 
         return __init__
 
-    _wrap(DataFrameWriterV2, "__init__", make_init)
-    _wrap(DataFrameWriterV2, "using", _recording("provider", _lower_first))
-    _wrap(DataFrameWriterV2, "option", _option_recorder)
-    _wrap(DataFrameWriterV2, "options", _options_recorder)
+    _wrap(cls, "__init__", make_init)
+    _wrap(cls, "using", _recording("provider", _lower_first))
+    _wrap(cls, "option", _option_recorder)
+    _wrap(cls, "options", _options_recorder)
 
     def make_property(original: Callable[..., Any]) -> Callable[..., Any]:
         def tableProperty(self: Any, property: str, value: str) -> Any:  # noqa: A002, N802
@@ -315,7 +351,7 @@ def _install_writer_v2() -> None:
 
         return tableProperty
 
-    _wrap(DataFrameWriterV2, "tableProperty", make_property)
+    _wrap(cls, "tableProperty", make_property)
 
     def make_partitioned(original: Callable[..., Any]) -> Callable[..., Any]:
         def partitionedBy(self: Any, col: Any, *cols: Any) -> Any:  # noqa: N802
@@ -332,9 +368,9 @@ def _install_writer_v2() -> None:
 
         return partitionedBy
 
-    _wrap(DataFrameWriterV2, "partitionedBy", make_partitioned)
-    if hasattr(DataFrameWriterV2, "clusterBy"):
-        _wrap(DataFrameWriterV2, "clusterBy", _recording("clusterBy", lambda col, *cols: [col, *cols]))
+    _wrap(cls, "partitionedBy", make_partitioned)
+    if hasattr(cls, "clusterBy"):
+        _wrap(cls, "clusterBy", _recording("clusterBy", lambda col, *cols: [col, *cols]))
 
     def action(kind: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
         def make(original: Callable[..., Any]) -> Callable[..., Any]:
@@ -349,7 +385,7 @@ def _install_writer_v2() -> None:
                 if not ours:
                     return original(self, *args)
                 with serialake_calls():
-                    dropin_write.write_to(self._df, name, st, kind, *args)
+                    dropin_write.write_to(_frame(self), name, st, kind, *args)
                 return None
 
             return run
@@ -357,7 +393,7 @@ def _install_writer_v2() -> None:
         return make
 
     for kind in ("create", "replace", "createOrReplace", "append", "overwrite", "overwritePartitions"):
-        _wrap(DataFrameWriterV2, kind, action(kind))
+        _wrap(cls, kind, action(kind))
 
 
 def _delta_load_state(reader: Any, format: str | None, schema: Any, options: dict[str, Any]) -> dict[str, Any] | None:  # noqa: A002
@@ -366,7 +402,8 @@ def _delta_load_state(reader: Any, format: str | None, schema: Any, options: dic
     schema and options recorded; None when Spark's own ``load`` should run."""
     st = _state(reader)
     chosen = (format or st["format"] or "").lower()
-    if not is_configured(reader._spark) or not (chosen == "delta" or (not chosen and _default_is_delta(reader._spark))):
+    spark = _session(reader)
+    if not is_configured(spark) or not (chosen == "delta" or (not chosen and _default_is_delta(spark))):
         return None
     for k, v in options.items():
         _record_option(reader, k, v)
@@ -375,11 +412,11 @@ def _delta_load_state(reader: Any, format: str | None, schema: Any, options: dic
     return st
 
 
-def _install_reader() -> None:
-    _wrap(DataFrameReader, "format", _recording("format", _lower_first))
-    _wrap(DataFrameReader, "option", _option_recorder)
-    _wrap(DataFrameReader, "options", _options_recorder)
-    _wrap(DataFrameReader, "schema", _recording("schema", _first))
+def _install_reader(cls: type) -> None:
+    _wrap(cls, "format", _recording("format", _lower_first))
+    _wrap(cls, "option", _option_recorder)
+    _wrap(cls, "options", _options_recorder)
+    _wrap(cls, "schema", _recording("schema", _first))
 
     def make_load(original: Callable[..., Any]) -> Callable[..., Any]:
         def load(self: DataFrameReader, path: Any = None, format: str | None = None,  # noqa: A002
@@ -389,25 +426,25 @@ def _install_reader() -> None:
                 return original(self, path, format, schema, **options)
             target = path if path is not None else _option(st, "path")
             with serialake_calls():
-                return dropin_write.load(self._spark, target, st)
+                return dropin_write.load(_session(self), target, st)
 
         return load
 
     def make_table(original: Callable[..., Any]) -> Callable[..., Any]:
         def table(self: DataFrameReader, tableName: str) -> DataFrame:  # noqa: N803
             st = _state(self)
-            if not is_configured(self._spark) or st["format"] not in (None, "delta"):
+            if not is_configured(_session(self)) or st["format"] not in (None, "delta"):
                 return original(self, tableName)
             location = catalog.lookup(tableName)
             if location is None:
                 return original(self, tableName)
             with serialake_calls():
-                return dropin_write.load(self._spark, location, st, name=tableName)
+                return dropin_write.load(_session(self), location, st, name=tableName)
 
         return table
 
-    _wrap(DataFrameReader, "load", make_load)
-    _wrap(DataFrameReader, "table", make_table)
+    _wrap(cls, "load", make_load)
+    _wrap(cls, "table", make_table)
 
 
 def _install_stream_reader() -> None:
@@ -453,6 +490,15 @@ def _install_stream_reader() -> None:
 def _install_dataframe() -> None:
     """``df.filter(cond)`` / ``df.where(cond)`` on a table ``spark.read.format("delta")`` (or
     ``serialake.read``) returned: the condition also skips files (``read.pushed_filter``)."""
+    try:  # PySpark 4: the classic DataFrame is a subclass with its own methods
+        from pyspark.sql.classic.dataframe import DataFrame as ClassicFrame
+    except ImportError:
+        ClassicFrame = DataFrame  # type: ignore[misc,assignment]  # noqa: N806
+    _install_filter(ClassicFrame)
+
+
+def _install_filter(cls: type) -> None:
+    """``filter`` / ``where`` of a DataFrame class (``_install_dataframe``)."""
     from serialake.spark.read import pushed_filter
 
     def make_filter(original: Callable[..., Any]) -> Callable[..., Any]:
@@ -465,15 +511,11 @@ def _install_dataframe() -> None:
 
         return filter
 
-    try:  # PySpark 4: the classic DataFrame is a subclass with its own methods
-        from pyspark.sql.classic.dataframe import DataFrame as ClassicFrame
-    except ImportError:
-        ClassicFrame = DataFrame  # type: ignore[misc,assignment]  # noqa: N806
-    _wrap(ClassicFrame, "filter", make_filter)
-    _wrap(ClassicFrame, "where", make_filter)
+    _wrap(cls, "filter", make_filter)
+    _wrap(cls, "where", make_filter)
 
 
-def _install_session() -> None:
+def _install_session(cls: type) -> None:
     def make_sql(original: Callable[..., Any]) -> Callable[..., Any]:
         def sql(self: SparkSession, sqlQuery: str, args: Any = None, **kwargs: Any) -> DataFrame | None:  # noqa: N803
             if args or kwargs or not is_configured(self):
@@ -503,11 +545,11 @@ def _install_session() -> None:
 
         return table
 
-    _wrap(SparkSession, "sql", make_sql)
-    _wrap(SparkSession, "table", make_table)
+    _wrap(cls, "sql", make_sql)
+    _wrap(cls, "table", make_table)
 
 
-def _install_catalog() -> None:
+def _install_catalog(cls: type) -> None:
     def make_exists(original: Callable[..., Any]) -> Callable[..., Any]:
         def tableExists(self: Catalog, tableName: str, dbName: str | None = None) -> bool:  # noqa: N802, N803
             if is_configured(self._sparkSession):
@@ -544,8 +586,8 @@ def _install_catalog() -> None:
 
         return listTables
 
-    _wrap(Catalog, "tableExists", make_exists)
-    _wrap(Catalog, "listTables", make_list)
+    _wrap(cls, "tableExists", make_exists)
+    _wrap(cls, "listTables", make_list)
 
 
 def _install_stream_writer() -> None:

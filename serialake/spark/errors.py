@@ -13,6 +13,7 @@ message is unchanged. The conflict exceptions keep their class as they are.
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -23,9 +24,14 @@ from pyspark.errors import (
     UnsupportedOperationException,
 )
 
-from serialake.exceptions import DeltaAnalysisException, DeltaIllegalArgumentException, UnsupportedFeatureError
+from serialake.exceptions import (
+    DeltaAnalysisException,
+    DeltaIllegalArgumentException,
+    ExecutorEnvironmentError,
+    UnsupportedFeatureError,
+)
 
-__all__ = ["as_pyspark", "pyspark_errors", "raising_pyspark"]
+__all__ = ["as_pyspark", "executors_lacking", "pyspark_errors", "raising_pyspark", "raising_executor_errors"]
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 _C = TypeVar("_C", bound=type)
@@ -95,3 +101,41 @@ def pyspark_errors(cls: _C) -> _C:
         elif callable(value):
             setattr(cls, name, raising_pyspark(value))
     return cls
+
+
+# Modules serialake's tasks import in the executors' Python (``spark.remote``).
+_TASK_MODULES = ("serialake", "pyarrow", "obstore", "numpy")
+_NO_MODULE = re.compile(r"No module named '([A-Za-z0-9_.]+)'")
+
+
+def executors_lacking(error: BaseException) -> str | None:
+    """The module serialake's tasks need that ``error`` (a failed Spark job) says the executors lack."""
+    found = _NO_MODULE.search(str(error))
+    if found is None:
+        return None
+    module = found.group(1)
+    return module if module.split(".", 1)[0] in _TASK_MODULES else None
+
+
+def raising_executor_errors(fn: _F) -> _F:
+    """``fn`` (runs a Spark job of serialake's tasks) whose failure for a module the executors lack
+    leaves as ``ExecutorEnvironmentError``, naming the module and what to do."""
+
+    @functools.wraps(fn)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except Exception as e:
+            module = executors_lacking(e)
+            if module is None:
+                raise
+            raise ExecutorEnvironmentError(
+                f"Spark's executors cannot import {module!r}, which serialake's tasks need (they write and read "
+                "data files on object storage in the executors' Python). Install serialake with its dependencies "
+                "in the executors' Python, or on a Spark Connect server ship it with the session: "
+                "serialake.spark.session.ship_serialake(spark) (spark.addArtifacts of serialake as a zip; "
+                "pyarrow and obstore must be installed there)",
+                module=module,
+            ) from e
+
+    return call  # type: ignore[return-value]

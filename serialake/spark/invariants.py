@@ -110,7 +110,10 @@ class IdentityValues:
         if generated:
             # coalesce: at most ``partitions`` at run time, whatever adaptive execution does to the
             # plan (a skewed join split into more partitions would break the residue classes).
-            partitions = max(1, out.rdd.getNumPartitions())
+            try:
+                partitions = max(1, out.rdd.getNumPartitions())
+            except Exception:  # noqa: BLE001 - Spark Connect has no RDDs: any bound is right, coalesce never adds
+                partitions = max(1, backend(out.sparkSession).default_parallelism())
             out = out.coalesce(partitions)
             row_id = F.monotonically_increasing_id()
             slot = F.shiftright(row_id, _PARTITION_BITS) + F.lit(partitions) * row_id.bitwiseAND(

@@ -43,6 +43,7 @@ from serialake.core.model.partition_values import format_partition_value, hive_e
 from serialake.core.model.schema import DataType, StructField
 from serialake.spark.arrow_reader import read_bins, read_task
 from serialake.spark.backend import backend
+from serialake.spark.errors import raising_executor_errors
 from serialake.storage.datafiles import Access
 
 __all__ = ["read_files", "write_files"]
@@ -249,7 +250,7 @@ def write_files(
     )
     if partition_columns:
         df = df.sortWithinPartitions(*[F.col(_quote(c)) for c in partition_columns])
-    rows = df.mapInArrow(task, _WRITTEN).collect()
+    rows = raising_executor_errors(df.mapInArrow(task, _WRITTEN).collect)()
     return [
         AddFile(
             path=r["path"],

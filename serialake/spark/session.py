@@ -10,7 +10,7 @@ from pyspark.sql import SparkSession
 
 from serialake.spark.backend import backend
 
-__all__ = ["DEFAULT_CONF", "spark_session", "use_executor_python"]
+__all__ = ["DEFAULT_CONF", "ship_serialake", "spark_session", "use_executor_python"]
 
 DEFAULT_MASTER = "local[2]"
 
@@ -41,8 +41,14 @@ DEFAULT_CONF: dict[str, str] = {
 }
 
 
-def spark_session(app_name: str = "serialake", *, master: str | None = None, **conf: Any) -> SparkSession:
+def spark_session(
+    app_name: str = "serialake", *, master: str | None = None, remote: str | None = None, **conf: Any
+) -> SparkSession:
     """The active SparkSession, or a new local one (``local[2]`` unless ``master`` is given).
+
+    ``remote`` (or ``SPARK_REMOTE`` when neither it nor ``master`` is given): a Spark Connect
+    URL (``sc://host:port``): a Connect client session on that server, configured the same way
+    (only the runtime SQL settings of ``DEFAULT_CONF`` apply: the server's own are the server's).
 
     ``conf`` keys are Spark settings (pass dotted keys as ``**{"spark.x": "y"}``). When a
     session is already active it is reused and only runtime-settable ``conf`` is applied.
@@ -53,6 +59,9 @@ def spark_session(app_name: str = "serialake", *, master: str | None = None, **c
     """
     from serialake.dropin import configure
 
+    url = remote or (None if master else os.environ.get("SPARK_REMOTE"))
+    if url:
+        return _remote_session(app_name, url, conf)
     active = SparkSession.getActiveSession()
     if active is not None:
         for key, value in conf.items():
@@ -70,6 +79,49 @@ def spark_session(app_name: str = "serialake", *, master: str | None = None, **c
     backend(spark).set_log_level("ERROR")
     _silence_task_failure_logs(spark)
     return configure(spark)
+
+
+def _remote_session(app_name: str, url: str, conf: dict[str, Any]) -> SparkSession:
+    """A Spark Connect client session on ``url`` (``spark_session``), configured for serialake."""
+    from serialake.dropin import configure
+
+    spark = SparkSession.builder.remote(url).appName(app_name).getOrCreate()
+    runtime = {k: v for k, v in DEFAULT_CONF.items() if k.startswith("spark.sql.") and "hive" not in k}
+    for key, value in {**runtime, **{k: str(v) for k, v in conf.items()}}.items():
+        try:
+            spark.conf.set(key, value)
+        except Exception:  # noqa: BLE001 - a static setting of the server's: left as the server has it
+            if key in conf:
+                raise
+    return configure(spark)
+
+
+def ship_serialake(spark: SparkSession, directory: str | None = None) -> str:
+    """Make this process's serialake importable by ``spark``'s Python tasks; returns the zip shipped.
+
+    For executors that lack serialake: a remote Spark Connect server (the zip becomes one of the
+    session's artifacts, ``spark.addArtifacts(..., pyfile=True)``) or a classic cluster
+    (``SparkContext.addPyFile``). Only serialake's own package is shipped: its dependencies
+    (pyarrow, obstore) must be installed in the executors' Python. ``directory``: where the zip
+    is written (a temporary directory by default).
+    """
+    import tempfile
+    import zipfile
+
+    import serialake
+
+    package = os.path.dirname(os.path.abspath(serialake.__file__))
+    out_dir = directory or tempfile.mkdtemp(prefix="serialake-ship-")
+    target = os.path.join(out_dir, "serialake.zip")
+    with zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as z:
+        for root, dirs, files in os.walk(package):
+            dirs[:] = [d for d in dirs if d != "__pycache__"]
+            for name in files:
+                if name.endswith((".py", ".typed", ".json", ".sql")):
+                    full = os.path.join(root, name)
+                    z.write(full, os.path.relpath(full, os.path.dirname(package)))
+    backend(spark).add_python_files(target)
+    return target
 
 
 def use_executor_python(python: str | None) -> None:

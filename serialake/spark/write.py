@@ -167,8 +167,8 @@ def _deterministic(df: DataFrame) -> bool:
     """Whether Spark computes the same rows each time it runs ``df``'s plan (as far as its analysis knows)."""
     try:
         return backend(df.sparkSession).is_deterministic(df)
-    except Exception:  # noqa: BLE001 - no JVM plan (Spark Connect): assume so, as a DML does
-        return True
+    except Exception:  # noqa: BLE001 - not known (Spark Connect): not deterministic, the safe answer (persisted)
+        return False
 
 
 def _write(

@@ -145,23 +145,47 @@ def delta_tables_in(tree: exp.Expr) -> list[tuple[exp.Table, TableRef, str]]:
 
 @dataclass
 class Binding:
-    """Temporary views created for one statement; ``drop()`` once the DataFrame is built."""
+    """Temporary views created for one statement; ``drop()`` once the DataFrame is built.
+
+    ``inline``: the views are not the session's but travel in the query's own plan
+    (``sql``: ``spark.sql(text, **dataframes)``). A Spark Connect server analyses a query
+    lazily, each time it runs: a temporary view dropped once the DataFrame is built would be
+    gone by then, a view in the plan lives as long as the DataFrame.
+    """
 
     spark: SparkSession
     views: list[str] = field(default_factory=list)
     snapshots: dict[tuple[str, Any, Any], Snapshot] = field(default_factory=dict)
+    inline: bool = False
+    frames: dict[str, DataFrame] = field(default_factory=dict)
 
     def view_of(self, df: DataFrame) -> str:
         name = f"{VIEW_PREFIX}{uuid.uuid4().hex}"
-        df.createOrReplaceTempView(name)
+        if self.inline:
+            self.frames[name] = df
+        else:
+            df.createOrReplaceTempView(name)
         self.views.append(name)
         return name
+
+    def sql(self, text: str) -> DataFrame:
+        """``text`` (which names this binding's views) as a DataFrame."""
+        if not self.frames:
+            return self.spark.sql(text)
+        # PySpark's formatter: ``{name}`` is the DataFrame passed as ``name``, other braces doubled.
+        template = text.replace("{", "{{").replace("}", "}}")
+        for name in self.frames:
+            template = template.replace(name, "{" + name + "}")
+        frames: dict[str, Any] = dict(self.frames)
+        return self.spark.sql(template, **frames)
 
     def drop(self) -> None:
         """Drop the views; DataFrames built from them keep working (their plans are resolved)."""
         for name in self.views:
-            self.spark.catalog.dropTempView(name)
+            if name not in self.frames:
+                self.spark.catalog.dropTempView(name)
         self.views.clear()
+        self.frames.clear()
 
 
 def bind_query(
@@ -289,10 +313,12 @@ def timestamp_millis(spark: SparkSession, value: exp.Expr | str) -> int:
 
 def run_query(spark: SparkSession, tree: exp.Expr, **bind: Any) -> DataFrame:
     """A query as a DataFrame, its Delta tables (also those of its views) read at the session's level."""
-    binding = Binding(spark)
+    from serialake.spark.backend.connect import is_connect
+
+    binding = Binding(spark, inline=is_connect(spark))
     try:
         bound = bind_query(spark, expand_views(spark, tree), binding, **bind)
-        df = spark.sql(bound.sql(DIALECT))
+        df = binding.sql(bound.sql(DIALECT))
         if _reads_other_views(bound, binding):
             # A Spark temp view may hold a serialake DataFrame read earlier: one state with the rest.
             scans.check_consistent(scans.scans_of(df), what="This query")

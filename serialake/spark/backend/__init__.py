@@ -9,8 +9,9 @@ jobs, Spark's streaming file sink. ``Backend`` lists them, named by what they do
 ``backend(spark)`` is the implementation for a session: ``classic.Classic`` (py4j, over the
 session's JVM: the only module of serialake that touches ``_jvm``, ``_jdf``, ``_jc``,
 ``sparkContext``..., checked by ``tests/spark/test_jvm_door.py``). A Spark Connect session
-has no JVM handle; until a Connect implementation sits beside the classic one, it gets
-``Unsupported``, whose every capability raises ``UnsupportedFeatureError`` naming it.
+has no JVM handle: ``connect.Connect`` answers what the server's analysed plan and the client's
+expression trees tell, and raises ``UnsupportedFeatureError`` naming the capability otherwise. Any
+other kind of session gets ``Unsupported``, whose every capability raises that way.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, cast
 
 from serialake.spark.backend.classic import Classic, is_classic
+from serialake.spark.backend.connect import Connect, is_connect
 from serialake.spark.backend.interface import Backend, FileSink, MarkedRelation, ScanConjunct, Unsupported
 
 if TYPE_CHECKING:
@@ -30,4 +32,6 @@ def backend(spark: SparkSession) -> Backend:
     """The implementation of ``Backend`` for ``spark``'s kind of session."""
     if is_classic(spark):
         return Classic(spark)
+    if is_connect(spark):
+        return Connect(spark)
     return cast("Backend", Unsupported(spark))

@@ -96,6 +96,9 @@ class Classic:
                     return True
         return False
 
+    def add_python_files(self, path: str) -> None:
+        self.spark.sparkContext.addPyFile(path)
+
     # -- file systems ----------------------------------------------------------------------------
 
     def opens(self, uri: str) -> bool:

@@ -150,6 +150,10 @@ class Backend(Protocol):
         ...
 
     # -- streaming
+    def add_python_files(self, path: str) -> None:
+        """Make ``path`` (a ``.py``, ``.zip`` or ``.egg``) importable by the session's Python tasks."""
+        ...
+
     def start_stream(self, writer: DataStreamWriter) -> Any:
         """Start the query ``writer`` describes, without PySpark's (possibly wrapped) ``start``;
         the handle PySpark's ``StreamingQuery`` of this session takes."""

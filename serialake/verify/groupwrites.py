@@ -27,13 +27,11 @@ unique across the tables as ``multitable`` does.
 
 from __future__ import annotations
 
-import json
 import multiprocessing as mp
 import random
 import time
-import traceback
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +40,7 @@ from serialake.core.model.actions import AddFile, Metadata
 from serialake.core.txn.group import GroupTransaction
 from serialake.exceptions import CommitFailedError, DeltaConcurrentModificationException
 from serialake.storage.local import LocalLogStore
+from serialake.verify import processes
 from serialake.verify.history import History, Mop, Recorder
 from serialake.verify.txn import TxnResult, error_class, error_text, key_name
 from serialake.verify.workload import (
@@ -213,16 +212,7 @@ def _final_read(paths: dict[str, str], cfg: GroupWritesConfig, rec: Recorder) ->
 
 
 def _child(paths: dict[str, str], cfg: GroupWritesConfig, process: int, work: str, start: Any) -> None:
-    DeltaLog.clear_cache()
-    tally: Counter[str] = Counter()
-    crashed = None
-    start.wait()
-    try:
-        with Recorder(Path(work) / f"history-{process}.jsonl", process=process) as rec:
-            _worker(paths, cfg, rec, process, tally)
-    except BaseException:  # noqa: BLE001 - reported to the parent; the history stays usable
-        crashed = traceback.format_exc()
-    (Path(work) / f"stats-{process}.json").write_text(json.dumps({"tally": tally, "crashed": crashed}))
+    processes.child(work, process, start, lambda rec, tally: _worker(paths, cfg, rec, process, tally))
 
 
 def run_group_writes(root: str | Path, cfg: GroupWritesConfig) -> GroupWritesResult:
@@ -241,29 +231,14 @@ def run_group_writes(root: str | Path, cfg: GroupWritesConfig) -> GroupWritesRes
     t0 = time.monotonic()
     start.set()
     deadline = t0 + cfg.timeout_s
-    for p in procs:
-        p.join(max(1.0, deadline - time.monotonic()))
-        if p.is_alive():  # hung: its in-flight txn is recorded as info
-            p.kill()
-            p.join()
+    counts, crashed = processes.finish(procs, deadline, work, [str(i) for i in range(len(procs))])
     wall = time.monotonic() - t0
-    counts: Counter[str] = Counter()
-    crashed = []
-    for i in range(len(procs)):
-        stats = work / f"stats-{i}.json"
-        if not stats.exists():
-            crashed.append(f"process {i} wrote no stats")
-            continue
-        data = json.loads(stats.read_text())
-        counts.update(data["tally"])
-        if data["crashed"]:
-            crashed.append(f"process {i}: {data['crashed']}")
     with Recorder(work / f"history-{cfg.processes}.jsonl", process=cfg.processes) as rec:
         _final_read(paths, cfg, rec)
     history = History.merge(sorted(work.glob("history-*.jsonl")))
-    return GroupWritesResult(cfg, history, wall, dict(counts), crashed)
+    return GroupWritesResult(cfg, history, wall, counts, crashed)
 
 
 def result_summary(result: GroupWritesResult) -> dict[str, Any]:
     """What a report shows of a run (JSON-ready)."""
-    return {"config": asdict(result.config), "wall_s": round(result.wall_s, 2), "counts": result.counts}
+    return processes.summary(result.config, result.wall_s, result.counts)

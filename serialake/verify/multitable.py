@@ -25,13 +25,11 @@ the other (what a per-table snapshot does), and the checker must find the torn r
 
 from __future__ import annotations
 
-import json
 import multiprocessing as mp
 import random
 import time
-import traceback
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +38,7 @@ from serialake.core.log.snapshot import Snapshot
 from serialake.core.model.actions import AddFile, Metadata
 from serialake.core.tables import derived
 from serialake.storage.local import LocalLogStore
+from serialake.verify import processes
 from serialake.verify.history import History, Mop, Recorder
 from serialake.verify.txn import TxnResult, commit_txn, error_class, error_text, key_name
 from serialake.verify.workload import (
@@ -209,21 +208,15 @@ def _reader(paths: dict[str, str], cfg: MultiTableConfig, rec: Recorder, process
 def _child(
     kind: str, paths: dict[str, str], cfg: MultiTableConfig, process: int, work: str, start: Any, stop: Any
 ) -> None:
-    DeltaLog.clear_cache()
-    tally: Counter[str] = Counter()
-    crashed = None
-    start.wait()
-    try:
-        with Recorder(Path(work) / f"history-{process}.jsonl", process=process) as rec:
-            if kind == "writer":
-                _writer(paths, cfg, rec, process, tally)
-            elif kind == "reader":
-                _reader(paths, cfg, rec, process, tally)
-            else:
-                _maintainer(paths, cfg, rec, stop, tally)
-    except BaseException:  # noqa: BLE001 - reported to the parent; the history stays usable
-        crashed = traceback.format_exc()
-    (Path(work) / f"stats-{process}.json").write_text(json.dumps({"tally": tally, "crashed": crashed}))
+    def body(rec: Recorder, tally: Counter[str]) -> None:
+        if kind == "writer":
+            _writer(paths, cfg, rec, process, tally)
+        elif kind == "reader":
+            _reader(paths, cfg, rec, process, tally)
+        else:
+            _maintainer(paths, cfg, rec, stop, tally)
+
+    processes.child(work, process, start, body)
 
 
 def run_multitable(root: str | Path, cfg: MultiTableConfig) -> MultiTableResult:
@@ -247,27 +240,12 @@ def run_multitable(root: str | Path, cfg: MultiTableConfig) -> MultiTableResult:
         if kind != "maintainer":
             p.join(max(0.0, deadline - time.monotonic()))
     stop.set()
-    for p in procs:
-        p.join(max(1.0, deadline - time.monotonic()))
-        if p.is_alive():  # hung: its in-flight txn is recorded as info
-            p.kill()
-            p.join()
+    counts, crashed = processes.finish(procs, deadline, work, [f"{i} ({kind})" for i, kind in enumerate(kinds)])
     wall = time.monotonic() - t0
-    counts: Counter[str] = Counter()
-    crashed = []
-    for i in range(len(procs)):
-        stats = work / f"stats-{i}.json"
-        if not stats.exists():
-            crashed.append(f"process {i} ({kinds[i]}) wrote no stats")
-            continue
-        data = json.loads(stats.read_text())
-        counts.update(data["tally"])
-        if data["crashed"]:
-            crashed.append(f"process {i} ({kinds[i]}): {data['crashed']}")
     history = History.merge(sorted(work.glob("history-*.jsonl")))
-    return MultiTableResult(cfg, history, wall, dict(counts), crashed)
+    return MultiTableResult(cfg, history, wall, counts, crashed)
 
 
 def result_summary(result: MultiTableResult) -> dict[str, Any]:
     """What a report shows of a run (JSON-ready)."""
-    return {"config": asdict(result.config), "wall_s": round(result.wall_s, 2), "counts": result.counts}
+    return processes.summary(result.config, result.wall_s, result.counts)

@@ -122,7 +122,7 @@ def read_cut(spark: SparkSession, tables: Sequence[tuple[str, str | None]]) -> d
         logs.setdefault(log.table_path, (log, name))
     tx = transaction.active(spark)
     if tx is not None:  # inside serialake.transaction: its snapshots, with its own writes applied
-        return {p: tx.snapshot_for_read(p) for p in logs}
+        return tx.snapshots_for_read(list(logs))
     pinned = cut.pinned(spark)
     if pinned is not None:
         return {p: cut.pinned_snapshot(pinned, p, logs[p][1]) for p in logs}

@@ -194,6 +194,23 @@ class SparkTransaction:
         if self.state != "open":
             raise DeltaIllegalArgumentException(f"{what}: the transaction {self.txn_id} is {self.state}")
 
+    def snapshots_for_read(self, paths: Sequence[str]) -> dict[str, Snapshot]:
+        """``snapshot_for_read`` of each of ``paths`` (normalized); the tables one read touches
+        for the first time in the block are pinned together, at one consistent cut."""
+        if self.state == "open":
+            with self._lock:
+                fresh = [p for p in dict.fromkeys(paths) if DeltaLog.for_table(p).table_path not in self._tables]
+                if len(fresh) > 1:
+                    try:
+                        snaps = cut.consistent_cut({p: None for p in fresh}, 10.0)
+                    except DeltaTableNotFoundError:  # one by one below, which says what to do
+                        snaps = {}
+                    earlier = {p: t.base.version for p, t in self._tables.items()}
+                    for key, snap in snaps.items():
+                        self._tables[key] = _Table(DeltaLog.for_table(key), snap)
+                    cut.extend(snaps, earlier)
+        return {p: self.snapshot_for_read(p) for p in paths}
+
     def snapshot_for_read(self, path: str) -> Snapshot:
         """The snapshot a read of ``path`` uses in the block; the read is recorded in the group.
         (After ``commit`` or ``rollback`` inside the block: the table's latest snapshot.)"""

@@ -130,6 +130,25 @@ def test_other_tables_read_at_one_pinned_state(spark: SparkSession, two: tuple[s
     assert _ids(spark, out) == [0]
 
 
+def test_tables_one_query_touches_first_are_pinned_at_one_cut(spark: SparkSession, two: tuple[str, str]) -> None:
+    """A query reading two tables the block has not touched pins them together: a consistent cut,
+    recorded in the ledger, which later reads in the block keep while the tables move."""
+    from serialake.core.tables import cut
+
+    a, b = two
+    with serialake.transaction(spark) as tx:
+        df = serialake.sql(spark, f"SELECT id FROM delta.`{a}` UNION ALL SELECT id FROM delta.`{b}`")
+        assert df is not None
+        rows = df.collect()
+        pinned = {p: s.version for p, s in ((p, tx.snapshot_of(p)) for p in (a, b)) if s is not None}
+        assert len(pinned) == 2
+        assert cut.together({DeltaLog.for_table(p).table_path: v for p, v in pinned.items()})
+        _outside(lambda: serialake.write(spark.createDataFrame([(12, "v12")], "id long, v string"), b, mode="append"))
+        assert _ids(spark, b) == [10]  # still the pinned state
+        tx.rollback()
+    assert sorted(r.id for r in rows) == sorted(_ids(spark, a) + [10])
+
+
 def _outside(fn: Callable[[], object]) -> None:
     """Run ``fn`` in another thread: outside the block's transaction."""
     errors: list[BaseException] = []

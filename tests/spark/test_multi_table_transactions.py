@@ -428,3 +428,27 @@ def test_schema_evolution_in_a_transaction(spark: SparkSession, two: tuple[str, 
         (1, 2.5), (2, None), (3, 1.5),
     ]  # fmt: skip
     assert _ids(spark, b) == []
+
+
+def test_merge_in_a_transaction_keeps_its_row_level_declarations(spark: SparkSession, tmp_path: Path) -> None:
+    """A MERGE in a block declares the target rows it matched (issue #41); the group keeps the
+    declaration, so a concurrent UPDATE of another row of the same file commits, and so does the
+    group, whatever the ON condition (here a Python UDF the driver cannot evaluate)."""
+    from pyspark.sql import types as T
+
+    spark.udf.register("tx_same", lambda x, y: x is not None and x == y, T.BooleanType())
+    a = str(tmp_path / "dv")
+    serialake.write(
+        spark.createDataFrame([(i, f"v{i}") for i in range(12)], "id long, v string").coalesce(1), a,
+        properties={"delta.enableDeletionVectors": "true"},
+    )  # fmt: skip
+    b = _make(spark, str(tmp_path / "other"), [10])
+    source = spark.createDataFrame([(5, "merged")], "id long, v string")
+    with serialake.transaction(spark):
+        (DeltaTable.forPath(spark, a).alias("t").merge(source.alias("s"), "tx_same(t.id, s.id)")
+         .whenMatchedUpdate(set={"v": "s.v"}).execute())  # fmt: skip
+        spark.createDataFrame([(11, "v11")], "id long, v string").write.format("delta").mode("append").save(b)
+        _outside(lambda: DeltaTable.forPath(spark, a).update("id = 9", {"v": "'other'"}))
+    rows = dict((r.id, r.v) for r in spark.read.format("delta").load(a).collect())
+    assert rows[5] == "merged" and rows[9] == "other" and len(rows) == 12
+    assert _ids(spark, b) == [10, 11]

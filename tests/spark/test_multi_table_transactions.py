@@ -430,10 +430,10 @@ def test_schema_evolution_in_a_transaction(spark: SparkSession, two: tuple[str, 
     assert _ids(spark, b) == []
 
 
-def test_merge_in_a_transaction_keeps_its_row_level_declarations(spark: SparkSession, tmp_path: Path) -> None:
-    """A MERGE in a block declares the target rows it matched (issue #41); the group keeps the
-    declaration, so a concurrent UPDATE of another row of the same file commits, and so does the
-    group, whatever the ON condition (here a Python UDF the driver cannot evaluate)."""
+def test_merge_in_a_transaction_beside_an_update_of_another_row_both_commit(spark: SparkSession, tmp_path: Path) -> None:
+    """Row-level concurrency inside a group: a MERGE in a block (its ON condition a Python UDF the
+    driver cannot evaluate) and a concurrent UPDATE of another row of the same file both commit;
+    the group's check evaluates the MERGE's read on the winner's rows."""
     from pyspark.sql import types as T
 
     spark.udf.register("tx_same", lambda x, y: x is not None and x == y, T.BooleanType())

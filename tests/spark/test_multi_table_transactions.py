@@ -430,7 +430,9 @@ def test_schema_evolution_in_a_transaction(spark: SparkSession, two: tuple[str, 
     assert _ids(spark, b) == []
 
 
-def test_merge_in_a_transaction_beside_an_update_of_another_row_both_commit(spark: SparkSession, tmp_path: Path) -> None:
+def test_merge_in_a_transaction_beside_an_update_of_another_row_both_commit(
+    spark: SparkSession, tmp_path: Path
+) -> None:
     """Row-level concurrency inside a group: a MERGE in a block (its ON condition a Python UDF the
     driver cannot evaluate) and a concurrent UPDATE of another row of the same file both commit;
     the group's check evaluates the MERGE's read on the winner's rows."""

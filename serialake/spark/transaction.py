@@ -92,8 +92,7 @@ class _Table:
 
     log: DeltaLog
     base: Snapshot
-    main: OptimisticTransaction | None = None  # the group's transaction of the table (once touched)
-    writes: bool = False
+    main: OptimisticTransaction | None = None  # the group's transaction of the table, once written
     read_recorded: bool = False
     adds: dict[tuple[str, str | None], AddFile] = field(default_factory=dict)
     removes: dict[tuple[str, str | None], RemoveFile] = field(default_factory=dict)
@@ -237,7 +236,6 @@ class SparkTransaction:
             entry = self._table(log.table_path, operation)
             main = self.group.write(entry.log, snapshot=entry.base)
             entry.main = main
-            entry.writes = True
             sub = OptimisticTransaction(entry.log, entry.pending(), isolation_level=main.isolation_level)
             sub._new_metadata, sub._new_protocol = main._new_metadata, main._new_protocol
 
@@ -309,7 +307,7 @@ class SparkTransaction:
         with self._lock:
             self._check_open("COMMIT")
             # (a write that found its work done -- a replayed streaming batch -- handed nothing over)
-            written = [t for t in self._tables.values() if t.writes and t.main is not None and t.operations]
+            written = [t for t in self._tables.values() if t.main is not None and t.operations]
             if not written:
                 self.state = "committed"
                 return None

@@ -298,11 +298,20 @@ def cleanup(dlog: DeltaLog, older_than_ms: int, *, dry_run: bool = False) -> lis
     store = dlog.store
     deleted: list[str] = []
 
-    def drop(path: str) -> None:
+    def drop(path: str, where: LogStore | None = None) -> None:
         deleted.append(path)
         if not dry_run:
             with contextlib.suppress(FileNotFoundError):
-                store.delete(path)
+                (where or store).delete(path)
+
+    staged: dict[str, tuple[LogStore, str, list[str]]] = {}  # participant -> its store, staged dir, names
+
+    def staged_of(table: str) -> tuple[LogStore, str, list[str]]:
+        """A participant's staged bodies, listed once for all the records that name it."""
+        if table not in staged:
+            pstore, pdir = _store(dlog, table), os.path.join(log_dir(table), STAGED_DIR)
+            staged[table] = (pstore, pdir, [st.name for st in pstore.list_from(pdir)])
+        return staged[table]
 
     sdir = os.path.join(log_dir(dlog.table_path), STAGED_DIR)
     for st in store.list_from(sdir):
@@ -343,14 +352,10 @@ def cleanup(dlog: DeltaLog, older_than_ms: int, *, dry_run: bool = False) -> lis
             for table in {p.get("table") for p in parts}:  # (a contender's record may not know the versions)
                 if not isinstance(table, str):
                     continue
-                pstore = _store(dlog, table)
-                pdir = os.path.join(log_dir(table), STAGED_DIR)
-                for staged in pstore.list_from(pdir):
-                    if staged.name.endswith(f".{txn_id}.json"):
-                        deleted.append(os.path.join(pdir, staged.name))
-                        if not dry_run:
-                            with contextlib.suppress(FileNotFoundError):
-                                pstore.delete(deleted[-1])
+                pstore, pdir, names = staged_of(table)
+                for name in names:
+                    if name.endswith(f".{txn_id}.json"):
+                        drop(os.path.join(pdir, name), pstore)
             drop(path)
         elif all([_participant_done(dlog, txn_id, p) for p in parts]):  # (each one finished where it can be)
             drop(path)

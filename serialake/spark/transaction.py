@@ -156,9 +156,7 @@ class SparkTransaction:
         self.state = "open"  # open | committed | rolled back | aborted
         self.failure: BaseException | None = None
         if tables:
-            snaps = cut.consistent_cut({t: None for t in tables}, 10.0)
-            for path, snap in snaps.items():
-                self._tables[path] = _Table(DeltaLog.for_table(path), snap)
+            self._pin_together(tables)
 
     @property
     def txn_id(self) -> str:
@@ -200,15 +198,17 @@ class SparkTransaction:
             with self._lock:
                 fresh = [p for p in dict.fromkeys(paths) if DeltaLog.for_table(p).table_path not in self._tables]
                 if len(fresh) > 1:
-                    try:
-                        snaps = cut.consistent_cut({p: None for p in fresh}, 10.0)
-                    except DeltaTableNotFoundError:  # one by one below, which says what to do
-                        snaps = {}
-                    earlier = {p: t.base.version for p, t in self._tables.items()}
-                    for key, snap in snaps.items():
-                        self._tables[key] = _Table(DeltaLog.for_table(key), snap)
-                    cut.extend(snaps, earlier)
+                    with contextlib.suppress(DeltaTableNotFoundError):  # one by one below, saying what to do
+                        self._pin_together(fresh)
         return {p: self.snapshot_for_read(p) for p in paths}
+
+    def _pin_together(self, paths: Sequence[str]) -> None:
+        """Pin ``paths`` (not yet in the block) at one consistent cut, recorded with the earlier pins."""
+        snaps = cut.consistent_cut({p: None for p in paths}, 10.0)
+        earlier = {p: t.base.version for p, t in self._tables.items()}
+        for key, snap in snaps.items():
+            self._tables[key] = _Table(DeltaLog.for_table(key), snap)
+        cut.extend(snaps, earlier)
 
     def snapshot_for_read(self, path: str) -> Snapshot:
         """The snapshot a read of ``path`` uses in the block; the read is recorded in the group.
